@@ -1,0 +1,1 @@
+"""Workloads run under the profiler (the only part of tracekit that imports torch)."""

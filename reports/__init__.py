@@ -1,0 +1,1 @@
+"""Rendering: terminal, HTML, plots, TensorBoard."""
