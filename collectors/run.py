@@ -358,3 +358,45 @@ def collect(cfg: CollectConfig) -> Path:
             f"collect failed: {_one_line(failure)} ({out}/{MANIFEST} has status 'error')"
         ) from failure
     raise failure  # anything else is a bug: keep its traceback
+
+
+def _bytes(n: float | None) -> str:
+    return "n/a" if n is None else f"{n / 2**30:.2f} GiB"
+
+
+def summary(run_dir: Path) -> str:
+    """A few lines describing a finished run folder (what the CLI prints)."""
+    import json
+
+    m = json.loads((Path(run_dir) / MANIFEST).read_text())
+    lines = [f"run folder: {run_dir}  (status {m['status']})"]
+    met = m.get("metrics")
+    if met:
+        st = met["step_time_ms"]
+        lines.append(
+            f"step time: {st['median']:.2f} ms median (p10 {st['p10']:.2f}, p90 {st['p90']:.2f}, "
+            f"n={st['n']}); {met['tokens_per_s']:,.0f} tokens/s, "
+            f"{met['samples_per_s']:,.1f} samples/s"
+        )
+        lines.append(
+            f"profiled step: {met['profiled_step_time_ms']:.2f} ms "
+            f"(profiler overhead {met['profiler_overhead_pct']:+.1f} %)"
+        )
+        lines.append(
+            f"memory: peak allocated {_bytes(met['peak_allocated_bytes'])}, peak reserved "
+            f"{_bytes(met['peak_reserved_bytes'])}, average allocated "
+            f"{_bytes(met['avg_allocated_bytes'])}"
+        )
+    c = m.get("ceilings")
+    if c:
+        rates = ", ".join(
+            f"{k} {v / 1e12:.1f} TFLOP/s" for k, v in c["matmul_flops"].items() if v is not None
+        )
+        lines.append(f"ceilings: copy {c['memory_bandwidth_Bps'] / 1e9:.0f} GB/s; matmul {rates}")
+    arts = m["artifacts"]
+    lines.append(f"trace: {arts['trace']}")
+    for key in ("memory_timeline", "memory_snapshot"):
+        lines.append(
+            f"{key.replace('_', ' ')}: {arts[key] or 'none (' + str(arts[key + '_absent']) + ')'}"
+        )
+    return "\n".join(lines)
