@@ -69,8 +69,8 @@ def _timer(device: torch.device) -> Callable[[Callable[[], object]], float]:
     if device.type == "cuda":
 
         def time_cuda(fn: Callable[[], object]) -> float:
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
+            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             start.record()
             fn()
             end.record()

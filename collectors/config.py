@@ -131,7 +131,7 @@ def compile_unsupported_reason(device: torch.device) -> str | None:
     try:
         import torch._dynamo
 
-        if not torch._dynamo.is_dynamo_supported():
+        if not torch._dynamo.is_dynamo_supported():  # type: ignore[attr-defined]
             return (
                 f"torch.compile is not supported with torch {torch.__version__} on "
                 f"Python {sys.version_info.major}.{sys.version_info.minor}"

@@ -153,7 +153,8 @@ class CausalSelfAttention(nn.Module):
                 q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
             )  # (B, H, T, D)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # heads side by side: (B, T, C)
-        return self.resid_dropout(self.c_proj(y))  # (B, T, C)
+        out: torch.Tensor = self.resid_dropout(self.c_proj(y))  # (B, T, C)
+        return out
 
 
 class MLP(nn.Module):
@@ -166,7 +167,8 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.gelu(self.c_fc(x))  # (B, T, C) -> (B, T, mlp_hidden)
-        return self.dropout(self.c_proj(h))  # (B, T, C)
+        out: torch.Tensor = self.dropout(self.c_proj(h))  # (B, T, C)
+        return out
 
 
 class Block(nn.Module):
@@ -181,7 +183,8 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x))  # (B, T, C)
-        return x + self.mlp(self.ln_2(x))  # (B, T, C)
+        out: torch.Tensor = x + self.mlp(self.ln_2(x))  # (B, T, C)
+        return out
 
 
 class GPT(nn.Module):

@@ -243,13 +243,17 @@ class Profiler:
             activities=activities(self.device),
             schedule=self.config.schedule(),
             on_trace_ready=self._trace_ready,
-            **self.config.torch_kwargs(),
+            record_shapes=self.config.record_shapes,
+            profile_memory=self.config.profile_memory,
+            with_flops=self.config.with_flops,
+            with_stack=self.config.with_stack,
+            with_modules=self.config.with_modules,
         )
 
     def __enter__(self) -> Profiler:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._prof = self.build()
-        self._prof.__enter__()
+        self._prof.__enter__()  # type: ignore[no-untyped-call]
         return self
 
     def step(self) -> None:
@@ -264,7 +268,7 @@ class Profiler:
     ) -> None:
         prof, self._prof = self._prof, None
         if prof is not None:
-            prof.__exit__(exc_type, exc, tb)
+            prof.__exit__(exc_type, exc, tb)  # type: ignore[no-untyped-call]
 
     def _trace_ready(self, prof: torch.profiler.profile) -> None:
         stem = f"{self.worker_name}.{time.time_ns()}"
@@ -317,7 +321,7 @@ def record_memory_snapshot(
         run()
         torch.cuda.synchronize(device)
         with _temporary_beside(Path(path), ".tmp") as t:
-            memory._dump_snapshot(str(t))
+            memory._dump_snapshot(str(t))  # type: ignore[no-untyped-call]
     finally:
         memory._record_memory_history(enabled=None)
     return Path(path)

@@ -120,10 +120,11 @@ def _driver_version() -> str | None:
 
 
 def versions(device: torch.device) -> dict[str, Any]:
+    cudnn = torch.backends.cudnn.version() if device.type == "cuda" else None  # type: ignore[no-untyped-call]
     return {
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
+        "cudnn": cudnn,
         "driver": _driver_version() if device.type == "cuda" else None,
         "python": platform.python_version(),
         "tracekit": tracekit.__version__,
@@ -328,7 +329,7 @@ def base_manifest(cfg: CollectConfig, device: torch.device) -> dict[str, Any]:
 def collect(cfg: CollectConfig) -> Path:
     """Run ``cfg`` and write its run folder; returns the folder's path."""
     device = resolve_device(cfg)  # DeviceError / UsageError before anything is written
-    out = cfg.out_dir()
+    out: Path = cfg.out_dir()
     ui = Display(cfg.quiet)
     failure: BaseException | None = None
     with ui.running(), atomic_dir(out) as tmp:

@@ -105,12 +105,12 @@ def build_workload(cfg: CollectConfig, device: torch.device) -> Workload:
             loss: torch.Tensor = fwd(x, y)
         probe()  # activations held for backward
         if scaler is not None:
-            scaler.scale(loss).backward()
+            scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
             probe()
             scaler.step(optimizer)  # reads the inf flag on the host (GradScaler's own sync)
             scaler.update()
         else:
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             probe()  # + gradients
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -131,8 +131,8 @@ class StepTimer:
     @contextlib.contextmanager
     def time(self) -> Iterator[None]:
         if self.device.type == "cuda":
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
+            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             start.record()
             yield
             end.record()
