@@ -236,6 +236,7 @@ class Profiler:
         self.memory_timelines: list[Path] = []
         self.memory_timeline_absent: str | None = config.memory_timeline_absent_reason()
         self._prof: torch.profiler.profile | None = None
+        self._aborting = False
 
     def build(self) -> torch.profiler.profile:
         """The configured (not yet started) ``torch.profiler.profile``."""
@@ -267,10 +268,15 @@ class Profiler:
         tb: TracebackType | None,
     ) -> None:
         prof, self._prof = self._prof, None
+        # torch exports the open window when the with-block ends, also on an exception
+        # (Ctrl-C): skip that export, the run is being abandoned.
+        self._aborting = exc_type is not None
         if prof is not None:
             prof.__exit__(exc_type, exc, tb)  # type: ignore[no-untyped-call]
 
     def _trace_ready(self, prof: torch.profiler.profile) -> None:
+        if self._aborting:
+            return
         stem = f"{self.worker_name}.{time.time_ns()}"
         if self.on_export:
             self.on_export("trace")

@@ -374,3 +374,19 @@ def test_cuda_absent_suggests_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[
     err = capsys.readouterr().err
     assert "CUDA was requested" in err and "--device cpu" in err
     assert not (tmp_path / "r").exists()
+
+
+def test_profiler_interrupted_in_its_window_exports_nothing(tmp_path: Path) -> None:
+    from tracekit.collectors.profiler import Profiler
+
+    m = torch.nn.Linear(8, 8)
+    with (
+        pytest.raises(KeyboardInterrupt),
+        Profiler(
+            ProfilerConfig(wait=0, warmup=0, active=3), tmp_path, device=torch.device("cpu")
+        ) as prof,
+    ):
+        m(torch.randn(2, 8)).sum().backward()
+        prof.step()
+        raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == [] and prof.traces == []
