@@ -391,7 +391,9 @@ def summary(run_dir: Path) -> str:
     c = m.get("ceilings")
     if c:
         rates = ", ".join(
-            f"{k} {v / 1e12:.1f} TFLOP/s" for k, v in c["matmul_flops"].items() if v is not None
+            f"{k} {v / 1e12:.1f} TFLOP/s" if v >= 1e11 else f"{k} {v / 1e9:.1f} GFLOP/s"
+            for k, v in c["matmul_flops"].items()
+            if v is not None
         )
         lines.append(f"ceilings: copy {c['memory_bandwidth_Bps'] / 1e9:.0f} GB/s; matmul {rates}")
     arts = m["artifacts"]
