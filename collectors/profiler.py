@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from tracekit.errors import UsageError
+from tracekit.io import file_mode
 
 MEMORY_TIMELINE_FORMAT = "tracekit.memory_timeline"
 
@@ -133,6 +134,7 @@ def _temporary_beside(final: Path, suffix: str) -> Any:
     """Yield a temporary path beside ``final`` (ending in ``suffix``); on success
     rename it to ``final``, on any exception (Ctrl-C included) delete it."""
     fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix, dir=final.parent)
+    os.fchmod(fd, file_mode())
     os.close(fd)
     try:
         yield Path(tmp)

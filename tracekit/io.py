@@ -18,6 +18,11 @@ def _umask() -> int:
     return mask
 
 
+def file_mode() -> int:
+    """The mode a new file gets under the current umask (mkstemp's 0600 is too strict)."""
+    return 0o666 & ~_umask()
+
+
 @contextlib.contextmanager
 def atomic_dir(final: Path, *, replace: bool = True) -> Iterator[Path]:
     """Yield a temporary folder beside ``final``; rename it into place on success.
@@ -52,7 +57,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600
+        os.fchmod(fd, file_mode())  # mkstemp makes 0600
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
