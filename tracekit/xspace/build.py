@@ -233,6 +233,7 @@ def kernel_details(rec: Mapping[str, object]) -> str:
     bytes" column (static + dynamic) shows the trace's figure. No ``occ_pct``: the
     trace has no theoretical occupancy.
     """
+
     def dim(prefix: str) -> str:
         return ",".join(str(_int(rec[f"{prefix}_{a}"], 1)) for a in "xyz")
 
@@ -262,10 +263,10 @@ def _device_props(meta: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
 
 
 def _vendor(trace: TraceTables) -> str:
-    names = trace.runtime["name"].astype(str) if "name" in trace.runtime.columns else []
-    if len(names) and bool(pd.Series(names).str.startswith("hip").any()):
-        return "AMD"
-    return "Nvidia"
+    if "name" not in trace.runtime.columns or trace.runtime.empty:
+        return "Nvidia"
+    hip = trace.runtime["name"].astype(str).str.startswith("hip")
+    return "AMD" if bool(hip.any()) else "Nvidia"
 
 
 def _span_ns(frames: Iterable[pd.DataFrame]) -> int:
@@ -289,8 +290,9 @@ def build_xspace(trace: TraceTables, host: str = "localhost") -> Any:
     kernels = trace.kernels
     launch_device: dict[int, int] = {}
     if not kernels.empty:
-        for corr, dev in zip(kernels["correlation"].tolist(), kernels["device"].tolist(),
-                             strict=True):
+        for corr, dev in zip(
+            kernels["correlation"].tolist(), kernels["device"].tolist(), strict=True
+        ):
             if _present(corr) and int(corr) >= 0:
                 launch_device.setdefault(int(corr), int(dev))
 
@@ -329,9 +331,9 @@ def build_xspace(trace: TraceTables, host: str = "localhost") -> Any:
     props = _device_props(trace.meta)
     vendor = _vendor(trace)
     if not kernels.empty:
-        for device, dev_rows in sorted(kernels.groupby("device", sort=True)):
-            _device_plane(space, int(device), dev_rows, props.get(int(device)), vendor,
-                          start_ns, span_ps)
+        for device in sorted(int(d) for d in kernels["device"].unique()):
+            dev_rows = kernels[kernels["device"] == device]
+            _device_plane(space, device, dev_rows, props.get(device), vendor, start_ns, span_ps)
     return space
 
 
@@ -349,11 +351,21 @@ def _memory_lines(
     mem = trace.memory
     if mem.empty:
         return
-    capacity = {dev: _int(p.get("totalGlobalMem"), -1) for dev, p in
-                _device_props(trace.meta).items()}
+    capacity = {
+        dev: _int(p.get("totalGlobalMem"), -1) for dev, p in _device_props(trace.meta).items()
+    }
     mem = mem.sort_values("ts", kind="stable")
-    cols = ["ts", "device_type", "device", "addr", "bytes", "total_allocated",
-            "total_reserved", "op_name", "step"]
+    cols = [
+        "ts",
+        "device_type",
+        "device",
+        "addr",
+        "bytes",
+        "total_allocated",
+        "total_reserved",
+        "op_name",
+        "step",
+    ]
     by_alloc: dict[str, list[dict[str, object]]] = {}
     for rec in _records(mem, cols):
         gpu = _int(rec["device_type"], 0) != 0
@@ -361,9 +373,13 @@ def _memory_lines(
         by_alloc.setdefault(name, []).append(rec)
     next_id = max(used_ids, default=0) + 1
     for alloc, recs in sorted(by_alloc.items()):
-        line = plane.msg.lines.add(id=next_id, display_id=next_id,
-                                   name=f"Memory {alloc}", timestamp_ns=start_ns,
-                                   duration_ps=span_ps)
+        line = plane.msg.lines.add(
+            id=next_id,
+            display_id=next_id,
+            name=f"Memory {alloc}",
+            timestamp_ns=start_ns,
+            duration_ps=span_ps,
+        )
         used_ids.add(next_id)
         next_id += 1
         peak = 0
@@ -372,8 +388,9 @@ def _memory_lines(
             total = _int(rec["total_allocated"], 0)
             peak = max(peak, total)
             xe = line.events.add(
-                metadata_id=plane.event_id("MemoryAllocation" if delta >= 0
-                                           else "MemoryDeallocation"),
+                metadata_id=plane.event_id(
+                    "MemoryAllocation" if delta >= 0 else "MemoryDeallocation"
+                ),
                 offset_ps=_int(rec["ts"], 0) * _PS_PER_NS,
                 duration_ps=0,
             )
@@ -414,23 +431,34 @@ def _device_plane(
     if props:
         if _present(props.get("name")):
             plane.add_stat(plane.msg, "gpu_device_name", str(props["name"]))
-        for stat, key in (("core_count", "numSms"), ("memory_size", "totalGlobalMem"),
-                          ("compute_cap_major", "computeMajor"),
-                          ("compute_cap_minor", "computeMinor")):
+        for stat, key in (
+            ("core_count", "numSms"),
+            ("memory_size", "totalGlobalMem"),
+            ("compute_cap_major", "computeMajor"),
+            ("compute_cap_minor", "computeMinor"),
+        ):
             if _present(props.get(key)):
                 plane.add_stat(plane.msg, stat, int(props[key]))
     rows = rows.sort_values(["stream", "ts"], kind="stable")
-    for stream, srows in rows.groupby("stream", sort=True):
+    for stream in sorted(int(x) for x in rows["stream"].unique()):
+        srows = rows[rows["stream"] == stream]
         kinds: list[str] = []
         for kind, name in zip(srows["kind"].tolist(), srows["name"].tolist(), strict=True):
-            label = ("Kernel" if kind == "kernel" else "Memset" if kind == "memset"
-                     else memcpy_kind(str(name)))
+            label = (
+                "Kernel"
+                if kind == "kernel"
+                else "Memset"
+                if kind == "memset"
+                else memcpy_kind(str(name))
+            )
             if label not in kinds:
                 kinds.append(label)
         line = plane.msg.lines.add(
-            id=int(stream), display_id=int(stream),
-            name=f"Stream #{int(stream)}({','.join(kinds)})",
-            timestamp_ns=start_ns, duration_ps=span_ps,
+            id=stream,
+            display_id=stream,
+            name=f"Stream #{stream}({','.join(kinds)})",
+            timestamp_ns=start_ns,
+            duration_ps=span_ps,
         )
         for rec in _records(srows, _KERNEL_COLS):
             xe = line.events.add(
@@ -448,8 +476,9 @@ def _device_plane(
                 # Newline-separated so both of xprof's parsers (space/newline for
                 # kernel details, ':'/newline for memcpy num_bytes) can read it.
                 label = memcpy_kind(str(rec["name"]))
-                plane.add_ref(xe, "memcpy_details",
-                              f"kind:{label}\nnum_bytes:{_int(rec['bytes'], 0)}")
+                plane.add_ref(
+                    xe, "memcpy_details", f"kind:{label}\nnum_bytes:{_int(rec['bytes'], 0)}"
+                )
             elif kind == "memset":
                 plane.add_ref(xe, "Memset_details", f"num_bytes:{_int(rec['bytes'], 0)}")
             if _present(rec["op_name"]):
