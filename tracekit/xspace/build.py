@@ -298,6 +298,9 @@ def build_xspace(trace: TraceTables, host: str = "localhost") -> Any:
 
     host_plane = _Plane(space.planes.add(id=HOST_PLANE_ID, name=HOST_PLANE))
     threads = _host_events(trace, launch_device)
+    # Steps whose ProfilerStep annotation is in the trace: only they can be
+    # consumed (a trace without markers gets no context stats at all).
+    produced = {e.step_marker for evs in threads.values() for e in evs if e.step_marker is not None}
     pids = {pid for pid, _ in threads}
     used_ids: set[int] = set()
     for (pid, tid), events in sorted(threads.items()):
@@ -323,10 +326,10 @@ def build_xspace(trace: TraceTables, host: str = "localhost") -> Any:
                 host_plane.add_stat(xe, "step_num", ev.step_marker)
                 host_plane.add_stat(xe, "_pt", GENERIC_CONTEXT)
                 host_plane.add_stat(xe, "_p", ev.step_marker)
-            elif is_root and ev.step >= 0 and not has_marker:
+            elif is_root and ev.step in produced and not has_marker:
                 host_plane.add_stat(xe, "_ct", GENERIC_CONTEXT)
                 host_plane.add_stat(xe, "_c", ev.step)
-    _memory_lines(trace, host_plane, used_ids, start_ns, span_ps)
+    _memory_lines(trace, host_plane, used_ids, produced, start_ns, span_ps)
 
     props = _device_props(trace.meta)
     vendor = _vendor(trace)
@@ -338,7 +341,12 @@ def build_xspace(trace: TraceTables, host: str = "localhost") -> Any:
 
 
 def _memory_lines(
-    trace: TraceTables, plane: _Plane, used_ids: set[int], start_ns: int, span_ps: int
+    trace: TraceTables,
+    plane: _Plane,
+    used_ids: set[int],
+    produced: set[int],
+    start_ns: int,
+    span_ps: int,
 ) -> None:
     """MemoryAllocation/MemoryDeallocation events, one line per allocator.
 
@@ -409,7 +417,7 @@ def _memory_lines(
             if _present(rec["op_name"]):
                 plane.add_ref(xe, "tf_op", str(rec["op_name"]))
             step = _int(rec["step"])
-            if step >= 0:
+            if step in produced:
                 plane.add_stat(xe, "_ct", GENERIC_CONTEXT)
                 plane.add_stat(xe, "_c", step)
 
