@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _xspace_data import make_trace
 
 import tracekit.parse
+from tests._xspace_data import make_trace
 from tracekit.cli import main
 from tracekit.xspace import line_summary, read_xspace
 

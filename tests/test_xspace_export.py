@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from _xspace_data import AUTOGRAD, BWD_GEMM, GEMM, MAIN, make_trace
 
+from tests._xspace_data import AUTOGRAD, BWD_GEMM, GEMM, MAIN, make_trace
 from tracekit.errors import TraceError, UsageError
 from tracekit.xspace import (
     build_xspace,
@@ -224,6 +224,8 @@ def test_default_names(tmp_path: Path) -> None:
     trace.path.write_text("{}")
     trace.manifest = {"status": "ok"}
     assert default_run_name(trace) == "run-2024_05"
+    trace.run_dir = tmp_path / "gpt-small"  # type: ignore[attr-defined]
+    assert default_run_name(trace) == "gpt-small"
     assert default_host(trace) == "localhost"
     trace.meta["distributed_info"] = {"rank": 3, "world_size": 4}
     assert default_host(trace) == "rank3"

@@ -25,8 +25,8 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from _xspace_data import make_trace
 
+from tests._xspace_data import make_trace
 from tracekit.xspace import export_xspace
 
 raw_to_tool_data = pytest.importorskip(

@@ -43,12 +43,18 @@ _PS_PER_NS = 1000
 class TraceTables(Protocol):
     """What the exporter reads: tracekit.parse.Trace satisfies it (schema.py columns)."""
 
-    kernels: pd.DataFrame
-    ops: pd.DataFrame
-    memory: pd.DataFrame
-    steps: pd.DataFrame
-    runtime: pd.DataFrame
-    meta: Mapping[str, Any]
+    @property
+    def kernels(self) -> pd.DataFrame: ...
+    @property
+    def ops(self) -> pd.DataFrame: ...
+    @property
+    def memory(self) -> pd.DataFrame: ...
+    @property
+    def steps(self) -> pd.DataFrame: ...
+    @property
+    def runtime(self) -> pd.DataFrame: ...
+    @property
+    def meta(self) -> Mapping[str, Any]: ...
 
 
 # ---------------------------------------------------------------- plane builder

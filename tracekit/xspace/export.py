@@ -46,12 +46,15 @@ def _sanitize(name: str) -> str:
 
 def default_run_name(trace: object) -> str:
     """The run folder's name, or the trace file's name without .pt.trace.json.gz."""
+    run_dir = getattr(trace, "run_dir", None)
+    if run_dir is not None:  # a run folder from `tracekit collect`: name the run after it
+        return _sanitize(Path(str(run_dir)).resolve().name)
     path = getattr(trace, "path", None)
     if path is None:
         return "trace"
     p = Path(str(path))
     if getattr(trace, "manifest", None) is not None and p.is_file():
-        p = p.parent  # a run folder from `tracekit collect`: name the run after it
+        p = p.parent
     name = p.name
     while True:
         stem, dot, suffix = name.rpartition(".")
