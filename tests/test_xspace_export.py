@@ -84,6 +84,9 @@ def test_device_events_carry_what_xprof_reads() -> None:
         "regs:72 static_shared:0 dynamic_shared:12288 grid:64,2,1 block:256,1,1"
     )
     memcpy = merged[merged["kind"] == "memcpy"].iloc[0]
+    # xprof classifies copies by a MemcpyHToD... name prefix; the trace viewer shows
+    # the display name, which keeps Kineto's name.
+    assert memcpy["metadata_name"] == "MemcpyHToD (Pageable -> Device)"
     assert memcpy["memcpy_details"] == "kind:MemcpyH2D\nnum_bytes:4096"
     assert merged.loc[merged["kind"] == "memset", "Memset_details"].tolist() == ["num_bytes:1024"]
 

@@ -148,6 +148,11 @@ def test_overview_page_has_our_steps(exported: tuple[Path, Any]) -> None:
     tables = _tool(path, "overview_page")
     step_table = next(t for t in tables if "steptime_ms_average" in t.get("p", {}))
     assert len(step_table["rows"]) == len(trace.steps)
+    # The host-to-device copy of step 1 counts as input time (its only copy).
+    cols = [c["id"] for c in step_table["cols"]]
+    memcpy_ms = trace.kernels.loc[trace.kernels["kind"] == "memcpy", "dur"].sum() / 1e6
+    infeed = [row["c"][cols.index("infeedTimeMs")]["v"] for row in step_table["rows"]]
+    assert infeed == [pytest.approx(memcpy_ms), 0.0]
     env = next(t for t in tables if "device_type" in t.get("p", {}))["p"]
     assert env["device_type"] == "Nvidia GPU (Hopper)"
     assert env["device_core_count"] == "2"

@@ -70,7 +70,7 @@ class _Plane:
         # a value string never gets a second metadata entry with the same name.
         self._stats: dict[str, int] = {}
 
-    def event_id(self, name: str) -> int:
+    def event_id(self, name: str, display_name: str = "") -> int:
         mid = self._events.get(name)
         if mid is None:
             mid = len(self._events) + 1
@@ -78,6 +78,8 @@ class _Plane:
             md = self.msg.event_metadata[mid]
             md.id = mid
             md.name = name
+            if display_name and display_name != name:
+                md.display_name = display_name
         return mid
 
     def stat_id(self, name: str) -> int:
@@ -231,6 +233,30 @@ def memcpy_kind(name: str) -> str:
     return f"Memcpy{_MEMCPY_KINDS[m.group(1).lower()]}" if m else "MemcpyOther"
 
 
+# Kineto's copy directions -> the prefixes xprof's tf_op_utils GetMemcpyOp knows.
+_XPROF_MEMCPY = {
+    "htod": "MemcpyHToD",
+    "dtoh": "MemcpyDToH",
+    "dtod": "MemcpyDToD",
+    "htoh": "MemcpyHToH",
+}
+
+
+def device_event_name(kind: str, name: str) -> tuple[str, str]:
+    """(XEventMetadata name, display name) of a GPU activity.
+
+    xprof classifies copies by the event name's prefix (``MemcpyHToD``...: host to
+    device, device to host, device to device time in the overview page); Kineto
+    writes ``Memcpy HtoD (Pageable -> Device)``. Copies get the prefix xprof knows
+    and keep Kineto's name as the display name, which the trace viewer shows.
+    """
+    if kind == "memcpy":
+        m = re.match(r"Memcpy (HtoD|DtoH|DtoD|HtoH)\b(.*)", name, flags=re.IGNORECASE | re.S)
+        if m:
+            return _XPROF_MEMCPY[m.group(1).lower()] + m.group(2), name
+    return name, name
+
+
 def kernel_details(rec: Mapping[str, object]) -> str:
     """The ``kernel_details`` stat in the format xprof's ParseKernelLaunchParams reads.
 
@@ -251,10 +277,25 @@ def kernel_details(rec: Mapping[str, object]) -> str:
 
 
 _KERNEL_COLS = [
-    "kind", "name", "device", "stream", "ts", "dur", "correlation", "external_id",
-    "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-    "registers_per_thread", "shared_memory", "bytes", "op_name",
-]  # fmt: skip
+    "kind",
+    "name",
+    "device",
+    "stream",
+    "ts",
+    "dur",
+    "correlation",
+    "external_id",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "registers_per_thread",
+    "shared_memory",
+    "bytes",
+    "op_name",
+]
 
 
 # ------------------------------------------------------------------------ space
@@ -476,7 +517,7 @@ def _device_plane(
         )
         for rec in _records(srows, _KERNEL_COLS):
             xe = line.events.add(
-                metadata_id=plane.event_id(str(rec["name"])),
+                metadata_id=plane.event_id(*device_event_name(str(rec["kind"]), str(rec["name"]))),
                 offset_ps=_int(rec["ts"], 0) * _PS_PER_NS,
                 duration_ps=max(_int(rec["dur"], 0), 0) * _PS_PER_NS,
             )

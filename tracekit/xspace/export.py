@@ -162,14 +162,16 @@ def line_summary(space: Any) -> pd.DataFrame:
 def event_table(space: Any, plane_prefix: str = "") -> pd.DataFrame:
     """Every event of the planes whose name starts with ``plane_prefix``, decoded.
 
-    Columns: plane, line_id, line, name, ts_ns, dur_ns and one column per stat
-    name (ref values resolved to their strings). For tests and hand checks.
+    Columns: plane, line_id, line, name (the display name, as the trace viewer
+    shows it), metadata_name, ts_ns, dur_ns and one column per stat name (ref
+    values resolved to their strings). For tests and hand checks.
     """
     rows: list[dict[str, object]] = []
     for plane in space.planes:
         if not plane.name.startswith(plane_prefix):
             continue
-        ev_names = {k: v.name for k, v in plane.event_metadata.items()}
+        ev_names = {k: v.display_name or v.name for k, v in plane.event_metadata.items()}
+        md_names = {k: v.name for k, v in plane.event_metadata.items()}
         st_names = {k: v.name for k, v in plane.stat_metadata.items()}
         for line in plane.lines:
             base_ns = line.timestamp_ns
@@ -179,6 +181,7 @@ def event_table(space: Any, plane_prefix: str = "") -> pd.DataFrame:
                     "line_id": line.id,
                     "line": line.name,
                     "name": ev_names.get(ev.metadata_id, ""),
+                    "metadata_name": md_names.get(ev.metadata_id, ""),
                     "ts_ns": base_ns + ev.offset_ps // 1000,
                     "dur_ns": ev.duration_ps // 1000,
                 }
