@@ -181,7 +181,7 @@ def test_real_fixture_kernel_stats_and_streams(trace_path: Path, tmp_path: Path)
     if not hasattr(parse, "load"):
         pytest.skip("tracekit.parse.load not available yet")
     trace = parse.load(trace_path)
-    path = export_xspace(trace, tmp_path, run="fixture")
+    path = export_xspace(trace, tmp_path, run="fixture", host="localhost")
     check_kernel_stats(_tool(path, "kernel_stats"), trace.kernels)
     check_trace_viewer_streams(_trace_viewer(path), trace.kernels)
 
