@@ -44,6 +44,74 @@ def parse(
     typer.echo(result.describe())
 
 
+@app.command()
+def collect(
+    preset: Annotated[
+        str, typer.Option(help="Model: tiny, gpt2-small, gpt2-medium, gpt2-large.")
+    ] = "gpt2-small",
+    device: Annotated[str, typer.Option(help="cuda or cpu.")] = "cuda",
+    dtype: Annotated[str, typer.Option(help="fp32, bf16 or fp16 (autocast).")] = "fp32",
+    attention: Annotated[str, typer.Option(help="naive (explicit softmax) or sdpa.")] = "naive",
+    compile: Annotated[bool, typer.Option("--compile", help="torch.compile the model.")] = False,
+    batch: Annotated[int, typer.Option(help="Sequences per step.")] = 8,
+    seq: Annotated[int, typer.Option(help="Tokens per sequence (<= the preset's context).")] = 128,
+    layers: Annotated[
+        int | None, typer.Option(help="Override the preset's number of layers.")
+    ] = None,
+    steps: Annotated[int, typer.Option(help="Timed (unprofiled) steps for the metrics.")] = 20,
+    warmup: Annotated[int, typer.Option(help="Untimed warm-up steps first.")] = 5,
+    seed: Annotated[int, typer.Option(help="Seed of the weights and the data.")] = 0,
+    data: Annotated[
+        Path | None, typer.Option(help="Train on this text file (bytes as tokens).")
+    ] = None,
+    lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 3e-4,
+    tf32: Annotated[bool, typer.Option("--tf32", help="Allow TF32 for fp32 matmuls.")] = False,
+    profile_wait: Annotated[int, typer.Option(help="Profiler schedule: wait steps.")] = 1,
+    profile_warmup: Annotated[int, typer.Option(help="Profiler schedule: warm-up steps.")] = 1,
+    profile_active: Annotated[int, typer.Option(help="Profiler schedule: recorded steps.")] = 2,
+    profile_repeat: Annotated[int, typer.Option(help="Profiler schedule: cycles.")] = 1,
+    record_shapes: Annotated[bool, typer.Option(help="Record operator input shapes.")] = True,
+    profile_memory: Annotated[bool, typer.Option(help="Record allocations.")] = True,
+    with_flops: Annotated[bool, typer.Option(help="Profiler FLOP estimates.")] = True,
+    with_stack: Annotated[
+        bool, typer.Option(help="Record Python stacks (needed for the memory timeline).")
+    ] = False,
+    with_modules: Annotated[bool, typer.Option(help="Record the module hierarchy.")] = False,
+    memory_timeline: Annotated[
+        bool, typer.Option(help="Export the per-category memory timeline (needs --with-stack).")
+    ] = True,
+    memory_snapshot: Annotated[
+        bool, typer.Option(help="Record a CUDA memory snapshot (pickle; CUDA only).")
+    ] = True,
+    snapshot_steps: Annotated[int, typer.Option(help="Steps in the memory snapshot.")] = 1,
+    ceilings: Annotated[
+        bool, typer.Option(help="Measure copy bandwidth and matmul FLOP/s first.")
+    ] = True,
+    out: Annotated[
+        Path | None,
+        typer.Option("-o", "--out", help="Run folder (default: runs/<preset>-b<B>-s<S>-...)."),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress display.")] = False,
+) -> None:
+    """Train a GPT under torch.profiler and write a run folder (trace, memory, manifest)."""
+    from tracekit.collectors import CollectConfig, ProfilerConfig, collect_run, summary
+
+    cfg = CollectConfig(
+        preset=preset, device=device, dtype=dtype, attention=attention, compile=compile,
+        batch=batch, seq=seq, layers=layers, steps=steps, warmup=warmup, seed=seed, data=data,
+        lr=lr, tf32=tf32, memory_snapshot=memory_snapshot, snapshot_steps=snapshot_steps,
+        ceilings=ceilings, out=out, quiet=quiet,
+        profiler=ProfilerConfig(
+            wait=profile_wait, warmup=profile_warmup, active=profile_active,
+            repeat=profile_repeat, record_shapes=record_shapes, profile_memory=profile_memory,
+            with_flops=with_flops, with_stack=with_stack, with_modules=with_modules,
+            memory_timeline=memory_timeline,
+        ),
+    )  # fmt: skip
+    run_dir = collect_run(cfg)
+    typer.echo(summary(run_dir))
+
+
 @app.command("export-xspace")
 def export_xspace_cmd(
     trace: Annotated[
