@@ -184,6 +184,12 @@ def test_real_fixture_kernel_stats_and_streams(trace_path: Path, tmp_path: Path)
     path = export_xspace(trace, tmp_path, run="fixture", host="localhost")
     check_kernel_stats(_tool(path, "kernel_stats"), trace.kernels)
     check_trace_viewer_streams(_trace_viewer(path), trace.kernels)
+    gpu_mem = trace.memory[trace.memory["device_type"] == 1]
+    if not gpu_mem.empty:  # recorded with profile_memory: the memory profile's peaks
+        profile = _tool(path, "memory_profile")["memoryProfilePerAllocator"]
+        for device, rows in gpu_mem.groupby("device"):
+            peak = profile[f"GPU_{device}"]["profileSummary"]["peakStats"]
+            assert int(peak["heapAllocatedBytes"]) == rows["total_allocated"].max()
 
 
 # ---------------------------------------------------------------- TensorBoard
