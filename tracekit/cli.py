@@ -112,6 +112,44 @@ def collect(
     typer.echo(summary(run_dir))
 
 
+@app.command("export-xspace")
+def export_xspace_cmd(
+    trace: Annotated[
+        Path, typer.Argument(help="Trace file (.json or .json.gz), run folder or parsed folder.")
+    ],
+    logdir: Annotated[
+        Path | None,
+        typer.Option(
+            "--logdir", help="TensorBoard log folder (default: tensorboard/ beside the trace)."
+        ),
+    ] = None,
+    run: Annotated[
+        str | None, typer.Option("--run", help="Run name (default: the run folder or trace name).")
+    ] = None,
+    host: Annotated[
+        str | None,
+        typer.Option("--host", help="Host name (default: rank<N> if distributed, else localhost)."),
+    ] = None,
+) -> None:
+    """Write the trace as XSpace for TensorBoard's PROFILE tab (xprof)."""
+    from tracekit.parse import load
+    from tracekit.xspace import export_xspace, line_summary, read_xspace
+
+    if logdir is None:
+        logdir = (trace if trace.is_dir() else trace.parent) / "tensorboard"
+    parsed = load(trace)
+    path = export_xspace(parsed, logdir, run=run, host=host)
+    lines = line_summary(read_xspace(path))
+    devices = lines[lines["plane"].str.startswith("/device:")]
+    typer.echo(f"wrote {path}")
+    typer.echo(
+        f"  {len(devices)} GPU stream line(s) with {int(devices['events'].sum())} GPU events, "
+        f"{len(lines) - len(devices)} host line(s) with "
+        f"{int(lines['events'].sum() - devices['events'].sum())} events"
+    )
+    typer.echo(f"view: tensorboard --logdir {logdir}   (then open the PROFILE tab)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: one-line errors and exit codes, never a traceback for bad input."""
     try:
