@@ -155,6 +155,28 @@ def write_trace(prof: torch.profiler.profile, path: Path) -> Path:
     return path
 
 
+PROFILER_FLOPS_FORMAT = "tracekit.profiler_flops"
+
+
+def write_profiler_flops(prof: torch.profiler.profile, path: Path) -> Path:
+    """Write torch's own FLOP estimates per (operator, input shapes) as gzipped JSON.
+
+    ``{"format": "tracekit.profiler_flops", "version": 1, "rows": [{"name", "input_shapes",
+    "count", "flops"}]}``: ``flops`` is the total over ``count`` calls (torch's
+    ``FunctionEventAvg.flops``), only for operators torch has a formula for.
+    """
+    rows = [
+        {"name": e.key, "input_shapes": e.input_shapes, "count": int(e.count),
+         "flops": int(e.flops)}
+        for e in prof.key_averages(group_by_input_shape=True)
+        if getattr(e, "flops", 0)
+    ]
+    doc = {"format": PROFILER_FLOPS_FORMAT, "version": 1, "rows": rows}
+    with _temporary_beside(path, ".tmp.json.gz") as t, gzip.open(t, "wt") as f:
+        json.dump(doc, f)
+    return path
+
+
 def _category_names() -> list[str]:
     """Names of the category columns of torch's ``export_memory_timeline`` JSON, in order.
 
@@ -236,6 +258,7 @@ class Profiler:
         self.on_export = on_export
         self.traces: list[Path] = []
         self.memory_timelines: list[Path] = []
+        self.flops_tables: list[Path] = []
         self.memory_timeline_absent: str | None = config.memory_timeline_absent_reason()
         self._prof: torch.profiler.profile | None = None
         self._aborting = False
@@ -283,6 +306,12 @@ class Profiler:
         if self.on_export:
             self.on_export("trace")
         self.traces.append(write_trace(prof, self.out_dir / f"{stem}.pt.trace.json.gz"))
+        if self.config.with_flops and self.config.record_shapes:
+            # Since torch 2.4 the Chrome trace no longer carries per-op "flops"; the
+            # profiler's own estimate is kept beside it so the roofline can check its model.
+            self.flops_tables.append(
+                write_profiler_flops(prof, self.out_dir / f"{stem}.profiler_flops.json.gz")
+            )
         if self.memory_timeline_absent is None:
             if self.on_export:
                 self.on_export("memory timeline")

@@ -268,6 +268,7 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
         profiler.memory_timelines[0].name if profiler.memory_timelines else None
     )
     arts["memory_timeline_absent"] = profiler.memory_timeline_absent
+    arts["profiler_flops"] = profiler.flops_tables[0].name if profiler.flops_tables else None
     manifest["metrics"] = _metrics(
         cfg, wl, timed_ms, profiled_ms, peak_alloc, peak_reserved, avg_alloc, final_loss
     )
@@ -320,6 +321,7 @@ def base_manifest(cfg: CollectConfig, device: torch.device) -> dict[str, Any]:
             "memory_timeline_absent": None,
             "memory_snapshot": None,
             "memory_snapshot_absent": None,
+            "profiler_flops": None,
             "tensorboard": TENSORBOARD,
         },
         "command": sys.argv if Path(sys.argv[0]).name == "tracekit" else None,

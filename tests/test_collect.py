@@ -390,3 +390,24 @@ def test_profiler_interrupted_in_its_window_exports_nothing(tmp_path: Path) -> N
         prof.step()
         raise KeyboardInterrupt
     assert list(tmp_path.iterdir()) == [] and prof.traces == []
+
+
+def test_profiler_flops_table_beside_the_trace(tmp_path: Path) -> None:
+    """torch's own FLOP estimates are kept per (op, shapes): the trace no longer has them."""
+    import gzip
+    import json
+
+    from tracekit.cli import main
+
+    out = tmp_path / "run"
+    rc = main(["collect", "--device", "cpu", "--preset", "tiny", "--steps", "1", "--warmup", "1",
+               "--profile-active", "1", "--no-ceilings", "--no-memory-snapshot", "-q", "--xspace",
+               "-o", str(out)])
+    assert rc == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    doc = json.loads(gzip.decompress((out / manifest["artifacts"]["profiler_flops"]).read_bytes()))
+    rows = {(r["name"], json.dumps(r["input_shapes"])): r for r in doc["rows"]}
+    # tiny: 8 x 128 tokens, 64 wide; the QKV projection is addmm [192], [1024, 64], [64, 192].
+    r = rows[("aten::addmm", json.dumps([[192], [1024, 64], [64, 192], [], []]))]
+    assert r["flops"] == r["count"] * 2 * 1024 * 64 * 192
+    assert list((out / "tensorboard" / "plugins" / "profile").glob("*/*.xplane.pb"))

@@ -92,6 +92,9 @@ def collect(
         typer.Option("-o", "--out", help="Run folder (default: runs/<preset>-b<B>-s<S>-...)."),
     ] = None,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress display.")] = False,
+    xspace: Annotated[
+        bool, typer.Option("--xspace", help="Also export the trace for TensorBoard's PROFILE tab.")
+    ] = False,
 ) -> None:
     """Train a GPT under torch.profiler and write a run folder (trace, memory, manifest)."""
     from tracekit.collectors import CollectConfig, ProfilerConfig, collect_run, summary
@@ -110,6 +113,8 @@ def collect(
     )  # fmt: skip
     run_dir = collect_run(cfg)
     typer.echo(summary(run_dir))
+    if xspace:
+        _export_xspace_of(run_dir, None, None, None)
 
 
 @app.command("export-xspace")
@@ -132,6 +137,10 @@ def export_xspace_cmd(
     ] = None,
 ) -> None:
     """Write the trace as XSpace for TensorBoard's PROFILE tab (xprof)."""
+    _export_xspace_of(trace, logdir, run, host)
+
+
+def _export_xspace_of(trace: Path, logdir: Path | None, run: str | None, host: str | None) -> None:
     from tracekit.parse import load
     from tracekit.xspace import export_xspace, line_summary, read_xspace
 
