@@ -13,7 +13,7 @@ try:  # typer >= 0.20 vendors click
 except ImportError:  # pragma: no cover
     from click import exceptions as click_exc  # type: ignore[no-redef]
 
-from tracekit.errors import TracekitError
+from tracekit.errors import TracekitError, UsageError
 
 app = typer.Typer(
     name="tracekit",
@@ -95,6 +95,11 @@ def collect(
     xspace: Annotated[
         bool, typer.Option("--xspace", help="Also export the trace for TensorBoard's PROFILE tab.")
     ] = False,
+    counters: Annotated[
+        bool,
+        typer.Option("--counters", help="Replay one step under Nsight Compute (ncu) for measured "
+                     "FLOPs and DRAM/L2 bytes per kernel (CUDA only)."),
+    ] = False,
 ) -> None:
     """Train a GPT under torch.profiler and write a run folder (trace, memory, manifest)."""
     from tracekit.collectors import CollectConfig, ProfilerConfig, collect_run, summary
@@ -111,7 +116,15 @@ def collect(
             memory_timeline=memory_timeline,
         ),
     )  # fmt: skip
+    if counters and device != "cuda":
+        raise UsageError("--counters needs --device cuda (Nsight Compute replays CUDA kernels)")
     run_dir = collect_run(cfg)
+    if counters:
+        from tracekit.collectors.replay import run_counters
+
+        entry = run_counters(run_dir)
+        typer.echo(f"counters: {entry['profiled_launches']} launch configurations replayed "
+                   f"in {entry['replay_seconds']:.1f} s -> {run_dir / entry['csv']}")
     typer.echo(summary(run_dir))
     if xspace:
         _export_xspace_of(run_dir, None, None, None)
