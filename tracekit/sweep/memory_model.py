@@ -41,6 +41,9 @@ The peak is the largest of four moments (``phases``):
 * ``head_backward``: saved activations without the loss's + lm_head's backward: the
   logits' gradient (a·NV) and the weight gradient (a·VC); under autocast then the weight
   gradient, its fp32 cast into the embedding's ``.grad`` (4·VC) and ln_f's output gradient;
+* ``attention_backward`` (naive only): the last block's attention backward, its MLP's
+  and the head's tensors freed: softmax's backward output (4·BHTT) next to the gradient
+  of the attention matrix (a·BHTT, cast to fp32 under autocast: 4·BHTT);
 * ``optimizer``: gradients (4P) + AdamW's ``_foreach_sqrt`` temporary (4P on CUDA,
   where AdamW runs foreach; on CPU the single-tensor loop holds two temporaries of the
   largest parameter).
@@ -236,16 +239,36 @@ def estimate(
         "head_backward": head_bwd,
         "optimizer": optimizer,
     }
+    if attention == "naive":
+        # The last block's attention backward: its MLP and c_proj tensors are freed by then,
+        # the head's too; the embedding's fp32 grad and the block's grads are held. Softmax's
+        # backward output (4·BHTT) exists next to the gradient of the attention matrix
+        # (a·BHTT, cast to an fp32 copy under autocast: 4·BHTT).
+        bhtt = batch * shape.n_head * seq * seq
+        attn_transient = 2 * FP32 * bhtt
+        mlp_saved = (FP32 + 10 * a) * N * C + 2 * FP32 * N
+        block_grads = FP32 * (P - V * C - shape.block_size * C) // L
+        phases["attention_backward"] = (act - loss_saved - head_saved - mlp_saved
+                                        + FP32 * V * C + block_grads + attn_transient)  # fmt: skip
     peak_phase = max(phases, key=lambda k: phases[k])
     cats: dict[str, int]
     if peak_phase == "optimizer":
         cats = dict(parameters=params, gradients=grads, optimizer_state=optim, activations=0,
                     other=buffers + opt_tmp)  # fmt: skip
     else:
-        held = {"forward_end": saved + autocast, "loss_backward": saved + autocast,
-                "head_backward": saved - loss_saved + autocast}[peak_phase]  # fmt: skip
-        cats = dict(parameters=params, gradients=0, optimizer_state=optim, activations=held,
-                    other=phases[peak_phase] - params - optim - held)  # fmt: skip
+        held = {
+            "forward_end": saved + autocast,
+            "loss_backward": saved + autocast,
+            "head_backward": saved - loss_saved + autocast,
+            "attention_backward": saved - loss_saved - head_saved + autocast,
+        }[peak_phase]
+        g = (
+            FP32 * V * C + FP32 * (P - V * C) // max(1, L)
+            if peak_phase == "attention_backward"
+            else 0
+        )
+        cats = dict(parameters=params, gradients=g, optimizer_state=optim, activations=held,
+                    other=phases[peak_phase] - params - optim - held - g)  # fmt: skip
     assert sum(cats.values()) == phases[peak_phase], (cats, phases)
     return MemoryEstimate(
         parameters=params,
