@@ -30,7 +30,11 @@ MEMORY_BOUND_HIGH_PCT = 60.0
 
 
 def _gib(b: float) -> str:
-    return f"{b / 2**30:.2f} GiB"
+    """Bytes in the largest binary unit that keeps the number >= 1."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(b) >= scale:
+            return f"{b / scale:.2f} {unit}"
+    return f"{b:.0f} B"
 
 
 def _num(v: Any) -> float:
@@ -110,23 +114,44 @@ def axis_findings(table: pd.DataFrame, axis: str) -> list[str]:
             req = _num(first_oom.get("oom_requested_bytes"))
             ask = f", asking for {_gib(req)} more" if not math.isnan(req) else ""
             last_ok = ok[ok[axis] < first_oom[axis]]
-            prev = (f" after {axis} {int(last_ok.iloc[-1][axis])} peaked at "
-                    f"{_gib(last_ok.iloc[-1]['peak_bytes'])}") if len(last_ok) else ""  # fmt: skip
-            walls.append((float(first_oom[axis]), f"the capacity wall: {axis} "
-                          f"{int(first_oom[axis])} ran out of memory{ask}{prev}"))  # fmt: skip
+            prev = (
+                (
+                    f" after {axis} {int(last_ok.iloc[-1][axis])} peaked at "
+                    f"{_gib(last_ok.iloc[-1]['peak_bytes'])}"
+                )
+                if len(last_ok)
+                else ""
+            )
+            walls.append(
+                (
+                    float(first_oom[axis]),
+                    f"the capacity wall: {axis} "
+                    f"{int(first_oom[axis])} ran out of memory{ask}{prev}",
+                )
+            )
         elif cap_at is not None:
-            walls.append((float(cap_at[axis]), f"the capacity wall: at {axis} "
-                          f"{int(cap_at[axis])} the peak ({_gib(cap_at['peak_bytes'])}) is "
-                          f"{100 * cap_at['peak_bytes'] / total:.0f} % of the device's "
-                          f"{_gib(total)}"))  # fmt: skip
+            walls.append(
+                (
+                    float(cap_at[axis]),
+                    f"the capacity wall: at {axis} "
+                    f"{int(cap_at[axis])} the peak ({_gib(cap_at['peak_bytes'])}) is "
+                    f"{100 * cap_at['peak_bytes'] / total:.0f} % of the device's "
+                    f"{_gib(total)}",
+                )
+            )
         if plateau is not None:
             a, b = plateau
             kind, why = plateau_kind(b)
             gain = 100 * (b["tokens_per_s"] / a["tokens_per_s"] - 1)
             verb = "stops growing" if gain >= 0 else "falls"
-            walls.append((float(a[axis]), f"a {kind} throughput plateau: tokens/s {verb} "
-                          f"from {axis} {int(a[axis])} to {int(b[axis])} ({gain:+.0f} %: "
-                          f"{a['tokens_per_s']:,.0f} -> {b['tokens_per_s']:,.0f}; {why})"))  # fmt: skip
+            walls.append(
+                (
+                    float(a[axis]),
+                    f"a throughput plateau ({kind}): tokens/s {verb} "
+                    f"from {axis} {int(a[axis])} to {int(b[axis])} ({gain:+.0f} %: "
+                    f"{a['tokens_per_s']:,.0f} -> {b['tokens_per_s']:,.0f}; {why})",
+                )
+            )
         if walls:
             walls.sort(key=lambda w: w[0])
             s += "first " + walls[0][1]
@@ -135,16 +160,23 @@ def axis_findings(table: pd.DataFrame, axis: str) -> list[str]:
         elif len(ok) >= 2:
             gain = 100 * (tps[-1] / tps[0] - 1)
             peak = ok.iloc[-1]["peak_bytes"]
-            cap = (f", {100 * peak / total:.0f} % of the device's {_gib(total)}"
-                   if not math.isnan(total) else "")  # fmt: skip
-            s += (f"no wall up to {axis} {int(xs[-1])}: tokens/s still grows ({gain:+.0f} % "
-                  f"from {axis} {int(xs[0])}) and the peak is {_gib(peak)}{cap}")  # fmt: skip
+            cap = (
+                f", {100 * peak / total:.0f} % of the device's {_gib(total)}"
+                if not math.isnan(total)
+                else ""
+            )
+            s += (
+                f"no wall up to {axis} {int(xs[-1])}: tokens/s still grows ({gain:+.0f} % "
+                f"from {axis} {int(xs[0])}) and the peak is {_gib(peak)}{cap}"
+            )
         else:
             continue
         idle = ok["gpu_idle_pct"].to_numpy(dtype=float) if len(ok) else []
         if len(idle) >= 2 and not math.isnan(idle[0]) and idle[0] >= IDLE_LAUNCH_PCT:
-            s += (f". At {axis} {int(xs[0])} the GPU idles {idle[0]:.0f} % of the step "
-                  f"(launch-bound), at {axis} {int(xs[-1])} {idle[-1]:.0f} %")  # fmt: skip
+            s += (
+                f". At {axis} {int(xs[0])} the GPU idles {idle[0]:.0f} % of the step "
+                f"(launch-bound), at {axis} {int(xs[-1])} {idle[-1]:.0f} %"
+            )
         out.append(s + ".")
     return out
 
@@ -171,39 +203,50 @@ def pair_savings(table: pd.DataFrame, column: str, new: str, old: str) -> list[d
         ra, rb = a.loc[idx], b.loc[idx]
         if isinstance(ra, pd.DataFrame) or isinstance(rb, pd.DataFrame):
             continue
-        recs.append({
-            **dict(zip(others, idx if isinstance(idx, tuple) else (idx,), strict=True)),
-            "peak_new": float(ra["peak_bytes"]), "peak_old": float(rb["peak_bytes"]),
-            "memory_saving_pct": 100 * (1 - float(ra["peak_bytes"]) / float(rb["peak_bytes"])),
-            "speedup": float(rb["step_time_ms"]) / float(ra["step_time_ms"]),
-        })  # fmt: skip
+        recs.append(
+            {
+                **dict(zip(others, idx if isinstance(idx, tuple) else (idx,), strict=True)),
+                "peak_new": float(ra["peak_bytes"]),
+                "peak_old": float(rb["peak_bytes"]),
+                "memory_saving_pct": 100 * (1 - float(ra["peak_bytes"]) / float(rb["peak_bytes"])),
+                "speedup": float(rb["step_time_ms"]) / float(ra["step_time_ms"]),
+            }
+        )
     return recs
 
 
 def savings_findings(table: pd.DataFrame) -> list[str]:
     out = []
-    for column, new, old in (("dtype", "bf16", "fp32"), ("dtype", "fp16", "fp32"),
-                             ("attention", "sdpa", "naive")):  # fmt: skip
+    for column, new, old in (
+        ("dtype", "bf16", "fp32"),
+        ("dtype", "fp16", "fp32"),
+        ("attention", "sdpa", "naive"),
+    ):
         recs = pair_savings(table, column, new, old)
         if not recs:
             continue
-        recs.sort(key=lambda r: (r["seq"] if "seq" in r else 0, r.get("batch", 0)))
+        recs.sort(key=lambda r: (r.get("seq", 0), r.get("batch", 0)))
         parts = []
         for r in (recs[0], recs[-1]) if len(recs) > 1 else (recs[0],):
-            where = ", ".join(f"{k} {r[k]}" for k in ("batch", "seq", "dtype", "attention")
-                              if k in r)  # fmt: skip
-            parts.append(f"at {where} it {'saves' if r['memory_saving_pct'] >= 0 else 'adds'} "
-                         f"{abs(r['memory_saving_pct']):.1f} % of peak memory "
-                         f"({_gib(r['peak_new'])} vs {_gib(r['peak_old'])}) and runs "
-                         f"{r['speedup']:.2f}x as fast")  # fmt: skip
+            where = ", ".join(
+                f"{k} {r[k]}" for k in ("batch", "seq", "dtype", "attention") if k in r
+            )
+            parts.append(
+                f"at {where} it {'saves' if r['memory_saving_pct'] >= 0 else 'adds'} "
+                f"{abs(r['memory_saving_pct']):.1f} % of peak memory "
+                f"({_gib(r['peak_new'])} vs {_gib(r['peak_old'])}) and runs "
+                f"{r['speedup']:.2f}x as fast"
+            )
         s = f"{new} vs {old}: " + "; ".join(parts)
         if column == "dtype":
             r = recs[0]
             row = table[(table["status"] == "ok") & (table["dtype"] == new)].iloc[0]
             static = 12 * _num(row.get("n_params"))
             if not math.isnan(static) and r["peak_new"] > 0:
-                s += (f" (fp32 weights and AdamW state, 12 bytes per parameter, stay: "
-                      f"{100 * static / r['peak_new']:.0f} % of the {new} peak)")  # fmt: skip
+                s += (
+                    f" (fp32 weights and AdamW state, 12 bytes per parameter, stay: "
+                    f"{100 * static / r['peak_new']:.0f} % of the {new} peak)"
+                )
         out.append(s + ".")
     return out
 
@@ -213,16 +256,20 @@ def scaling_findings(fits: pd.DataFrame) -> list[str]:
     q = "dynamic_peak_bytes"
     f = fits[(fits["quantity"] == q) & (fits["axis"] == "batch")]
     for _, r in f.iterrows():
-        out.append(f"Peak memory above weights and optimizer state grows as batch^"
-                   f"{r['exponent']:.2f} (R² {r['r2']:.3f}; {r['line']}).")  # fmt: skip
+        out.append(
+            f"Peak memory above weights and optimizer state grows as batch^"
+            f"{r['exponent']:.2f} (R² {r['r2']:.3f}; {r['line']})."
+        )
     f = fits[(fits["quantity"] == q) & (fits["axis"] == "seq")]
     for _, r in f.iterrows():
         s = f"Along seq ({r['line']}) it grows as seq^{r['exponent']:.2f} (R² {r['r2']:.3f})"
         if not pd.isna(r["quad_c"]):
-            s += (f"; the quadratic fit (R² {r['quad_r2']:.3f}) puts "
-                  f"{100 * r['t2_share_at_max']:.0f} % of it in the T² term at seq "
-                  f"{r['x_values'].split(',')[-1]}: "
-                  f"{'a quadratic term' if r['t2_term'] else 'no material quadratic term'}")  # fmt: skip
+            s += (
+                f"; the quadratic fit (R² {r['quad_r2']:.3f}) puts "
+                f"{100 * r['t2_share_at_max']:.0f} % of it in the T² term at seq "
+                f"{r['x_values'].split(',')[-1]}: "
+                f"{'a quadratic term' if r['t2_term'] else 'no material quadratic term'}"
+            )
         out.append(s + ".")
     return out
 
@@ -235,9 +282,11 @@ def model_findings(table: pd.DataFrame) -> list[str]:
     if not len(err):
         return []
     worst = ok.loc[err.abs().idxmax()]
-    return [f"The analytic memory model is within {err.abs().max():.1f} % of the measured "
-            f"peak on all {len(err)} configurations (mean error {err.mean():+.1f} %; worst "
-            f"{worst['key']})."]  # fmt: skip
+    return [
+        f"The analytic memory model is within {err.abs().max():.1f} % of the measured "
+        f"peak on all {len(err)} configurations (mean error {err.mean():+.1f} %; worst "
+        f"{worst['key']})."
+    ]
 
 
 def findings(table: pd.DataFrame, fits: pd.DataFrame | None = None) -> list[str]:
@@ -252,9 +301,11 @@ def findings(table: pd.DataFrame, fits: pd.DataFrame | None = None) -> list[str]
     out += scaling_findings(fits)
     out += model_findings(table)
     if len(failed):
-        out.append(f"{len(failed)} configuration(s) failed: "
-                   + "; ".join(f"{r['key']} ({r['error']})" for _, r in failed.iterrows())
-                   + ".")  # fmt: skip
+        out.append(
+            f"{len(failed)} configuration(s) failed: "
+            + "; ".join(f"{r['key']} ({r['error']})" for _, r in failed.iterrows())
+            + "."
+        )
     return out
 
 

@@ -13,8 +13,13 @@ import pandas as pd
 from tracekit.errors import UsageError
 
 # The table's measured quantities that are fitted, and the axes they are fitted along.
-QUANTITIES = ("peak_bytes", "dynamic_peak_bytes", "mem_activations_bytes", "tokens_per_s",
-              "step_time_ms")  # fmt: skip
+QUANTITIES = (
+    "peak_bytes",
+    "dynamic_peak_bytes",
+    "mem_activations_bytes",
+    "tokens_per_s",
+    "step_time_ms",
+)
 AXES = ("batch", "seq")
 # A quadratic term is reported as present when it makes up at least this share of the
 # fitted value at the longest sequence.
@@ -103,22 +108,51 @@ def fit_table(table: pd.DataFrame, quantities: tuple[str, ...] = QUANTITIES) -> 
                 except UsageError:
                     continue
                 rec.update(exponent=pf.exponent, prefactor=pf.prefactor, r2=pf.r2, n=pf.n)
-                rec.update(quad_a=math.nan, quad_b=math.nan, quad_c=math.nan, quad_r2=math.nan,
-                           t2_share_at_max=math.nan, t2_term=None)  # fmt: skip
+                rec.update(
+                    quad_a=math.nan,
+                    quad_b=math.nan,
+                    quad_c=math.nan,
+                    quad_r2=math.nan,
+                    t2_share_at_max=math.nan,
+                    t2_term=None,
+                )
                 if axis == "seq" and g[axis].nunique() >= 3:
                     qf = quadratic_fit(g[axis], g[q])
-                    rec.update(quad_a=qf.a, quad_b=qf.b, quad_c=qf.c, quad_r2=qf.r2,
-                               t2_share_at_max=qf.t2_share_at_max,
-                               t2_term=bool(qf.c > 0 and qf.t2_share_at_max >= T2_SHARE_MIN))  # fmt: skip
+                    rec.update(
+                        quad_a=qf.a,
+                        quad_b=qf.b,
+                        quad_c=qf.c,
+                        quad_r2=qf.r2,
+                        t2_share_at_max=qf.t2_share_at_max,
+                        t2_term=bool(qf.c > 0 and qf.t2_share_at_max >= T2_SHARE_MIN),
+                    )
                 recs.append(rec)
-    cols = ["quantity", "axis", "line", "batch", "seq", "dtype", "attention", "x_values",
-            "exponent", "prefactor", "r2", "n", "quad_a", "quad_b", "quad_c", "quad_r2",
-            "t2_share_at_max", "t2_term"]  # fmt: skip
+    cols = [
+        "quantity",
+        "axis",
+        "line",
+        "batch",
+        "seq",
+        "dtype",
+        "attention",
+        "x_values",
+        "exponent",
+        "prefactor",
+        "r2",
+        "n",
+        "quad_a",
+        "quad_b",
+        "quad_c",
+        "quad_r2",
+        "t2_share_at_max",
+        "t2_term",
+    ]
     df = pd.DataFrame(recs)
     for c in cols:
         if c not in df.columns:
             df[c] = pd.Series(dtype=object)
-    return df[cols]
+    out: pd.DataFrame = df[cols]
+    return out
 
 
 def largest_fitting(table: pd.DataFrame) -> pd.DataFrame:
@@ -131,18 +165,21 @@ def largest_fitting(table: pd.DataFrame) -> pd.DataFrame:
         rec: dict[str, Any] = {"dtype": dtype, "attention": attn}
         if len(ok):
             best = ok.sort_values(["tokens", "batch"]).iloc[-1]
-            rec.update(largest_ok=best["key"], largest_ok_tokens=int(best["tokens"]),
-                       largest_ok_peak_bytes=float(best.get("peak_bytes", math.nan)))  # fmt: skip
+            rec.update(
+                largest_ok=best["key"],
+                largest_ok_tokens=int(best["tokens"]),
+                largest_ok_peak_bytes=float(best.get("peak_bytes", math.nan)),
+            )
         else:
-            rec.update(largest_ok=None, largest_ok_tokens=math.nan,
-                       largest_ok_peak_bytes=math.nan)  # fmt: skip
+            rec.update(largest_ok=None, largest_ok_tokens=math.nan, largest_ok_peak_bytes=math.nan)
         if len(oom):
             worst = oom.sort_values(["tokens", "batch"]).iloc[0]
             rec.update(smallest_oom=worst["key"], smallest_oom_tokens=int(worst["tokens"]))
         else:
             rec.update(smallest_oom=None, smallest_oom_tokens=math.nan)
         recs.append(rec)
-    return pd.DataFrame(recs)
+    result: pd.DataFrame = pd.DataFrame(recs)
+    return result
 
 
 def as_dict(fit: PowerFit | QuadFit) -> dict[str, Any]:

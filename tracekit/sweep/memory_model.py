@@ -248,13 +248,19 @@ def estimate(
         attn_transient = 2 * FP32 * bhtt
         mlp_saved = (FP32 + 10 * a) * N * C + 2 * FP32 * N
         block_grads = FP32 * (P - V * C - shape.block_size * C) // L
-        phases["attention_backward"] = (act - loss_saved - head_saved - mlp_saved
-                                        + FP32 * V * C + block_grads + attn_transient)  # fmt: skip
+        phases["attention_backward"] = (
+            act - loss_saved - head_saved - mlp_saved + FP32 * V * C + block_grads + attn_transient
+        )
     peak_phase = max(phases, key=lambda k: phases[k])
     cats: dict[str, int]
     if peak_phase == "optimizer":
-        cats = dict(parameters=params, gradients=grads, optimizer_state=optim, activations=0,
-                    other=buffers + opt_tmp)  # fmt: skip
+        cats = dict(
+            parameters=params,
+            gradients=grads,
+            optimizer_state=optim,
+            activations=0,
+            other=buffers + opt_tmp,
+        )
     else:
         held = {
             "forward_end": saved + autocast,
@@ -267,8 +273,13 @@ def estimate(
             if peak_phase == "attention_backward"
             else 0
         )
-        cats = dict(parameters=params, gradients=g, optimizer_state=optim, activations=held,
-                    other=phases[peak_phase] - params - optim - held - g)  # fmt: skip
+        cats = dict(
+            parameters=params,
+            gradients=g,
+            optimizer_state=optim,
+            activations=held,
+            other=phases[peak_phase] - params - optim - held - g,
+        )
     assert sum(cats.values()) == phases[peak_phase], (cats, phases)
     return MemoryEstimate(
         parameters=params,

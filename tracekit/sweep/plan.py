@@ -100,9 +100,13 @@ class SweepPlan:
                 raise UsageError(f"--attention: {a!r} is not one of {', '.join(ATTENTIONS)}")
         if not (self.batches and self.seqs and self.dtypes and self.attentions):
             raise UsageError("every sweep axis needs at least one value")
-        for name, v, low in (("steps", self.steps, 1), ("warmup", self.warmup, 0),
-                             ("base-batch", self.base_batch, 1), ("base-seq", self.base_seq, 1),
-                             ("profile-active", self.profile_active, 1)):  # fmt: skip
+        for name, v, low in (
+            ("steps", self.steps, 1),
+            ("warmup", self.warmup, 0),
+            ("base-batch", self.base_batch, 1),
+            ("base-seq", self.base_seq, 1),
+            ("profile-active", self.profile_active, 1),
+        ):
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise UsageError(f"--{name} must be an integer >= {low}, got {v!r}")
         if not self.timeout_s > 0:
@@ -117,8 +121,12 @@ class SweepPlan:
         runs once per attention (at the base dtype) so naive and SDPA can be compared.
         Grid: the full product."""
         if self.grid:
-            return [Point(b, s, d, a) for d, a, b, s in
-                    itertools.product(self.dtypes, self.attentions, self.batches, self.seqs)]  # fmt: skip
+            return [
+                Point(b, s, d, a)
+                for d, a, b, s in itertools.product(
+                    self.dtypes, self.attentions, self.batches, self.seqs
+                )
+            ]
         base = self.base
         pts = [base]
         pts += [Point(b, base.seq, base.dtype, base.attention) for b in self.batches]

@@ -36,9 +36,22 @@ TIMELINE_TO_CATEGORY = {
 TIMELINE_CATEGORIES = tuple(TIMELINE_TO_CATEGORY)
 
 # Columns the classify stage fills (tracekit.classify, CLASSIFY_CONTRACT.md).
-CLASSES = ("gemm", "attention", "softmax", "layernorm", "activation", "elementwise",
-           "reduction", "embedding", "loss", "optimizer", "memcpy", "memset",
-           "communication", "other")  # fmt: skip
+CLASSES = (
+    "gemm",
+    "attention",
+    "softmax",
+    "layernorm",
+    "activation",
+    "elementwise",
+    "reduction",
+    "embedding",
+    "loss",
+    "optimizer",
+    "memcpy",
+    "memset",
+    "communication",
+    "other",
+)
 CLASSIFY_COLUMNS = (
     *(f"time_share_{c}_pct" for c in CLASSES),
     "memory_bound_time_pct",
@@ -51,8 +64,18 @@ CLASSIFY_COLUMNS = (
 )
 
 _OOM_SIZE = re.compile(r"Tried to allocate ([0-9.]+) ?([KMGT]i?B|B|bytes)", re.IGNORECASE)
-_UNITS = {"b": 1, "bytes": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}  # fmt: skip
+_UNITS = {
+    "b": 1,
+    "bytes": 1,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+}
 
 
 def oom_requested_bytes(message: str | None) -> float:
@@ -88,8 +111,9 @@ def _nan_row() -> dict[str, Any]:
     return row
 
 
-def classify_columns(trace: Any, manifest: Mapping[str, Any] | None) -> tuple[dict[str, float],
-                                                                               str | None]:  # fmt: skip
+def classify_columns(
+    trace: Any, manifest: Mapping[str, Any] | None
+) -> tuple[dict[str, float], str | None]:
     """TODO(classify): the classify stage's per-configuration figures.
 
     Returns (columns, note). Until ``tracekit.classify`` is importable every column is NaN
@@ -143,13 +167,24 @@ def gpu_idle_pct(steps: Any) -> float:
 
 
 def base_row(point: Point) -> dict[str, Any]:
-    return {"key": point.key, "batch": point.batch, "seq": point.seq, "dtype": point.dtype,
-            "attention": point.attention, "tokens": point.tokens}  # fmt: skip
+    return {
+        "key": point.key,
+        "batch": point.batch,
+        "seq": point.seq,
+        "dtype": point.dtype,
+        "attention": point.attention,
+        "tokens": point.tokens,
+    }
 
 
-def run_row(point: Point, run_dir: Path, manifest: Mapping[str, Any] | None, *,
-            with_trace: bool = True,
-            ceilings: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+def run_row(
+    point: Point,
+    run_dir: Path,
+    manifest: Mapping[str, Any] | None,
+    *,
+    with_trace: bool = True,
+    ceilings: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Every measured and modelled column of one finished run folder. ``ceilings``
     (the sweep's, measured once) stand in for a run collected with --no-ceilings."""
     row = base_row(point)
@@ -217,8 +252,14 @@ def run_row(point: Point, run_dir: Path, manifest: Mapping[str, Any] | None, *,
     # the analytic model next to the measurement
     model_cfg = (m.get("config") or {}).get("model")
     if model_cfg:
-        est = estimate(model_cfg, batch=point.batch, seq=point.seq, dtype=point.dtype,
-                       attention=point.attention, device=dev.get("type") or "cuda")  # fmt: skip
+        est = estimate(
+            model_cfg,
+            batch=point.batch,
+            seq=point.seq,
+            dtype=point.dtype,
+            attention=point.attention,
+            device=dev.get("type") or "cuda",
+        )
         row["model_peak_bytes"] = float(est.peak)
         row["model_peak_phase"] = est.peak_phase
         for c in CATEGORIES:

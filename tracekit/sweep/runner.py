@@ -33,23 +33,59 @@ CSV = "sweep.csv"
 PLAN = "sweep.json"
 RUNS = "runs"
 DONE = ("ok", "oom")
-FIRST_COLUMNS = ("key", "batch", "seq", "dtype", "attention", "tokens", "status", "error",
-                 "oom_requested_bytes", "exit_code", "wall_s", "run_dir")  # fmt: skip
+FIRST_COLUMNS = (
+    "key",
+    "batch",
+    "seq",
+    "dtype",
+    "attention",
+    "tokens",
+    "status",
+    "error",
+    "oom_requested_bytes",
+    "exit_code",
+    "wall_s",
+    "run_dir",
+)
 STDERR_TAIL = 4000
 
 
 def collect_command(plan: SweepPlan, point: Point, out: Path, *, ceilings: bool) -> list[str]:
     """The ``tracekit collect`` command line of one configuration."""
     cmd = [
-        sys.executable, "-m", "tracekit.cli", "collect",
-        "--preset", plan.preset, "--device", plan.device,
-        "--batch", str(point.batch), "--seq", str(point.seq),
-        "--dtype", point.dtype, "--attention", point.attention,
-        "--steps", str(plan.steps), "--warmup", str(plan.warmup),
-        "--profile-wait", str(plan.profile_wait), "--profile-warmup", str(plan.profile_warmup),
-        "--profile-active", str(plan.profile_active), "--profile-repeat", "1",
-        "--no-memory-snapshot", "--quiet", "-o", str(out),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "tracekit.cli",
+        "collect",
+        "--preset",
+        plan.preset,
+        "--device",
+        plan.device,
+        "--batch",
+        str(point.batch),
+        "--seq",
+        str(point.seq),
+        "--dtype",
+        point.dtype,
+        "--attention",
+        point.attention,
+        "--steps",
+        str(plan.steps),
+        "--warmup",
+        str(plan.warmup),
+        "--profile-wait",
+        str(plan.profile_wait),
+        "--profile-warmup",
+        str(plan.profile_warmup),
+        "--profile-active",
+        str(plan.profile_active),
+        "--profile-repeat",
+        "1",
+        "--no-memory-snapshot",
+        "--quiet",
+        "-o",
+        str(out),
+    ]
     if plan.layers is not None:
         cmd += ["--layers", str(plan.layers)]
     if plan.with_stack:
@@ -68,18 +104,29 @@ def _last_error_line(stderr: str) -> str:
     return lines[-1] if lines else "no output"
 
 
-def run_point(plan: SweepPlan, point: Point, out_dir: Path, *, measure_ceilings: bool,
-              ceilings: Mapping[str, Any] | None = None,
-              env: Mapping[str, str] | None = None) -> tuple[dict[str, Any],
-                                                             dict[str, Any] | None]:  # fmt: skip
+def run_point(
+    plan: SweepPlan,
+    point: Point,
+    out_dir: Path,
+    *,
+    measure_ceilings: bool,
+    ceilings: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Collect one configuration in a subprocess; returns (row, its measured ceilings)."""
     run_dir = out_dir / RUNS / point.key
     cmd = collect_command(plan, point, run_dir, ceilings=measure_ceilings)
     t0 = time.monotonic()
     stderr, code = "", None
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=plan.timeout_s,
-                              env=dict(env) if env is not None else None, check=False)  # fmt: skip
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=plan.timeout_s,
+            env=dict(env) if env is not None else None,
+            check=False,
+        )
         stderr, code = proc.stderr, proc.returncode
         timed_out = False
     except subprocess.TimeoutExpired as e:  # run() has killed the child
@@ -100,8 +147,10 @@ def run_point(plan: SweepPlan, point: Point, out_dir: Path, *, measure_ceilings:
     elif manifest is not None:
         row = base_row(point)
         status = str(manifest.get("status") or "error")
-        row.update(status=status if status in ("oom", "error") else "error",
-                   error=manifest.get("error") or _last_error_line(stderr))  # fmt: skip
+        row.update(
+            status=status if status in ("oom", "error") else "error",
+            error=manifest.get("error") or _last_error_line(stderr),
+        )
     else:
         row = base_row(point)
         row.update(status="error", error=_last_error_line(stderr))
@@ -119,7 +168,8 @@ def run_point(plan: SweepPlan, point: Point, out_dir: Path, *, measure_ceilings:
 
 def order_columns(df: pd.DataFrame) -> pd.DataFrame:
     first = [c for c in FIRST_COLUMNS if c in df.columns]
-    return df[first + [c for c in df.columns if c not in first]]
+    out: pd.DataFrame = df[first + [c for c in df.columns if c not in first]]
+    return out
 
 
 def write_table(out_dir: Path, rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -159,12 +209,26 @@ class _Progress:
         if not self.enabled:
             yield self
             return
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn,
-                                   TextColumn, TimeElapsedColumn, TimeRemainingColumn)  # fmt: skip
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                      MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
-                      TimeRemainingColumn(), console=self.console) as p:  # fmt: skip
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=self.console,
+        ) as p:
             self._p = p
             self._task = p.add_task("sweep", total=self.total, completed=done)
             yield self
@@ -179,9 +243,15 @@ class _Progress:
             self._p.advance(self._task)
 
 
-def run_sweep(plan: SweepPlan, out_dir: Path, *, resume: bool = False, quiet: bool = False,
-              env: Mapping[str, str] | None = None,
-              on_row: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:  # fmt: skip
+def run_sweep(
+    plan: SweepPlan,
+    out_dir: Path,
+    *,
+    resume: bool = False,
+    quiet: bool = False,
+    env: Mapping[str, str] | None = None,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> pd.DataFrame:
     """Run every configuration of ``plan`` into ``out_dir``; returns the sweep table."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
@@ -190,9 +260,11 @@ def run_sweep(plan: SweepPlan, out_dir: Path, *, resume: bool = False, quiet: bo
     ceilings: dict[str, Any] = {}
     if (out_dir / TABLE).is_file():
         if not resume:
-            raise UsageError(f"{out_dir} already holds a sweep: pass --resume to continue it, "
-                             "or choose another -o")  # fmt: skip
-        rows = read_table(out_dir).to_dict(orient="records")
+            raise UsageError(
+                f"{out_dir} already holds a sweep: pass --resume to continue it, "
+                "or choose another -o"
+            )
+        rows = [{str(k): v for k, v in r.items()} for r in read_table(out_dir).to_dict("records")]
         with contextlib.suppress(OSError, ValueError):
             ceilings = json.loads((out_dir / PLAN).read_text()).get("ceilings") or {}
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -210,8 +282,14 @@ def run_sweep(plan: SweepPlan, out_dir: Path, *, resume: bool = False, quiet: bo
         for point in todo:
             progress.start(point.key)
             measure = point.dtype not in ceilings  # once per precision
-            row, measured = run_point(plan, point, out_dir, measure_ceilings=measure,
-                                      ceilings=_ceilings_for(ceilings, point), env=env)  # fmt: skip
+            row, measured = run_point(
+                plan,
+                point,
+                out_dir,
+                measure_ceilings=measure,
+                ceilings=_ceilings_for(ceilings, point),
+                env=env,
+            )
             if measured:
                 ceilings[point.dtype] = measured
                 save_plan()
