@@ -58,6 +58,10 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
+def _line_title(fixed: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" if k in ("batch", "seq") else str(v) for k, v in fixed.items())
+
+
 def _memory_stacked(table: pd.DataFrame, axis: str, path: Path) -> Path | None:
     ls = lines(table, axis)
     if not ls:
@@ -84,7 +88,7 @@ def _memory_stacked(table: pd.DataFrame, axis: str, path: Path) -> Path | None:
             )
         ax.set_xlabel(axis)
         ax.set_ylabel("GiB at the peak")
-        ax.set_title(", ".join(f"{v}" for k, v in fixed.items()), fontsize=9)
+        ax.set_title(_line_title(fixed), fontsize=9)
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"Memory by category vs {axis}", fontsize=10)
     return _save(fig, path)
@@ -97,9 +101,7 @@ def _throughput(table: pd.DataFrame, axis: str, path: Path) -> Path | None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     for fixed, g in ls:
-        ax.plot(
-            g[axis], g["tokens_per_s"], "-o", ms=3, label=", ".join(str(v) for v in fixed.values())
-        )
+        ax.plot(g[axis], g["tokens_per_s"], "-o", ms=3, label=_line_title(fixed))
     ax.set_xscale("log", base=2)
     ax.set_xlabel(axis)
     ax.set_ylabel("tokens/s")
@@ -128,7 +130,7 @@ def _time_share(table: pd.DataFrame, path: Path) -> Path | None:
             bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
         ax.set_xlabel("seq")
         ax.set_ylabel("% of GPU time")
-        ax.set_title(", ".join(str(v) for v in fixed.values()), fontsize=9)
+        ax.set_title(_line_title(fixed), fontsize=9)
     axes[0][0].legend(fontsize=7)
     return _save(fig, path)
 
@@ -140,7 +142,7 @@ def _utilisation(table: pd.DataFrame, path: Path) -> Path | None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     for fixed, g in ls:
-        name = ", ".join(str(v) for v in fixed.values())
+        name = _line_title(fixed)
         for col, style, what in (
             ("bw_util_pct", "-o", "DRAM bandwidth"),
             ("model_flops_util_pct", "-s", "model FLOP/s of matmul roof"),
