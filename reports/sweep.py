@@ -20,7 +20,7 @@ from tracekit.io import atomic_write_bytes
 from tracekit.sweep.findings import findings
 from tracekit.sweep.fit import fit_table, largest_fitting, lines
 from tracekit.sweep.memory_model import CATEGORIES
-from tracekit.sweep.rows import CLASSES
+from tracekit.sweep.rows import CLASSES, complete
 
 CATEGORY_COLORS = {
     "parameters": "#4c72b0",
@@ -240,6 +240,7 @@ def render_section(
     table: pd.DataFrame, out_dir: Path, *, inline: bool = False, title: str = "Sweep"
 ) -> str:
     """The sweep section as HTML; the PNGs go to ``out_dir``."""
+    table = complete(table)
     plots = render_plots(table, out_dir)
     fits = fit_table(table)
     found = findings(table, fits)
@@ -326,6 +327,7 @@ def write_tensorboard(table: pd.DataFrame, logdir: Path) -> list[Path]:
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
     logdir = Path(logdir)
+    table = complete(table)
     written: list[Path] = []
 
     def emit(run: str, points: list[tuple[int, dict[str, float]]]) -> None:

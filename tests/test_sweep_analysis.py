@@ -159,3 +159,31 @@ def test_render_section_and_tensorboard(tmp_path: Path) -> None:
     ev = acc.Scalars("sweep/tokens_per_s")
     assert [e.step for e in ev] == [4, 8, 16] and ev[1].value == pytest.approx(8e4)
     assert len(runs) == 5 + 2
+
+
+def test_progress_display_on_a_terminal() -> None:
+    from tracekit.sweep.runner import _Progress
+
+    p = _Progress(2, quiet=False)
+    p.enabled = True  # as on a terminal
+    with p.running(done=1):
+        p.start("b8-s128-fp32-naive")
+        p.finished("b8-s128-fp32-naive", "ok")
+        assert p._p.tasks[0].completed == 2
+    assert not _Progress(2, quiet=True).enabled
+
+
+def test_a_sweep_whose_rows_all_failed_still_reports(tmp_path: Path) -> None:
+    from tracekit.reports.sweep import render_section
+    from tracekit.sweep.plan import Point
+    from tracekit.sweep.rows import base_row
+
+    rows = []
+    for b in (4, 8):
+        r = base_row(Point(b, 128, "fp32", "naive"))
+        r.update(status="oom" if b == 8 else "error", error="boom")
+        rows.append(r)
+    t = pd.DataFrame(rows)
+    assert findings(t) == ["1 configuration(s) failed: b4-s128-fp32-naive (boom)."]
+    assert len(fit_table(t)) == 0
+    assert "<section" in render_section(t, tmp_path)

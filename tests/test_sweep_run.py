@@ -73,3 +73,18 @@ def test_timeout_is_an_error_row(tmp_path: Path) -> None:
                        env=default_env())  # fmt: skip
     assert row["status"] == "error" and row["error"] == "timed out after 0.2 s"
     assert math.isnan(row["exit_code"])
+
+
+def test_interrupt_keeps_finished_rows_and_resume_finishes(tmp_path: Path) -> None:
+    plan = SweepPlan(**{**PLAN.__dict__, "seqs": (16, 256)})  # b2-s16 ok, b2-s256 error
+
+    def interrupt(row: dict[str, Any]) -> None:
+        raise KeyboardInterrupt  # as Ctrl-C after the first configuration
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(plan, tmp_path, env=default_env(), on_row=interrupt)
+    assert list(read_table(tmp_path)["key"]) == ["b2-s16-fp32-naive"]
+    ran: list[str] = []
+    t = run_sweep(plan, tmp_path, resume=True, env=default_env(),
+                  on_row=lambda r: ran.append(r["key"]))  # fmt: skip
+    assert ran == ["b2-s256-fp32-naive"] and list(t["status"]) == ["ok", "error"]

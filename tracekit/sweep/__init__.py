@@ -18,6 +18,7 @@ from tracekit.sweep.findings import findings
 from tracekit.sweep.fit import fit_table, largest_fitting, power_fit, quadratic_fit
 from tracekit.sweep.memory_model import estimate, kv_cache_bytes
 from tracekit.sweep.plan import Point, SweepPlan
+from tracekit.sweep.rows import complete
 from tracekit.sweep.runner import read_table, run_sweep
 
 __all__ = [
@@ -51,6 +52,7 @@ def finish(table: pd.DataFrame, out_dir: Path) -> SweepOutputs:
     HTML section and TensorBoard scalars are the reports stage's
     (``tracekit.reports.sweep``): the CLI adds them."""
     out_dir = Path(out_dir)
+    table = complete(table)
     fits = fit_table(table)
     found = findings(table, fits)
     atomic_write_bytes(out_dir / "fits.csv", fits.to_csv(index=False).encode())

@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from tracekit.sweep.fit import fit_table, lines
+from tracekit.sweep.rows import complete
 
 NEAR_CAPACITY = 0.9
 PLATEAU_GAIN = 1.10
@@ -291,6 +292,7 @@ def model_findings(table: pd.DataFrame) -> list[str]:
 
 def findings(table: pd.DataFrame, fits: pd.DataFrame | None = None) -> list[str]:
     """All findings, in reading order."""
+    table = complete(table)
     if fits is None:
         fits = fit_table(table)
     out: list[str] = []

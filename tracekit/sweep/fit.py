@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.errors import UsageError
+from tracekit.sweep.rows import complete
 
 # The table's measured quantities that are fitted, and the axes they are fitted along.
 QUANTITIES = (
@@ -94,6 +95,7 @@ def lines(table: pd.DataFrame, axis: str) -> list[tuple[dict[str, Any], pd.DataF
 
 def fit_table(table: pd.DataFrame, quantities: tuple[str, ...] = QUANTITIES) -> pd.DataFrame:
     """One row per (quantity, axis, line): exponent + R², and along seq the quadratic."""
+    table = complete(table)
     recs: list[dict[str, Any]] = []
     for axis in AXES:
         for fixed, g in lines(table, axis):

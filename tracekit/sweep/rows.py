@@ -166,6 +166,43 @@ def gpu_idle_pct(steps: Any) -> float:
     return 100.0 * (1.0 - float(s["gpu_busy"].sum()) / span)
 
 
+# Numeric columns every table has (NaN where not measured), so the analysis of a sweep
+# whose configurations all failed still finds them.
+MEASURED_COLUMNS = (
+    "step_time_ms",
+    "samples_per_s",
+    "tokens_per_s",
+    "model_flops_per_s",
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+    "avg_allocated_bytes",
+    "peak_bytes",
+    "dynamic_peak_bytes",
+    "mem_per_token_bytes",
+    "device_total_bytes",
+    "n_params",
+    *(f"mem_{c}_bytes" for c in CATEGORIES),
+    "model_peak_bytes",
+    "model_error_pct",
+    *(f"model_{c}_bytes" for c in CATEGORIES),
+    "gpu_idle_pct",
+    "model_flops_util_pct",
+    "oom_requested_bytes",
+    *CLASSIFY_COLUMNS,
+)
+
+
+def complete(table: Any) -> Any:
+    """``table`` (a DataFrame) with every MEASURED_COLUMNS column, NaN where absent."""
+    missing = [c for c in MEASURED_COLUMNS if c not in table.columns]
+    if not missing:
+        return table
+    table = table.copy()
+    for c in missing:
+        table[c] = math.nan
+    return table
+
+
 def base_row(point: Point) -> dict[str, Any]:
     return {
         "key": point.key,

@@ -26,7 +26,7 @@ import pandas as pd
 from tracekit.errors import UsageError
 from tracekit.io import atomic_write_bytes, atomic_write_json
 from tracekit.sweep.plan import Point, SweepPlan
-from tracekit.sweep.rows import base_row, oom_requested_bytes, run_row
+from tracekit.sweep.rows import base_row, complete, oom_requested_bytes, run_row
 
 TABLE = "sweep.parquet"
 CSV = "sweep.csv"
@@ -174,7 +174,7 @@ def order_columns(df: pd.DataFrame) -> pd.DataFrame:
 
 def write_table(out_dir: Path, rows: list[dict[str, Any]]) -> pd.DataFrame:
     """Rewrite sweep.parquet and sweep.csv atomically; returns the table."""
-    df = order_columns(pd.DataFrame(rows))
+    df = order_columns(complete(pd.DataFrame(rows)))
     for c in df.columns:  # all-null object columns would be written as Arrow null type
         if df[c].dtype == object and df[c].isna().all():
             df[c] = df[c].astype("string")
