@@ -184,6 +184,9 @@ def test_a_sweep_whose_rows_all_failed_still_reports(tmp_path: Path) -> None:
         r.update(status="oom" if b == 8 else "error", error="boom")
         rows.append(r)
     t = pd.DataFrame(rows)
-    assert findings(t) == ["1 configuration(s) failed: b4-s128-fp32-naive (boom)."]
+    assert findings(t) == [
+        "Along batch (seq 128, fp32, naive): first the capacity wall: batch 8 ran out of memory.",
+        "1 configuration(s) failed: b4-s128-fp32-naive (boom).",
+    ]
     assert len(fit_table(t)) == 0
     assert "<section" in render_section(t, tmp_path)
