@@ -162,25 +162,53 @@ def _dim3(s: str) -> str:
     return ",".join(nums)
 
 
+_GENERIC_BASES = {"Kernel", "Kernel2", "kernel", "device_kernel", "kernel_entry"}
+
+
+def _strip_group(s: str, close: str) -> tuple[str, str]:
+    """Split a trailing ``(...)`` or ``<...>`` group off ``s`` (scanning back, nesting-aware)."""
+    open_ = "(" if close == ")" else "<"
+    depth = {"(": 0, "<": 0}
+    for i in range(len(s) - 1, -1, -1):
+        c = s[i]
+        if c in ")>":
+            depth["(" if c == ")" else "<"] += 1
+        elif c in "(<":
+            depth[c] -= 1
+            if c == open_ and depth[c] == 0 and depth["(" if c == "<" else "<"] <= 0:
+                return s[:i], s[i + 1 : -1]
+    return s, ""
+
+
 def base_name(name: str) -> str:
     """Normalised function name of a kernel, the same for ncu's and Kineto's spellings.
 
     ``void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, c10::Half, …>(…)``
     and ``void at::native::<unnamed>::cunn_SoftMaxForward<(int)8, …>(T1)`` both give
-    ``cunn_SoftMaxForward``; template arguments, parameters, namespaces and the return
-    type are dropped.
+    ``cunn_SoftMaxForward``: the return type, namespaces, template arguments and
+    parameters are dropped. Generic wrappers keep their first template argument
+    (``cutlass::Kernel2<cutlass_80_…>`` → ``Kernel2<cutlass_80_…>``).
     """
     s = name.strip()
-    s = s.replace("(anonymous namespace)", "anon").replace("<unnamed>", "anon")
-    s = s.replace("unnamed>", "anon")
-    for _ in range(64):  # drop template argument lists, innermost first
-        t = re.sub(r"<[^<>]*>", "", s)
-        if t == s:
-            break
-        s = t
-    s = s.split("(", 1)[0].strip()
-    s = s.split()[-1] if s.split() else s
-    return s.rsplit("::", 1)[-1]
+    s = s.replace("(anonymous namespace)", "anon")
+    s = re.sub(r"<unnamed>(?=::)", "anon", s)
+    targs = ""
+    if s.endswith(")"):
+        s, _ = _strip_group(s, ")")
+    s = s.rstrip()
+    if s.endswith(">"):
+        s, targs = _strip_group(s, ">")
+    m = re.search(r"([A-Za-z_]\w*)\s*$", s)
+    if m is None:  # a truncated name ("…<(int)8, c10::BFloat16, float,..."): cut it short
+        t = re.split(r"[<(]", s, maxsplit=1)[0].strip()
+        m = re.search(r"([A-Za-z_]\w*)\s*$", t)
+        return m.group(1) if m else t
+    base = m.group(1)
+    if base in _GENERIC_BASES and targs:
+        first = re.match(r"\s*([\w:]+)", targs)
+        if first:
+            base += f"<{first.group(1).rsplit('::', 1)[-1]}>"
+    return base
 
 
 def _metric(cols: dict[str, np.ndarray], name: str, n: int) -> np.ndarray:
