@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _synth import Builder
 
+from tests._synth import Builder
 from tracekit.classify import classes as C
 
 DATA = Path(__file__).parent / "data"

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from _synth import Builder
 
 import tracekit.parse
+from tests._synth import Builder
 from tracekit.classify.output import default_out
 from tracekit.cli import main
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from _synth import Builder
 
+from tests._synth import Builder
 from tracekit.classify import classify
 from tracekit.classify.counters import (
     base_name,

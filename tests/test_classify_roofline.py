@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from _synth import Builder, Trace
 
+from tests._synth import Builder, Trace
 from tracekit.classify import classify, write_classification
 from tracekit.classify.classes import CLASSES
 from tracekit.classify.roofline import analytic_traffic

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from tracekit.errors import TracekitError, TraceError, UsageError
+from tracekit.errors import TraceError, TracekitError, UsageError
 
 __all__ = ["TraceError", "TracekitError", "UsageError", "__version__", "load"]
 

@@ -1,0 +1,194 @@
+"""Stage 2: read a PyTorch profiler (Kineto) trace into typed tables.
+
+``load(path)`` returns a :class:`Trace` of pandas DataFrames; ``parse_to_dir``
+writes the same tables as Parquet plus ``meta.json``. See ``tracekit.schema``.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tracekit.errors import TraceError
+from tracekit.io import atomic_dir, atomic_write_json
+from tracekit.parse.build import Tables, build
+from tracekit.parse.columns import Accumulator
+from tracekit.parse.reader import TraceStream
+from tracekit.schema import ARROW, SCHEMA_VERSION, TABLES
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["ParseResult", "Trace", "find_trace", "load", "parse_tables", "parse_to_dir"]
+
+TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json")
+
+
+@dataclass
+class Trace:
+    """A parsed trace: the schema's tables as DataFrames, ``meta`` and, for a run
+    folder from ``tracekit collect``, its ``manifest``."""
+
+    kernels: pd.DataFrame
+    ops: pd.DataFrame
+    memory: pd.DataFrame
+    steps: pd.DataFrame
+    runtime: pd.DataFrame
+    meta: dict[str, Any]
+    path: Path
+    manifest: dict[str, Any] | None = None
+    run_dir: Path | None = None
+    tables: Tables | None = field(default=None, repr=False)
+
+    @property
+    def device_name(self) -> str | None:
+        props = self.meta.get("device_properties") or []
+        devs = self.meta.get("devices") or []
+        for p in props:
+            if isinstance(p, dict) and (not devs or p.get("id") in devs):
+                name = p.get("name")
+                return str(name) if name is not None else None
+        return None
+
+
+def find_trace(run_dir: Path) -> tuple[Path, dict[str, Any] | None]:
+    """The trace file of a run folder (its manifest's, else the newest *.pt.trace.json[.gz])."""
+    manifest: dict[str, Any] | None = None
+    mpath = run_dir / "manifest.json"
+    if mpath.is_file():
+        try:
+            manifest = json.loads(mpath.read_text())
+        except (OSError, ValueError) as e:
+            raise TraceError(f"{mpath}: unreadable manifest ({e})") from None
+        rel = (manifest or {}).get("artifacts", {}).get("trace")
+        if rel:
+            p = run_dir / rel
+            if p.is_file():
+                return p, manifest
+    found = sorted(
+        (p for p in run_dir.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES[:2])),
+        key=lambda p: p.stat().st_mtime,
+    )
+    if not found:
+        status = (manifest or {}).get("status")
+        extra = f" (run status: {status})" if status and status != "ok" else ""
+        raise TraceError(f"{run_dir}: no *.pt.trace.json[.gz] trace in this folder{extra}")
+    return found[-1], manifest
+
+
+def parse_tables(path: Path | str) -> Tables:
+    """Parse one trace file into Arrow tables (streaming; bounded memory)."""
+    path = Path(path)
+    stream = TraceStream(path)
+    acc = Accumulator()
+    # Millions of small objects are created and freed chunk by chunk; none form cycles, and
+    # the cyclic collector rescanning them would triple the parse time.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for events in stream:
+            acc.add(events)
+            del events
+        tables = build(acc, stream.header.fields, str(path))
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    tables.meta["source"] = {
+        "path": str(path),
+        "bytes_on_disk": path.stat().st_size,
+        "bytes_json": stream.bytes_read,
+        "events": stream.events,
+        "format": "array" if stream.header.array_format else "object",
+    }
+    return tables
+
+
+def _to_trace(tables: Tables, path: Path, manifest: dict[str, Any] | None,
+              run_dir: Path | None) -> Trace:
+    dfs = {name: t.to_pandas() for name, t in tables.items()}
+    return Trace(meta=tables.meta, path=path, manifest=manifest, run_dir=run_dir, tables=tables,
+                 **dfs)
+
+
+def _read_dir(d: Path) -> Tables:
+    try:
+        meta = json.loads((d / "meta.json").read_text())
+    except (OSError, ValueError) as e:
+        raise TraceError(f"{d}: unreadable meta.json ({e})") from None
+    if meta.get("schema_version") != SCHEMA_VERSION:
+        raise TraceError(f"{d}: tables of schema version {meta.get('schema_version')}, "
+                         f"this tracekit reads {SCHEMA_VERSION}: parse the trace again")
+    tabs: dict[str, pa.Table] = {}
+    for name in TABLES:
+        try:
+            tabs[name] = pq.read_table(d / f"{name}.parquet", schema=ARROW[name])
+        except (OSError, pa.ArrowInvalid) as e:
+            raise TraceError(f"{d}: unreadable {name}.parquet ({e})") from None
+    return Tables(meta=meta, **tabs)
+
+
+def load(path: Path | str) -> Trace:
+    """Parse a trace file, a run folder (``tracekit collect``) or a parsed folder."""
+    path = Path(path)
+    if path.is_dir():
+        if (path / "meta.json").is_file():
+            return _to_trace(_read_dir(path), path, None, None)
+        trace, manifest = find_trace(path)
+        return _to_trace(parse_tables(trace), trace, manifest, path)
+    return _to_trace(parse_tables(path), path, None, None)
+
+
+@dataclass
+class ParseResult:
+    out: Path
+    meta: dict[str, Any]
+
+    def describe(self) -> str:
+        c = self.meta["counts"]
+        rate = self.meta.get("link_rate")
+        link = f"{100 * rate:.2f}%" if rate is not None else "n/a"
+        return (
+            f"wrote {self.out}: {c['kernels']} kernels, {c['memcpy']} memcpy, "
+            f"{c['memset']} memset, {c['ops']} ops, {c['runtime']} runtime calls, "
+            f"{c['memory']} memory events, {c['steps']} steps; "
+            f"kernels linked to operators: {link}"
+        )
+
+
+def default_out(path: Path) -> Path:
+    name = path.name
+    for suf in TRACE_SUFFIXES:
+        if name.endswith(suf):
+            name = name[: -len(suf)]
+            break
+    return path.with_name(name + ".tracekit")
+
+
+def write_tables(tables: Tables, out: Path) -> None:
+    """Write the tables and meta.json into ``out`` atomically."""
+    with atomic_dir(out) as tmp:
+        for name, t in tables.items():
+            pq.write_table(t, tmp / f"{name}.parquet", compression="snappy")
+        atomic_write_json(tmp / "meta.json", tables.meta)
+
+
+def parse_to_dir(path: Path | str, out: Path | str | None = None) -> ParseResult:
+    path = Path(path)
+    if path.is_dir():
+        trace, _ = find_trace(path)
+        default = path / "tables"
+    else:
+        trace = path
+        default = default_out(path)
+    tables = parse_tables(trace)
+    dest = Path(out) if out is not None else default
+    write_tables(tables, dest)
+    return ParseResult(out=dest, meta=tables.meta)
+
+

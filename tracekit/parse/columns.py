@@ -1,0 +1,369 @@
+"""Turn decoded event chunks into columns, one group of columns per event kind.
+
+Every conversion is vectorized (numpy / pyarrow) with a slow, forgiving path
+only for chunks whose values have unexpected types, so a malformed event costs
+time only where it occurs and never a crash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tracekit.parse.reader import Event
+
+I64 = npt.NDArray[np.int64]
+
+# Event kinds (small ints, used as array codes).
+OTHER, OP, ANNOT, KERNEL, MEMCPY, MEMSET, RUNTIME, DRIVER, PYMODULE, GPU_ANNOT, MEMORY, FLOW_END = (
+    range(12)
+)
+KIND_NAMES = {
+    OP: "cpu_op", ANNOT: "user_annotation", KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset",
+    RUNTIME: "cuda_runtime", DRIVER: "cuda_driver",
+}
+
+# Category names across Kineto versions (older traces used capitalised names) and ROCm.
+_CAT_KIND: dict[str, int] = {
+    "cpu_op": OP, "operator": OP,
+    "user_annotation": ANNOT,
+    "kernel": KERNEL,
+    "gpu_memcpy": MEMCPY, "memcpy": MEMCPY,
+    "gpu_memset": MEMSET, "memset": MEMSET,
+    "cuda_runtime": RUNTIME, "runtime": RUNTIME, "hip_runtime": RUNTIME,
+    "cuda_driver": DRIVER, "driver": DRIVER, "hip_driver": DRIVER,
+    "python_function": PYMODULE,
+    "gpu_user_annotation": GPU_ANNOT,
+}
+
+class _CatLookup(dict[Any, int]):
+    """Category -> kind, case-insensitively; unknown categories are OTHER (and cached)."""
+
+    def __missing__(self, key: Any) -> int:
+        kind = _CAT_KIND.get(key.lower(), OTHER) if isinstance(key, str) else OTHER
+        if isinstance(key, str):
+            self[key] = kind
+        return kind
+
+
+_CAT_LOOKUP = _CatLookup(_CAT_KIND)
+
+_get = {k: attrgetter(k) for k in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp")}
+_args = attrgetter("args")
+
+
+def _col(objs: Sequence[Any], attr: str) -> list[Any]:
+    return list(map(attrgetter(attr), objs))
+
+
+_INT64 = pa.int64()
+_THOUSAND = pa.scalar(Decimal(1000), pa.decimal128(4, 0))
+
+
+def to_ns(values: list[Any]) -> tuple[I64, npt.NDArray[np.bool_]]:
+    """Microsecond values (int, decimal text, float or None) to exact int64 ns.
+
+    Returns the values and a validity mask. Decimal text is converted through
+    Arrow's decimal cast, so ``"1712195495519689.047"`` becomes exactly
+    ``1712195495519689047`` ns: nanosecond-resolution traces keep their precision.
+    """
+    n = len(values)
+    types = set(map(type, values))
+    if types <= {int}:
+        try:
+            return np.asarray(values, dtype=np.int64) * 1000, np.ones(n, dtype=bool)
+        except OverflowError:
+            pass
+    if types <= {str}:
+        valid = np.ones(n, dtype=bool)
+        text: list[Any] = values
+    else:
+        valid = np.fromiter((type(v) in (int, float, str) for v in values), dtype=bool, count=n)
+        text = [v if type(v) is str else (str(v) if type(v) in (int, float) else None)
+                for v in values]
+    arr = pa.array(text, type=pa.string())
+    try:
+        ns = pc.cast(pc.multiply(pc.cast(arr, pa.decimal128(21, 3)), _THOUSAND), pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        try:
+            f = pc.cast(arr, pa.float64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            f = pa.array([_float_or_none(t) for t in text], type=pa.float64())
+        valid &= ~np.isnan(f.to_numpy(zero_copy_only=False))
+        ns = pc.cast(pc.round(pc.multiply(pc.fill_null(f, 0.0), 1000.0)), pa.int64(), safe=False)
+    out = np.array(pc.fill_null(ns, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    valid &= np.asarray(pc.is_valid(ns).to_numpy(zero_copy_only=False), dtype=bool)
+    return out, valid
+
+
+def _float_or_none(t: str | None) -> float | None:
+    if t is None:
+        return None
+    try:
+        v = float(t)
+    except ValueError:
+        return None
+    return v if np.isfinite(v) else None
+
+
+def ints(values: list[Any], default: int = -1) -> I64:
+    """Integer column with ``default`` for missing or non-integer values."""
+    try:
+        arr = pa.array(values, type=pa.int64())
+        if arr.null_count:
+            arr = pc.fill_null(arr, default)
+        return np.array(arr.to_numpy(zero_copy_only=False), dtype=np.int64)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        return np.fromiter((_int(v, default) for v in values), dtype=np.int64, count=len(values))
+
+
+def _int(v: Any, default: int) -> int:
+    if type(v) is int:
+        return v if -(1 << 63) <= v < (1 << 63) else default
+    if type(v) is str:
+        try:
+            return int(float(v))
+        except (ValueError, OverflowError):
+            return default
+    if type(v) is float and np.isfinite(v):
+        return int(v)
+    return default
+
+
+def nullable_ints(values: list[Any], type_: pa.DataType = _INT64) -> pa.Array:
+    """Integer column with nulls for missing or non-integer values."""
+    try:
+        return pa.array(values, type=type_)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        return pa.array([_int(v, -1) if _is_num(v) else None for v in values], type=type_)
+
+
+def _is_num(v: Any) -> bool:
+    if type(v) is int:
+        return True
+    if type(v) is float:
+        return bool(np.isfinite(v))
+    if type(v) is str:
+        return _float_or_none(v) is not None
+    return False
+
+
+def floats(values: list[Any]) -> pa.Array:
+    """Float column (decimal text accepted) with nulls for missing values."""
+    try:
+        return pa.array(values, type=pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return pa.array([float(v) if _is_num(v) else None for v in values], type=pa.float64())
+
+
+def strings(values: list[Any]) -> pa.Array:
+    """String column; non-string values become their text, missing ones null."""
+    try:
+        return pa.array(values, type=pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return pa.array([v if type(v) is str else (None if v is None else str(v)) for v in values],
+                        type=pa.string())
+
+
+def raws(values: list[Any]) -> pa.Array:
+    """JSON text of raw (undecoded) values; null where the key was absent."""
+    arr = pa.array(list(map(bytes, values)), type=pa.binary())
+    empty = pc.equal(pc.binary_length(arr), 0)
+    return pc.if_else(empty, pa.scalar(None, pa.binary()), arr).cast(pa.string())
+
+
+def triples(values: list[Any]) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """Split ``[x, y, z]`` lists (grid, block) into three nullable int32 columns."""
+    n = len(values)
+    try:
+        filled = [v if v is not None else (0, 0, 0) for v in values]
+        arr = np.asarray(filled, dtype=np.int64)
+        if arr.shape != (n, 3):
+            raise ValueError
+        mask = np.fromiter((v is None for v in values), dtype=bool, count=n)
+        return tuple(  # type: ignore[return-value]
+            pa.array(arr[:, i].astype(np.int32), mask=mask) for i in range(3)
+        )
+    except (TypeError, ValueError, OverflowError):
+        cols: list[list[int | None]] = [[], [], []]
+        for v in values:
+            ok = isinstance(v, list) and len(v) == 3 and all(type(x) is int for x in v)
+            for i in range(3):
+                cols[i].append(v[i] if ok and -(1 << 31) <= v[i] < (1 << 31) else None)
+        return tuple(pa.array(c, type=pa.int32()) for c in cols)  # type: ignore[return-value]
+
+
+Columns = dict[str, Any]  # name -> list of per-chunk arrays (np.ndarray or pa.Array)
+
+
+class Accumulator:
+    """Collects per-kind columns over all chunks of one trace."""
+
+    def __init__(self) -> None:
+        self.tables: dict[int, dict[str, list[Any]]] = {}
+        self.raw_counts: dict[str, int] = {}
+        self.dropped: dict[str, int] = {}
+        self.metadata: list[tuple[str, Any, Any, Any]] = []  # (name, pid, tid, args.name)
+        self.python_events = 0  # python_function events (with_stack), before filtering
+
+    def _put(self, kind: int, cols: dict[str, Any]) -> None:
+        t = self.tables.setdefault(kind, {})
+        for k, v in cols.items():
+            t.setdefault(k, []).append(v)
+
+    def add(self, events: list[Event]) -> None:
+        if not events:
+            return
+        n = len(events)
+        ph = np.array(_col(events, "ph"), dtype=object)
+        cat_list = _col(events, "cat")
+        name = _col(events, "name")
+        try:
+            kinds = np.array(list(map(_CAT_LOOKUP.__getitem__, cat_list)), dtype=np.int8)
+        except TypeError:  # unhashable category values in a malformed trace
+            kinds = np.array([_CAT_LOOKUP[c] if isinstance(c, str) else OTHER for c in cat_list],
+                             dtype=np.int8)
+        is_x = ph == "X"
+        timed = kinds != OTHER
+        kinds[timed & ~is_x] = OTHER
+        # Instant [memory] events and fwdbwd flow ends are recognised by phase and name/category.
+        inst = np.flatnonzero(ph == "i")
+        if len(inst):
+            mem = inst[np.array([name[i] == "[memory]" for i in inst], dtype=bool)]
+            kinds[mem] = MEMORY
+        fl = np.flatnonzero(ph == "f")
+        if len(fl):
+            kinds[fl[np.array([cat_list[i] == "fwdbwd" for i in fl], dtype=bool)]] = FLOW_END
+        for i in np.flatnonzero(ph == "M"):
+            e = events[i]
+            self.metadata.append((str(e.name), e.pid, e.tid, e.args.name))
+        del n
+
+        for kind in np.unique(kinds):
+            if kind == OTHER:
+                continue
+            idx = np.flatnonzero(kinds == kind)
+            sub = [events[i] for i in idx]
+            self._extract(int(kind), sub, [name[i] for i in idx])
+
+    def _extract(self, kind: int, ev: list[Event], name: list[Any]) -> None:
+        key = KIND_NAMES.get(kind)
+        if key is not None:
+            self.raw_counts[key] = self.raw_counts.get(key, 0) + len(ev)
+        ts, ok = to_ns(_col(ev, "ts"))
+        if kind == PYMODULE:
+            self.python_events += len(ev)
+            # Only nn.Module frames carry the module path; other Python frames are dropped.
+            keep = np.fromiter(
+                (type(n) is str and n.startswith("nn.Module: ") for n in name), dtype=bool,
+                count=len(ev),
+            ) & ok
+            if not keep.any():
+                return
+            ev = [e for e, k in zip(ev, keep, strict=True) if k]
+            name = [n for n, k in zip(name, keep, strict=True) if k]
+            ts, ok = ts[keep], ok[keep]
+        if not ok.all():
+            self.dropped[KIND_NAMES.get(kind, str(kind))] = (
+                self.dropped.get(KIND_NAMES.get(kind, str(kind)), 0) + int((~ok).sum())
+            )
+            ev = [e for e, k in zip(ev, ok, strict=True) if k]
+            name = [n for n, k in zip(name, ok, strict=True) if k]
+            ts = ts[ok]
+        if not ev:
+            return
+        cols: dict[str, Any] = {"ts": ts}
+        if kind == FLOW_END:
+            cols["pid"] = ints(_col(ev, "pid"))
+            cols["tid"] = ints(_col(ev, "tid"))
+            self._put(kind, cols)
+            return
+        args = list(map(_args, ev))
+        if kind == MEMORY:
+            cols.update(
+                pid=ints(_col(ev, "pid")),
+                tid=ints(_col(ev, "tid")),
+                device_type=ints(_col(args, "device_type")),
+                device=ints(_col(args, "device_id")),
+                addr=ints(_col(args, "addr"), 0),
+                bytes=ints(_col(args, "mem_bytes"), 0),
+                total_allocated=nullable_ints(_col(args, "total_allocated")),
+                total_reserved=nullable_ints(_col(args, "total_reserved")),
+            )
+            self._put(kind, cols)
+            return
+        dur, dok = to_ns(_col(ev, "dur"))
+        dur[~dok] = 0
+        cols["dur"] = np.maximum(dur, 0)
+        cols["name"] = strings(name)
+        if kind in (KERNEL, MEMCPY, MEMSET):
+            dev = _col(args, "device")
+            stream = _col(args, "stream")
+            pid = _col(ev, "pid")
+            tid = _col(ev, "tid")
+            cols.update(
+                kind=np.full(len(ev), kind, dtype=np.int8),
+                device=ints([d if d is not None else p for d, p in zip(dev, pid, strict=True)]),
+                stream=ints([s if s is not None else t for s, t in zip(stream, tid, strict=True)]),
+                correlation=ints(_col(args, "correlation")),
+                external_id=ints(_col(args, "external_id")),
+                registers_per_thread=nullable_ints(_col(args, "registers"), pa.int32()),
+                shared_memory=nullable_ints(_col(args, "shared_memory")),
+                bytes=nullable_ints(_col(args, "nbytes")),
+            )
+            for prefix, attr in (("grid", "grid"), ("block", "block")):
+                x, y, z = triples(_col(args, attr))
+                cols[f"{prefix}_x"], cols[f"{prefix}_y"], cols[f"{prefix}_z"] = x, y, z
+        elif kind in (OP, ANNOT):
+            cols.update(
+                category=np.full(len(ev), kind, dtype=np.int8),
+                pid=ints(_col(ev, "pid")),
+                tid=ints(_col(ev, "tid")),
+                external_id=ints(_col(args, "external_id")),
+                sequence_number=ints(_col(args, "seq")),
+                fwd_thread_id=ints(_col(args, "fwd_tid")),
+                input_dims=raws(_col(args, "input_dims")),
+                input_types=raws(_col(args, "input_types")),
+                input_strides=raws(_col(args, "input_strides")),
+                concrete_inputs=raws(_col(args, "concrete")),
+                flops=floats(_col(args, "flops")),
+            )
+            kind = OP  # cpu_op and user_annotation share one table
+        elif kind in (RUNTIME, DRIVER):
+            cols.update(
+                category=np.full(len(ev), kind, dtype=np.int8),
+                pid=ints(_col(ev, "pid")),
+                tid=ints(_col(ev, "tid")),
+                correlation=ints(_col(args, "correlation")),
+                external_id=ints(_col(args, "external_id")),
+                cbid=ints(_col(args, "cbid")),
+            )
+            kind = RUNTIME
+        elif kind == PYMODULE:
+            cols.update(pid=ints(_col(ev, "pid")), tid=ints(_col(ev, "tid")))
+        elif kind == GPU_ANNOT:
+            cols["device"] = ints(_col(ev, "pid"))
+        self._put(kind, cols)
+
+    def column(self, kind: int, name: str) -> Any:
+        """The whole column: a numpy array or a pyarrow ChunkedArray (or None if absent)."""
+        parts = self.tables.get(kind, {}).get(name)
+        if not parts:
+            return None
+        if isinstance(parts[0], np.ndarray):
+            return np.concatenate(parts)
+        return pa.chunked_array(parts)
+
+    def count(self, kind: int) -> int:
+        parts = self.tables.get(kind, {}).get("ts")
+        return int(sum(len(p) for p in parts)) if parts else 0
+
+
+Converter = Callable[[list[Any]], Any]

@@ -1,0 +1,303 @@
+"""Stream a Chrome/Kineto trace file into decoded event chunks.
+
+The file is never loaded as one JSON document. Bytes are read (and gunzipped)
+in blocks; the ``traceEvents`` array is cut at event boundaries into chunks of
+a few tens of MB, and each chunk is decoded by msgspec straight into small
+typed structs that keep only the fields tracekit uses (unknown keys are skipped
+in C). Peak memory is therefore bounded by the chunk size plus the columns
+built so far, not by the file size.
+
+A cut is only accepted if the chunk decodes as a JSON array, so a ``}, {``
+inside a string or a nested object can never split an event.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import msgspec
+
+from tracekit.errors import TraceError
+
+BLOCK = 8 << 20  # bytes read from disk at a time
+CHUNK = 32 << 20  # target size of one decoded chunk of events
+_HEAD_LIMIT = 256 << 20  # the header (before traceEvents) is never larger than this
+_MAX_CUT_TRIES = 4
+
+
+_NO_RAW = msgspec.Raw()
+
+
+class Args(msgspec.Struct, frozen=True, gc=False):
+    """The ``args`` keys tracekit reads; every other key is skipped by the decoder."""
+
+    external_id: Any = msgspec.field(name="External id", default=None)
+    correlation: Any = None
+    device: Any = None
+    stream: Any = None
+    grid: Any = None
+    block: Any = None
+    registers: Any = msgspec.field(name="registers per thread", default=None)
+    shared_memory: Any = msgspec.field(name="shared memory", default=None)
+    nbytes: Any = msgspec.field(name="bytes", default=None)
+    seq: Any = msgspec.field(name="Sequence number", default=None)
+    fwd_tid: Any = msgspec.field(name="Fwd thread id", default=None)
+    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NO_RAW)
+    input_types: msgspec.Raw = msgspec.field(name="Input type", default=_NO_RAW)
+    input_strides: msgspec.Raw = msgspec.field(name="Input Strides", default=_NO_RAW)
+    concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_NO_RAW)
+    flops: Any = None
+    cbid: Any = None
+    device_type: Any = msgspec.field(name="Device Type", default=None)
+    device_id: Any = msgspec.field(name="Device Id", default=None)
+    addr: Any = msgspec.field(name="Addr", default=None)
+    mem_bytes: Any = msgspec.field(name="Bytes", default=None)
+    total_allocated: Any = msgspec.field(name="Total Allocated", default=None)
+    total_reserved: Any = msgspec.field(name="Total Reserved", default=None)
+    name: Any = None  # metadata events: process / thread name
+    python_id: Any = msgspec.field(name="Python id", default=None)
+    python_parent_id: Any = msgspec.field(name="Python parent id", default=None)
+
+
+_NO_ARGS = Args()
+
+
+class Event(msgspec.Struct, gc=False):
+    """One trace event, reduced to what tracekit reads. ``ts``/``dur`` stay as text
+    when they have decimals (see :func:`tracekit.parse.columns.to_ns`)."""
+
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    id: Any = None
+    bp: Any = None
+    args: Args = _NO_ARGS
+
+
+_EVENTS = msgspec.json.Decoder(list[Event], float_hook=str)
+_ANY = msgspec.json.Decoder()
+_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_CUT = re.compile(rb"\}\s*,\s*\{")
+_WS = b" \t\r\n"
+# A "]" that can close the events array: followed by the next key or the document's end.
+_ARRAY_END = re.compile(rb'\]\s*(?:,\s*"|\}\s*$|$)')
+
+
+@dataclass
+class TraceHeader:
+    """Top-level keys of the trace document other than ``traceEvents``."""
+
+    fields: dict[str, Any] = field(default_factory=dict)
+    array_format: bool = False  # the document is a bare JSON array of events
+
+
+def _open(path: Path) -> tuple[BinaryIO, bool]:
+    try:
+        f = path.open("rb")
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise TraceError(f"{path}: is a folder, not a trace file") from None
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read ({e.strerror})") from None
+    magic = f.read(2)
+    f.seek(0)
+    return f, magic == b"\x1f\x8b"
+
+
+def iter_bytes(path: Path, block: int = BLOCK) -> Iterator[bytes]:
+    """Yield the file's (decompressed) bytes in blocks; gzip is detected by its magic."""
+    f, gz = _open(path)
+    with f:
+        if not gz:
+            while data := f.read(block):
+                yield data
+            return
+        d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        while True:
+            raw = f.read(block)
+            if not raw:
+                break
+            try:
+                out = d.decompress(raw)
+                while d.eof and d.unused_data:  # concatenated gzip members
+                    rest = d.unused_data
+                    d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+                    out += d.decompress(rest)
+            except zlib.error as e:
+                raise TraceError(f"{path}: corrupt gzip data ({e})") from None
+            if out:
+                yield out
+        if not d.eof:
+            raise TraceError(f"{path}: truncated gzip file (the compressed stream ends early)")
+
+
+def _malformed(path: Path, offset: int, err: Exception) -> TraceError:
+    msg = str(err).split("\n")[0]
+    return TraceError(f"{path}: malformed JSON near byte {offset}: {msg}")
+
+
+class TraceStream:
+    """Iterate over a trace's events in decoded chunks.
+
+    ``header`` (keys before and after the events array, e.g. ``deviceProperties``)
+    is complete once iteration has finished; the keys before the array are
+    available as soon as the first chunk is yielded.
+    """
+
+    def __init__(self, path: Path | str, chunk: int = CHUNK) -> None:
+        self.path = Path(path)
+        self.chunk = chunk
+        self.header = TraceHeader()
+        self.bytes_read = 0
+        self.events = 0
+
+    # -- header ----------------------------------------------------------------
+    def _find_array(self, blocks: Iterator[bytes]) -> bytes:
+        """Consume bytes up to and including the ``[`` that opens the events array;
+        return what follows it."""
+        buf = b""
+        for data in blocks:
+            self.bytes_read += len(data)
+            buf += data
+            start = len(buf) - len(buf.lstrip(_WS))
+            if start < len(buf) and buf[start : start + 1] == b"[":
+                self.header.array_format = True
+                return buf[start + 1 :]
+            m = _KEY.search(buf)
+            if m:
+                head = buf[: m.start()]
+                try:
+                    obj = _ANY.decode(head + b'"traceEvents": []}')
+                except msgspec.DecodeError:
+                    raise TraceError(
+                        f"{self.path}: not a trace: the JSON before 'traceEvents' is malformed"
+                    ) from None
+                if not isinstance(obj, dict):
+                    raise TraceError(f"{self.path}: not a trace: top level is not a JSON object")
+                obj.pop("traceEvents", None)
+                self.header.fields.update(obj)
+                return buf[m.end() :]
+            if len(buf) > _HEAD_LIMIT:
+                break
+        self._explain_no_array(buf)
+        raise AssertionError("unreachable")
+
+    def _explain_no_array(self, buf: bytes) -> None:
+        if not buf.strip(_WS):
+            raise TraceError(f"{self.path}: empty file")
+        if len(buf) <= _HEAD_LIMIT:
+            try:
+                obj = _ANY.decode(buf)
+            except msgspec.DecodeError as e:
+                first = str(e).splitlines()[0]
+                raise TraceError(
+                    f"{self.path}: not a trace: invalid or truncated JSON ({first})"
+                ) from None
+            kind = type(obj).__name__
+            raise TraceError(
+                f"{self.path}: not a PyTorch profiler trace: "
+                f"JSON {kind} without a 'traceEvents' array"
+            )
+        raise TraceError(f"{self.path}: not a trace: no 'traceEvents' array in the first 256 MB")
+
+    # -- events ----------------------------------------------------------------
+    def _decode(self, body: bytes, offset: int) -> list[Event]:
+        try:
+            return _EVENTS.decode(b"[" + body + b"]")
+        except msgspec.ValidationError as e:
+            raise TraceError(f"{self.path}: unexpected event field type: {e}") from None
+
+    def _cut(self, buf: bytes, offset: int) -> tuple[list[Event], int]:
+        """Decode events from the front of ``buf``; return them and the bytes consumed."""
+        lo = max(0, self.chunk - (1 << 20))
+        cands = [m for m in _CUT.finditer(buf, lo, min(len(buf), self.chunk + (1 << 20)))]
+        if not cands:
+            cands = list(_CUT.finditer(buf))
+        err: Exception | None = None
+        for m in reversed(cands[-_MAX_CUT_TRIES:]):
+            try:
+                return self._decode(buf[: m.start() + 1], offset), m.end() - 1
+            except msgspec.DecodeError as e:
+                err = e
+        raise _malformed(self.path, offset, err or ValueError("no event boundary found"))
+
+    def _finish(self, buf: bytes, offset: int) -> list[Event]:
+        """Decode the last events and the keys that follow the array."""
+        end = len(buf.rstrip(_WS))
+        if end == 0:
+            raise TraceError(f"{self.path}: truncated JSON: the file ends inside 'traceEvents'")
+        last = buf[end - 1 : end]
+        if last not in (b"}", b"]"):
+            raise TraceError(f"{self.path}: truncated JSON: the file ends mid-document")
+        pos = end
+        err: Exception | None = None
+        body_tries = 0
+        while body_tries < _MAX_CUT_TRIES:
+            pos = buf.rfind(b"]", 0, pos)
+            if pos < 0:
+                break
+            if not _ARRAY_END.match(buf, pos):
+                continue
+            tail = buf[pos + 1 :]
+            rest: dict[str, Any] = {}
+            if self.header.array_format:
+                if tail.strip(_WS):
+                    continue
+            elif tail.strip(_WS) != b"}":
+                try:
+                    obj = _ANY.decode(b'{"_":0' + tail)
+                except msgspec.DecodeError:
+                    continue
+                if not isinstance(obj, dict):
+                    continue
+                obj.pop("_", None)
+                rest = obj
+            body = buf[:pos].rstrip(_WS)
+            if not body:
+                self.header.fields.update(rest)
+                return []
+            body_tries += 1
+            try:
+                events = self._decode(body, offset)
+            except msgspec.DecodeError as e:
+                err = e
+                continue
+            self.header.fields.update(rest)
+            return events
+        if err is not None:
+            raise _malformed(self.path, offset, err)
+        raise TraceError(f"{self.path}: truncated JSON: the 'traceEvents' array is not closed")
+
+    def __iter__(self) -> Iterator[list[Event]]:
+        blocks = iter_bytes(self.path)
+        buf = self._find_array(blocks)
+        offset = self.bytes_read - len(buf)
+        pending = [buf]
+        size = len(buf)
+        for data in blocks:
+            self.bytes_read += len(data)
+            pending.append(data)
+            size += len(data)
+            if size <= self.chunk + (2 << 20):
+                continue
+            buf = b"".join(pending)  # one copy per chunk, not one per block
+            while len(buf) > self.chunk + (2 << 20):
+                events, used = self._cut(buf, offset)
+                buf = buf[used:]
+                offset += used
+                self.events += len(events)
+                yield events
+            pending, size = [buf], len(buf)
+        events = self._finish(b"".join(pending), offset)
+        self.events += len(events)
+        yield events
