@@ -312,3 +312,63 @@ def test_every_real_record_of_a_modelled_op_gets_a_finite_cost(name: str) -> Non
     for r in rs:
         c = cost(r)
         assert math.isfinite(c.flops) and math.isfinite(c.bytes) and c.bytes > 0, r
+
+
+# --- Inductor kernels, tensor lists ------------------------------------------------------
+
+
+def test_inductor_fused_kernel_cost() -> None:
+    x = [8, 128, 768]
+    c = op_cost(
+        "triton_red_fused_add_mean_mul_pow_rsqrt_0",
+        j([x, [768], x, [8, 128, 1], [], []]),
+        j(["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "float", "Scalar", "Scalar"]),
+        j(["", "", "", "", "1024", "768"]),
+    )
+    assert c is not None
+    n = 8 * 128 * 768
+    assert c.flops == 5 * n  # add, mean, mul, pow, rsqrt: one FLOP per element each
+    assert c.bytes == 2 * n * 2 + 768 * 2 + 1024 * 4  # every argument once
+    assert c.dtype == "bf16" and "Inductor" in c.note
+    cast = op_cost(
+        "triton_poi_fused__to_copy_3",
+        j([[2304, 768], [2304, 768], []]),
+        j(["float", "c10::BFloat16", "Scalar"]),
+    )
+    assert cast is not None and cast.flops == 0 and cast.bytes == 2304 * 768 * 6
+
+
+def test_inductor_gemm_template() -> None:
+    c = op_cost(
+        "triton_tem_fused_addmm_0",
+        j([[1024, 768], [768, 3072], [3072], [1024, 3072]]),
+        j(["c10::BFloat16"] * 4),
+    )
+    assert c is not None and c.flops == 2 * 1024 * 768 * 3072
+
+
+def test_cat_of_a_tensor_list() -> None:
+    dims, types = j([[[2, 3], [2, 3]], []]), j(["TensorList", "Scalar"])
+    c = op_cost("aten::cat", dims, types)
+    assert c is not None and (c.flops, c.bytes) == (0, 2 * 12 * 4)
+    assert "4 B/element assumed" in c.note
+    c2 = op_cost("aten::cat", dims, types, None, 2)
+    assert c2 is not None and c2.bytes == 2 * 12 * 2
+
+
+def test_tensor_lists_without_shapes_are_unknown_unless_sized() -> None:
+    dims, types = j([[], []]), j(["TensorList", "Scalar"])
+    c = op_cost("aten::_foreach_mul_", dims, types, j(["", "0.9"]))
+    assert c is not None and math.isnan(c.flops) and math.isnan(c.bytes)
+    assert c.note.startswith("tensor-list sizes not recorded")
+    sized = op_cost("aten::_foreach_mul_", dims, types, j(["", "0.9"]), 4, 1000)
+    assert sized is not None and (sized.flops, sized.bytes) == (1000, 2 * 1000 * 4)
+    assert "1,000 elements per list assumed" in sized.note
+
+
+def test_scalar_tensor_does_not_widen_the_dtype() -> None:
+    c = op_cost("aten::mul", j([[], [10, 20], [10, 20]]), j(["double", "float", "float"]))
+    assert c is not None and c.dtype == "fp32"
+    assert c.bytes == 8 + 2 * 200 * 4 + 200 * 4
+    b = op_cost("aten::bitwise_not", j([[12, 128]]), j(["bool"]))
+    assert b is not None and b.bytes == 2 * 12 * 128

@@ -16,6 +16,7 @@ from tracekit.classify import classify, write_classification
 from tracekit.classify.classes import CLASSES
 from tracekit.classify.roofline import analytic_traffic
 from tracekit.classify.schema import ARROW, TABLES
+from tracekit.errors import TraceError
 
 BF = "c10::BFloat16"
 GEMM = (
@@ -341,3 +342,94 @@ def test_write_failure_leaves_nothing(tmp_path: Path, result, monkeypatch) -> No
     with pytest.raises(RuntimeError):
         write_classification(r, tmp_path / "cls")
     assert list(tmp_path.iterdir()) == []
+
+
+# --- tensor lists: element size from kernel names, sizes from the parameter count -------
+
+CAT_KERNEL = (
+    "void at::native::(anonymous namespace)::CatArrayBatchedCopy_vectorized<at::native::"
+    "(anonymous namespace)::OpaqueType<2u>, unsigned int, 3, 128, 1, 16, 8>(char*, …)"
+)
+LERP_KERNEL = (
+    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::"
+    "(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::"
+    "PointwiseOpScalarFunctor<float, 2, 2, 0>, …>(…)"
+)
+
+
+def test_cat_element_size_from_its_kernel() -> None:
+    b = Builder()
+    cat = b.op("aten::cat", dims=[[[8, 128, 768]] * 3, []], types=["TensorList", "Scalar"])
+    b.kernel(CAT_KERNEL, cat, 3000)
+    r = classify(b.trace())
+    k = r.kernels.iloc[0]
+    assert k["bytes"] == 2 * 3 * 8 * 128 * 768 * 2  # OpaqueType<2u>: 2-byte elements
+    assert "from the kernel names" in k["cost_note"]
+    assert k["bound"] == "memory-bound"
+
+
+def _adamw_step(groups: int = 1, grid: int = 16) -> Trace:
+    b = Builder()
+    step = b.op("Optimizer.step#AdamW.step", category="user_annotation")
+    for _ in range(groups):
+        lerp = b.op(
+            "aten::_foreach_lerp_",
+            step,
+            dims=[[], [], []],
+            types=["TensorList", "TensorList", "Scalar"],
+            concrete=["", "", "0.1"],
+        )
+        b.kernel(LERP_KERNEL, lerp, 10_000, grid=(grid, 1, 1))
+    return b.trace(manifest={"model": {"n_params": 1_000_000}})
+
+
+def test_optimizer_lists_get_the_parameter_count() -> None:
+    r = classify(_adamw_step())
+    k = r.kernels.iloc[0]
+    assert (k["flops"], k["bytes"]) == (2 * 1_000_000, 3 * 1_000_000 * 4)  # lerp: 2 FLOP/elt
+    assert "1,000,000 elements per list assumed" in k["cost_note"]
+    assert k["bound"] == "memory-bound" and k["source"] == "modelled"
+    assert any("parameter count" in n for n in r.notes)
+
+
+@pytest.mark.parametrize(("groups", "grid"), [(2, 16), (1, 1)])
+def test_optimizer_lists_stay_unknown_when_the_count_may_be_wrong(groups: int, grid: int) -> None:
+    # two parameter groups; or kernels that ran too few 64 Ki-element blocks
+    r = classify(_adamw_step(groups, grid))
+    assert r.kernels["flops"].isna().all()
+    assert set(r.kernels["bound"]) == {"unknown"}
+    assert any("dropped the shapes" in n for n in r.notes)
+
+
+def test_profiler_flops_file_is_preferred(tmp_path: Path) -> None:
+    import gzip
+
+    b, ids = gpt_block()
+    rows = [
+        {
+            "name": "aten::addmm",
+            "input_shapes": [[3072], [1024, 768], [768, 3072], [], []],
+            "count": 2,
+            "flops": 2 * 4_831_838_208,
+        }
+    ]
+    p = tmp_path / "x.profiler_flops.json.gz"
+    with gzip.open(p, "wt") as f:
+        json.dump({"format": "tracekit.profiler_flops", "version": 1, "rows": rows}, f)
+    r = classify(b.trace(), profiler_flops=p)
+    mm = r.ops.set_index("op_id").loc[ids["addmm_op"]]
+    assert mm["flops"] == 4_831_838_208 and mm["source"] == "profiler"
+    # our model of the same call (with the bias) agrees within 1/(2K)
+    assert abs(ADDMM_FLOPS / mm["flops"] - 1) < 1 / 768
+    assert any("profiler_flops" in n for n in r.notes)
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(TraceError, match=r"not a tracekit\.profiler_flops file"):
+        classify(b.trace(), profiler_flops=tmp_path / "bad.json")
+
+
+def test_cpu_only_trace_says_so() -> None:
+    b = Builder()
+    b.op("aten::mm", dims=[[4, 4], [4, 4]], types=["float", "float"])
+    r = classify(b.trace())
+    assert len(r.kernels) == 0 and len(r.steps) == 0
+    assert any("no GPU activity" in n for n in r.notes)

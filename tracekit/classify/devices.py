@@ -607,19 +607,20 @@ def pipe_for(
 ) -> str | None:
     """The precision pipe an operator of class ``cls`` and compute dtype ``dtype`` uses."""
     if cls in _MATMUL_CLASSES:
-        if kernel_name and (p := pipe_from_kernel_name(kernel_name)):
-            if p == "tensor_fp64" and "tensor_fp64" not in roof.peaks:
-                return "simt_fp64"
-            return p
+        named = pipe_from_kernel_name(kernel_name) if kernel_name else None
         if dtype in ("bf16", "fp16", "fp8"):
-            return f"tensor_{dtype}"
+            return f"tensor_{dtype}"  # the operator's dtype (cuDNN says "f16" for both)
         if dtype == "fp64":
             return "tensor_fp64" if "tensor_fp64" in roof.peaks else "simt_fp64"
         if dtype == "fp32":
+            if named in ("tensor_tf32", "simt_fp32"):  # the library's choice, when it says
+                return named
             if (roof.conv_tf32 if conv else roof.tf32) and "tensor_tf32" in roof.peaks:
                 return "tensor_tf32"
             return "tensor_fp32" if "tensor_fp32" in roof.peaks else "simt_fp32"
-        return None
+        if named == "tensor_fp64" and "tensor_fp64" not in roof.peaks:
+            return "simt_fp64"
+        return named
     return "simt_fp64" if dtype == "fp64" else "simt_fp32"
 
 

@@ -133,11 +133,11 @@ class Tensor:
 
 @dataclass(frozen=True)
 class TensorList:
-    shapes: tuple[Shape, ...]
+    shapes: tuple[Shape, ...] | None  # None: the profiler did not record them
 
     @property
-    def numel(self) -> int:
-        return sum(math.prod(s) for s in self.shapes)
+    def numel(self) -> int | None:
+        return None if self.shapes is None else sum(math.prod(s) for s in self.shapes)
 
 
 class Inputs:
@@ -165,6 +165,8 @@ class Inputs:
         if i >= len(self.dims) or i >= len(self.types) or self.types[i] != "TensorList":
             return None
         d = self.dims[i]
+        if d == []:  # long lists are recorded without their shapes
+            return TensorList(None)
         if not isinstance(d, list) or not all(
             isinstance(s, list) and all(isinstance(x, int) for x in s) for s in d
         ):
@@ -522,7 +524,9 @@ def _elementwise(
     out_shape = _broadcast([t.shape for t in ts])
     out_n = math.prod(out_shape)
     floats = [t for t in ts if t.dtype in FLOAT_BYTES]
-    main = max(floats, key=lambda t: t.itemsize) if floats else ts[0]
+    # type promotion: a 0-dim tensor (a scalar) does not widen a dimensioned one
+    dimmed = [t for t in floats if t.shape] or floats
+    main = max(dimmed, key=lambda t: t.itemsize) if dimmed else ts[0]
     size = out_dtype[1] if out_dtype else main.itemsize
     reads = sum(t.nbytes for t in ts)
     writes = out_n * size if writes_out else 0
@@ -530,6 +534,12 @@ def _elementwise(
 
 
 _BINARY = (
+    "bitwise_not",
+    "bitwise_and",
+    "bitwise_or",
+    "logical_not",
+    "logical_and",
+    "logical_or",
     "add",
     "sub",
     "rsub",
@@ -646,14 +656,6 @@ def _dropout(name: str, x: Inputs) -> Cost | None:
 @_register("aten::native_dropout_backward")
 def _dropout_bwd(name: str, x: Inputs) -> Cost | None:
     return _elementwise(x, PER_ELEMENT["native_dropout_backward"])
-
-
-@_register("aten::cat", "aten::stack")
-def _cat(name: str, x: Inputs) -> Cost | None:
-    tl = x.tensor_list(0)
-    if tl is None:
-        return None
-    return Cost(0.0, NAN, None, "tensor-list dtype not recorded: bytes unknown")
 
 
 # --- softmax ------------------------------------------------------------------------
@@ -1016,87 +1018,99 @@ def _lists(x: Inputs) -> list[TensorList]:
 
 
 _LIST_NOTE = "tensor-list dtype not recorded by the profiler: {b} B/element assumed"
+LIST_SIZES_UNKNOWN = "tensor-list sizes not recorded by the profiler"
+
+
+@dataclass(frozen=True)
+class ListOpts:
+    """Assumptions for tensor lists: element size, and element count where unrecorded."""
+
+    bytes: int = 4
+    numel: int | None = None  # per list, used only where the profiler dropped the shapes
+
+
+def _numel(tl: TensorList, opts: ListOpts) -> tuple[int | None, str]:
+    """Elements of a list (recorded, else assumed) and the note to add."""
+    if tl.numel is not None:
+        return tl.numel, ""
+    if opts.numel is not None:
+        return opts.numel, f"{LIST_SIZES_UNKNOWN}: {opts.numel:,} elements per list assumed"
+    return None, LIST_SIZES_UNKNOWN
+
+
+def _list_cost(flops: float, nbytes: float, opts: ListOpts, extra: str) -> Cost:
+    note = "; ".join(n for n in (_LIST_NOTE.format(b=opts.bytes), extra) if n)
+    return Cost(flops, nbytes, None, note)
 
 
 @_register("aten::_fused_adamw_", "aten::_fused_adam_", "aten::_fused_adamw", "aten::_fused_adam")
-def _fused_adam(name: str, x: Inputs, list_bytes: int = 4) -> Cost | None:
+def _fused_adam(name: str, x: Inputs, opts: ListOpts = ListOpts()) -> Cost | None:
     params, grads = x.tensor_list(0), x.tensor_list(1)
     if params is None:
         return None
-    p = params.numel
+    p, extra = _numel(params, opts)
+    if p is None:
+        return Cost(NAN, NAN, None, extra)
+    if grads is not None and grads.numel is not None and grads.numel != p:
+        return None
     amsgrad = bool(x.flag(11))
     key = "adamw" if "adamw" in name else "adam"
     reads = (4 + amsgrad) * p  # params, grads, exp_avg, exp_avg_sq (+ max_exp_avg_sq)
     writes = (3 + amsgrad) * p
-    if grads is not None and grads.numel != p:
-        return None
-    return Cost(
-        PER_ELEMENT[key] * p,
-        float((reads + writes) * list_bytes),
-        None,
-        _LIST_NOTE.format(b=list_bytes),
-    )
+    return _list_cost(PER_ELEMENT[key] * p, float((reads + writes) * opts.bytes), opts, extra)
 
 
 _FOREACH_FLOPS = {
-    "add": 1,
-    "sub": 1,
-    "mul": 1,
-    "div": 1,
-    "maximum": 1,
-    "minimum": 1,
-    "clamp_min": 1,
-    "clamp_max": 1,
-    "addcmul": 3,
-    "addcdiv": 3,
-    "lerp": 2,
-    "sqrt": 1,
-    "rsqrt": 1,
-    "exp": 1,
-    "log": 1,
-    "neg": 1,
-    "abs": 1,
-    "reciprocal": 1,
-    "sign": 1,
-    "sigmoid": 3,
-    "pow": 1,
-    "norm": 2,
-    "copy": 0,
-    "zero": 0,
-}
+    "add": 1, "sub": 1, "mul": 1, "div": 1, "maximum": 1, "minimum": 1, "clamp_min": 1,
+    "clamp_max": 1, "addcmul": 3, "addcdiv": 3, "lerp": 2, "sqrt": 1, "rsqrt": 1, "exp": 1,
+    "log": 1, "neg": 1, "abs": 1, "reciprocal": 1, "sign": 1, "sigmoid": 3, "pow": 1,
+    "norm": 2, "copy": 0, "zero": 0,
+}  # fmt: skip
 
 
-def _foreach(name: str, x: Inputs, list_bytes: int = 4) -> Cost | None:
+def _foreach(name: str, x: Inputs, opts: ListOpts = ListOpts()) -> Cost | None:
     op = name.split("_foreach_", 1)[1].rstrip("_")
     if op not in _FOREACH_FLOPS:
         return None
     lists = _lists(x)
     if not lists:
         return None
-    n = lists[0].numel
+    n, extra = _numel(lists[0], opts)
+    if n is None:
+        return Cost(NAN, NAN, None, extra)
+    sizes = [n if tl.numel is None else tl.numel for tl in lists]
     if op == "zero":
-        return Cost(0.0, float(n * list_bytes), None, _LIST_NOTE.format(b=list_bytes))
+        return _list_cost(0.0, float(n * opts.bytes), opts, extra)
     scalar_tensors = sum(t.nbytes for t in x.tensors())
-    reads = sum(tl.numel for tl in lists) * list_bytes + scalar_tensors
+    reads = sum(sizes) * opts.bytes + scalar_tensors
     if op == "copy":  # _foreach_copy_(self, src): read src, write self
-        reads -= lists[0].numel * list_bytes
-    writes = 0 if op == "norm" else n * list_bytes
-    return Cost(
-        _FOREACH_FLOPS[op] * float(n), float(reads + writes), None, _LIST_NOTE.format(b=list_bytes)
-    )
+        reads -= n * opts.bytes
+    writes = 0 if op == "norm" else n * opts.bytes
+    return _list_cost(_FOREACH_FLOPS[op] * float(n), float(reads + writes), opts, extra)
 
 
 @_register("aten::_amp_foreach_non_finite_check_and_unscale_")
-def _amp_unscale(name: str, x: Inputs, list_bytes: int = 4) -> Cost | None:
+def _amp_unscale(name: str, x: Inputs, opts: ListOpts = ListOpts()) -> Cost | None:
     tl = x.tensor_list(0)
     if tl is None:
         return None
-    return Cost(
-        2.0 * tl.numel, float(2 * tl.numel * list_bytes), None, _LIST_NOTE.format(b=list_bytes)
-    )
+    n, extra = _numel(tl, opts)
+    if n is None:
+        return Cost(NAN, NAN, None, extra)
+    return _list_cost(2.0 * n, float(2 * n * opts.bytes), opts, extra)
+
+
+@_register("aten::cat", "aten::stack")
+def _cat(name: str, x: Inputs, opts: ListOpts = ListOpts()) -> Cost | None:
+    tl = x.tensor_list(0)
+    if tl is None or tl.numel is None:
+        return None if tl is None else Cost(NAN, NAN, None, LIST_SIZES_UNKNOWN)
+    return _list_cost(0.0, float(2 * tl.numel * opts.bytes), opts, "")  # read all, write all
 
 
 _LIST_OPS = {
+    "aten::cat",
+    "aten::stack",
     "aten::_fused_adamw_",
     "aten::_fused_adam_",
     "aten::_fused_adamw",
@@ -1105,8 +1119,76 @@ _LIST_OPS = {
 }
 
 
+def is_list_op(name: str) -> bool:
+    return name in _LIST_OPS or name.startswith("aten::_foreach_")
+
+
+# --- torch.compile (Inductor) Triton kernels, recorded as an op named like the kernel ---
+
+_NO_FLOPS = {
+    "view", "_unsafe_view", "clone", "copy", "_to_copy", "t", "transpose", "permute", "expand",
+    "slice", "select", "squeeze", "unsqueeze", "cat", "split", "split_with_sizes", "embedding",
+    "arange", "full", "full_default", "lift_fresh", "convert_element_type", "index", "gather",
+    "as_strided", "detach", "alias", "stack", "constant_pad_nd", "zeros", "ones", "scalar_tensor",
+    "new_zeros", "new_ones", "new_empty", "empty", "empty_strided", "slice_scatter",
+    "select_scatter", "embedding_dense_backward", "fill", "zero", "bernoulli", "rand", "randn",
+    "masked_fill", "tril", "triu",
+}  # fmt: skip
+_TOKEN_FLOPS = {
+    "native_layer_norm": 8.0, "layer_norm": 8.0, "native_layer_norm_backward": 13.0,
+    "rms_norm": 4.0, "_fused_rms_norm": 4.0, "var_mean": 3.0, "_softmax": 5.0,
+    "_log_softmax": 5.0, "softmax": 5.0, "_softmax_backward_data": 4.0,
+    "_log_softmax_backward_data": 4.0, "prepare_softmax_online": 4.0, "gelu": 5.0,
+    "gelu_backward": 10.0, "silu": 4.0, "silu_backward": 8.0, "native_dropout": 2.0,
+}  # fmt: skip
+
+
+def _token_flops(tok: str) -> float:
+    if tok in _NO_FLOPS:
+        return 0.0
+    return _TOKEN_FLOPS.get(tok, PER_ELEMENT.get(tok.strip("_"), 1.0))
+
+
+def _triton(name: str, x: Inputs) -> Cost | None:
+    """An Inductor kernel: every tensor argument read or written once; FLOPs from the
+    per-element counts of its fused ops times its largest argument's elements (a
+    template GEMM ``triton_tem_*``: 2·M·N·K from its A, B and output)."""
+    from tracekit.classify.classes import fused_ops
+
+    ts = x.tensors()
+    if not ts:
+        return None
+    nbytes = float(sum(t.nbytes for t in ts))
+    floats = [t for t in ts if t.dtype in FLOAT_BYTES]
+    dtype = max(floats, key=lambda t: (t.numel, t.itemsize)).dtype if floats else None
+    if name.startswith("triton_tem_"):
+        mats = [t for t in ts if len(t.shape) >= 2]
+        for a in mats:
+            for b in mats:
+                if a is not b and a.shape[-1] == b.shape[-2] and a.shape[:-2] == b.shape[:-2]:
+                    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+                    if any(o.shape[-2:] == (m, n) for o in mats if o is not a and o is not b):
+                        batch = math.prod(a.shape[:-2])
+                        return Cost(
+                            2.0 * batch * m * n * k,
+                            nbytes,
+                            a.dtype,
+                            "Inductor GEMM template: 2·M·N·K, each argument once",
+                        )
+        return Cost(NAN, nbytes, dtype, "Inductor GEMM template: operands not recognised")
+    elements = max(t.numel for t in ts)
+    per = sum(_token_flops(tok) for tok in (fused_ops(name) or []))
+    return Cost(
+        per * elements,
+        nbytes,
+        dtype,
+        "Inductor kernel: fused ops' per-element FLOPs × largest argument; each "
+        "argument read or written once",
+    )
+
+
 def has_formula(name: str) -> bool:
-    return name in FORMULAS or name.startswith("aten::_foreach_")
+    return name in FORMULAS or name.startswith("aten::_foreach_") or name.startswith("triton_")
 
 
 @functools.lru_cache(maxsize=200_000)
@@ -1116,13 +1198,16 @@ def op_cost(
     types_json: str | None,
     concrete_json: str | None = None,
     list_bytes: int = 4,
+    list_numel: int | None = None,
 ) -> Cost | None:
     """Cost of one call of operator ``name`` from its recorded inputs.
 
     ``None``: tracekit has no model for this operator. A cost with NaN FLOPs and bytes:
     it has one, but the inputs it needs were not recorded (the note says which).
     ``list_bytes`` is the element size assumed for tensor lists (the profiler records
-    their shapes but not their dtype).
+    their shapes but not their dtype); ``list_numel`` the element count assumed for a
+    list whose shapes were not recorded (long lists lose them), else such a list is
+    unknown.
     """
     if not has_formula(name):
         return None
@@ -1138,10 +1223,13 @@ def op_cost(
         return Cost(NAN, NAN, None, "unreadable shape record")
     x = Inputs(dims, types, concrete if isinstance(concrete, list) else [])
     try:
-        if name.startswith("aten::_foreach_"):
-            cost = _foreach(name, x, list_bytes)
+        opts = ListOpts(list_bytes, list_numel)
+        if name.startswith("triton_"):
+            cost = _triton(name, x)
+        elif name.startswith("aten::_foreach_"):
+            cost = _foreach(name, x, opts)
         elif name in _LIST_OPS:
-            cost = FORMULAS[name](name, x, list_bytes)  # type: ignore[call-arg]
+            cost = FORMULAS[name](name, x, opts)  # type: ignore[call-arg]
         else:
             cost = FORMULAS[name](name, x)
     except (ArithmeticError, IndexError, KeyError, TypeError, ValueError):

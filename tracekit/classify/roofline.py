@@ -18,6 +18,7 @@ modelled numbers kernel by kernel, with the modelled ones kept alongside.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,13 +109,26 @@ def _require(df: pd.DataFrame, table: str, cols: tuple[str, ...]) -> None:
 
 
 def _cost_ops(
-    kernels: pd.DataFrame, ops: pd.DataFrame, kcls: np.ndarray, list_bytes: int
-) -> tuple[np.ndarray, pd.DataFrame]:
-    """Row position in ``ops`` of each kernel's cost operator (-1: none), and op costs."""
+    kernels: pd.DataFrame,
+    ops: pd.DataFrame,
+    kcls: np.ndarray,
+    list_bytes: int,
+    n_params: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
+    """Row position in ``ops`` of each kernel's cost operator and of its innermost
+    operator (-1: none), and the op costs.
+
+    Optimizer tensor lists whose shapes the profiler dropped get ``n_params`` elements
+    each when the op runs once per step inside ``Optimizer.step`` (one parameter group:
+    its lists hold every parameter, gradient or state).
+    """
     n = len(kernels)
     if ops is None or not len(ops) or "op_id" not in kernels:
-        return np.full(n, -1, dtype=np.int64), F.model_ops(
-            ops.iloc[:0] if ops is not None else pd.DataFrame({"name": []})
+        none = np.full(n, -1, dtype=np.int64)
+        return (
+            none,
+            none.copy(),
+            F.model_ops(ops.iloc[:0] if ops is not None else pd.DataFrame({"name": []})),
         )
     ctx = C.op_context(ops)
     pos = ctx.ids.get_indexer(pd.Index(kernels["op_id"].to_numpy(dtype=np.int64)))
@@ -129,6 +143,7 @@ def _cost_ops(
         if not len(cur):
             break
     cost = F.model_ops(ops, list_bytes=list_bytes, only=need)
+    _refine_lists(ops, cost, ctx, kernels, pos, n_params)
     finite = np.isfinite(cost["flops"].to_numpy()) | np.isfinite(cost["bytes"].to_numpy())
     anchor = np.full(n, -1, dtype=np.int64)
     cur = pos.copy()
@@ -143,7 +158,183 @@ def _cost_ops(
             ok &= ctx.own_cls[c] == kcls[idx]
         anchor[idx[ok]] = c[ok]
         cur = np.where(cur >= 0, ctx.ppos[np.maximum(cur, 0)], -1)
-    return anchor, cost
+    return anchor, pos, cost
+
+
+_ELEM_RE = re.compile(
+    r"OpaqueType<(\d+)u?>|(?:Functor|Metadata)\w*<(float|double|c10::BFloat16|c10::Half)\b"
+)
+_ELEM_BYTES = {"float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2}
+MTA_CHUNK = 65536  # elements per block of PyTorch's multi_tensor_apply (kChunkSize)
+_ONE_PER_GROUP = ("aten::_foreach_addcdiv_", "aten::_foreach_lerp_", "aten::_fused_adamw_",
+                  "aten::_fused_adam_")  # fmt: skip
+
+
+def _element_size(names: list[str]) -> int | None:
+    """Element size of copy/multi-tensor kernels from their template arguments, if unique."""
+    sizes = set()
+    for nm in names:
+        m = _ELEM_RE.search(nm)
+        if m:
+            sizes.add(int(m.group(1)) if m.group(1) else _ELEM_BYTES[m.group(2)])
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def _refine_lists(
+    ops: pd.DataFrame,
+    cost: pd.DataFrame,
+    ctx: C.OpContext,
+    kernels: pd.DataFrame,
+    kpos: np.ndarray,
+    n_params: int | None,
+) -> None:
+    """Tensor-list ops (optimizer steps, cat): the profiler records no dtype for lists and
+    drops the shapes of long ones. Take the element size from the ops' kernels' template
+    arguments (``OpaqueType<2u>``, ``BinaryOpListAlphaFunctor<float, …>``); give optimizer
+    lists without shapes the model's parameter count where that is what they hold: inside
+    ``Optimizer.step``, one parameter group (one addcdiv/lerp/fused-AdamW call per step),
+    and multi_tensor_apply kernels that ran enough 64 Ki-element blocks to cover it."""
+    notes = cost["cost_note"].astype(str)
+    cand = notes.str.contains("tensor-list").to_numpy()
+    if not cand.any():
+        return
+    names = kernels["name"].astype(str).to_numpy()
+    grid = (
+        kernels["grid_x"].fillna(0).to_numpy(dtype=float)
+        if "grid_x" in kernels
+        else np.zeros(len(kernels))
+    )
+    by_op: dict[int, list[str]] = {}
+    blocks = np.zeros(len(ops))
+    for kp, nm, gx in zip(kpos, names, grid, strict=True):
+        if kp >= 0 and cand[kp]:
+            by_op.setdefault(int(kp), []).append(nm)
+            blocks[kp] += gx
+    one_group = False
+    if n_params:
+        step = ops["step"] if "step" in ops else pd.Series(0, index=ops.index)
+        per_group = ops[ops["name"].isin(_ONE_PER_GROUP)]
+        counts = per_group.groupby([step[per_group.index], per_group["name"]]).size()
+        one_group = not len(counts) or int(counts.max()) == 1
+    for i, kn in by_op.items():
+        size = _element_size(kn)
+        numel = None
+        if (
+            n_params
+            and one_group
+            and notes.iloc[i].startswith(F.LIST_SIZES_UNKNOWN)
+            and str(ctx.anc_rule[i]).startswith("op:^Optimizer")
+            and blocks[i] * MTA_CHUNK >= 0.5 * n_params
+        ):
+            numel = n_params
+        if size is None and numel is None:
+            continue
+        r = ops.iloc[i]
+        c = F.op_cost(
+            str(r["name"]),
+            F._s(r.get("input_dims")),
+            F._s(r.get("input_types")),
+            F._s(r.get("concrete_inputs")),
+            size or 4,
+            numel,
+        )
+        if c is None or not math.isfinite(c.bytes):
+            continue
+        note = c.note
+        if size is not None:
+            note = note.replace(
+                f"tensor-list dtype not recorded by the profiler: {size} B/element assumed",
+                f"tensor-list element size {size} B from the kernel names",
+            )
+        if numel is not None:
+            note += " (the model's parameter count, from the manifest)"
+        j = cost.index[i]
+        cost.loc[j, ["flops_model", "flops", "bytes"]] = [c.flops, c.flops, c.bytes]
+        cost.loc[j, ["source", "cost_note"]] = ["modelled", note]
+
+
+def read_profiler_flops(path: str | Path) -> pd.DataFrame:
+    """The collector's ``*.profiler_flops.json.gz``: ``name``, ``input_dims`` (JSON, as the
+    trace writes it), ``flops`` per call."""
+    import gzip
+    import json
+
+    p = Path(path)
+    try:
+        with gzip.open(p, "rt") if p.name.endswith(".gz") else p.open() as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        raise TraceError(f"{p}: unreadable profiler FLOPs file ({e})") from None
+    rows = doc.get("rows") if isinstance(doc, dict) else None
+    if doc.get("format") != "tracekit.profiler_flops" or not isinstance(rows, list):
+        raise TraceError(f"{p}: not a tracekit.profiler_flops file")
+    out = [
+        {
+            "name": r["name"],
+            "input_dims": json.dumps(r["input_shapes"]),
+            "flops": float(r["flops"]) / max(1, int(r.get("count", 1))),
+        }
+        for r in rows
+        if isinstance(r, dict) and r.get("flops")
+    ]
+    return cast(pd.DataFrame, pd.DataFrame(out, columns=["name", "input_dims", "flops"]))
+
+
+def _run_profiler_flops(trace: TraceLike) -> pd.DataFrame | None:
+    run_dir = getattr(trace, "run_dir", None)
+    manifest = getattr(trace, "manifest", None) or {}
+    rel = (manifest.get("artifacts") or {}).get("profiler_flops")
+    if run_dir is None or not rel:
+        return None
+    p = Path(run_dir) / str(rel)
+    return read_profiler_flops(p) if p.is_file() else None
+
+
+def _with_profiler_flops(
+    ops: pd.DataFrame, table: pd.DataFrame | str | Path, notes: list[str]
+) -> pd.DataFrame:
+    """``ops`` with the profiler's per-call FLOPs filled in by (name, input shapes)."""
+    import json
+
+    t = read_profiler_flops(table) if isinstance(table, (str, Path)) else table
+    if not len(t):
+        return ops
+
+    def norm(s: Any) -> str | None:
+        try:
+            return json.dumps(json.loads(s)) if isinstance(s, str) else None
+        except ValueError:
+            return None
+
+    lookup = {
+        (n, norm(d)): f for n, d, f in zip(t["name"], t["input_dims"], t["flops"], strict=True)
+    }
+    keys = zip(ops["name"].astype(str), (norm(d) for d in ops["input_dims"]), strict=True)
+    found = np.array([lookup.get(k, math.nan) for k in keys], dtype=float)
+    have = (
+        pd.to_numeric(ops["flops"], errors="coerce").to_numpy(dtype=float)
+        if ("flops" in ops)
+        else np.full(len(ops), math.nan)
+    )
+    fill = ~np.isfinite(have) & np.isfinite(found)
+    if fill.any():
+        ops = ops.copy()
+        ops["flops"] = np.where(fill, found, have)
+        notes.append(
+            f"torch's own FLOP estimates (profiler_flops) used for {int(fill.sum())} "
+            "operators (GEMMs and convolutions)"
+        )
+    return ops
+
+
+def _n_params(manifest: Mapping[str, Any] | None) -> int | None:
+    for where in ((manifest or {}).get("model"), (manifest or {}).get("metrics"), manifest):
+        if isinstance(where, Mapping):
+            for k in ("n_params", "params", "num_params", "parameters"):
+                v = where.get(k)
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+                    return int(v)
+    return None
 
 
 def _take(df: pd.DataFrame, col: str, pos: np.ndarray, default: Any) -> np.ndarray:
@@ -326,13 +517,17 @@ def classify(
     counters: pd.DataFrame | str | Path | None = None,
     tf32: bool | None = None,
     counters_mode: str = "auto",
+    profiler_flops: pd.DataFrame | str | Path | None = None,
 ) -> Classification:
     """Classify every GPU activity and operator of ``trace`` against the device roofline.
 
     ``trace`` has the parsed tables (``kernels``, ``ops``, ``steps``) and ``meta``
     (tracekit.parse.load's Trace). ``manifest`` defaults to ``trace.manifest`` (run
     folders). ``counters``: an Nsight Compute ``--csv --page raw`` file, or its parsed
-    frame (:func:`tracekit.classify.counters.read_ncu_csv`).
+    frame (:func:`tracekit.classify.counters.read_ncu_csv`). ``profiler_flops``: torch's
+    own per-(operator, shapes) FLOP estimates (the collector's ``*.profiler_flops.json.gz``,
+    found through the manifest by default); they fill ``ops.flops`` where the trace has
+    none, and are preferred to the model.
     """
     kernels, ops = trace.kernels, trace.ops if trace.ops is not None else pd.DataFrame()
     steps_in = getattr(trace, "steps", None)
@@ -344,6 +539,8 @@ def classify(
         _require(ops, "ops", ("op_id", "name", "parent"))
     notes: list[str] = []
     n = len(kernels)
+    if not n:
+        notes.append("no GPU activity in the trace (a CPU-only run?): nothing to classify")
     dur = _col(kernels, "dur", 0, np.int64)
     kind = _col(kernels, "kind", "kernel").astype(str)
     names = _col(kernels, "name", "").astype(str)
@@ -375,9 +572,12 @@ def classify(
     if not len(ops):
         notes.append("no CPU operators in the trace: classes from kernel names only, no FLOPs")
 
-    # costs
+    # costs (torch's own FLOP estimates, kept beside the trace by the collector, where given)
+    prof_flops = profiler_flops if profiler_flops is not None else _run_profiler_flops(trace)
+    if prof_flops is not None and len(ops):
+        ops = _with_profiler_flops(ops, prof_flops, notes)
     list_bytes = 4
-    anchor, cost = _cost_ops(kernels, ops, kcls, list_bytes)
+    anchor, inner, cost = _cost_ops(kernels, ops, kcls, list_bytes, _n_params(manifest))
     is_copy = np.isin(kind, ("memcpy", "memset"))
     anchor[is_copy] = -1  # copies carry their own byte count, not a share of an op
     cflops = cost["flops"].to_numpy(dtype=float) if len(cost) else np.zeros(0)
@@ -387,6 +587,8 @@ def classify(
     src = _take(cost, "source", anchor, "none")
     src[~(np.isfinite(flops) | np.isfinite(nbytes))] = "none"
     cost_note = _take(cost, "cost_note", anchor, "")
+    why = _take(cost, "cost_note", inner, "")  # why a kernel without a cost operator has none
+    cost_note = np.where(anchor >= 0, cost_note, why).astype(object)
     cost_dtype = _take(cost, "dtype", anchor, None)
     cost_name = _take(ops, "name", anchor, None)
     cost_op_id = np.full(n, -1, dtype=np.int64)
@@ -412,7 +614,17 @@ def classify(
         notes.append("no shapes recorded (record_shapes=False): FLOPs unavailable")
     elif len(ops) and not np.isfinite(flops[~is_copy]).any() and (~is_copy).any():
         notes.append("no kernel could be given FLOPs from the recorded shapes")
-    if any("tensor-list dtype" in str(x) for x in cost_note):
+    if any(str(x).startswith(F.LIST_SIZES_UNKNOWN) for x in cost_note):
+        notes.append(
+            "the profiler dropped the shapes of long tensor lists (optimizer steps): their "
+            "FLOPs and bytes are unknown unless the manifest gives the parameter count"
+        )
+    if any(F.LIST_SIZES_UNKNOWN + ":" in str(x) for x in cost_note):
+        notes.append(
+            "optimizer tensor lists without recorded shapes were given the model's parameter "
+            "count (manifest) per list"
+        )
+    if any("B/element assumed" in str(x) for x in cost_note):
         notes.append(
             "the profiler does not record the dtype of tensor lists (optimizer "
             "states): fp32 (4 B/element) assumed for their bytes"
