@@ -252,3 +252,62 @@ def test_counters_table_has_the_documented_columns() -> None:
     c = read_ncu_csv(BASE)
     assert list(c.columns) == [col.name for col in TABLES["counters"]]
     assert isinstance(c, pd.DataFrame)
+
+
+def test_nested_tensor_metrics_are_not_counted_twice() -> None:
+    from tracekit.classify.counters import _tensor_columns
+
+    p = "sm__ops_path_tensor_"
+    names = [
+        f"{p}src_bf16_dst_fp32.sum",
+        f"{p}src_bf16_dst_fp32_sparsity_off.sum",
+        f"{p}op_hgmma_src_bf16_dst_fp32.sum",
+        f"{p}op_hmma_src_bf16_dst_fp32.sum",
+        f"{p}src_fp16.sum",
+        f"{p}src_fp16_dst_fp16.sum",
+        f"{p}src_fp16_dst_fp32.sum",
+        f"{p}src_fp16_bf16_tf32_dst_fp32.sum",
+        f"{p}src_tf32_dst_fp32.sum",
+        f"{p}src_fp64.sum",
+        "sm__inst_executed_pipe_tensor.sum",
+    ]
+    assert _tensor_columns(names) == [
+        f"{p}src_bf16_dst_fp32.sum",
+        f"{p}src_fp16.sum",
+        f"{p}src_tf32_dst_fp32.sum",
+        f"{p}src_fp64.sum",
+    ]
+    # per-instruction counters without their aggregate are disjoint: both are summed
+    ops = [
+        f"{p}op_hgmma_src_bf16_dst_fp32.sum",
+        f"{p}op_hmma_src_bf16_dst_fp32.sum",
+        f"{p}op_hgmma_src_bf16_dst_fp32_sparsity_off.sum",
+    ]
+    assert _tensor_columns(ops) == ops[:2]
+
+
+def test_once_per_launch_config_with_repeated_signatures_is_signature_mode() -> None:
+    lines = [ln for ln in BASE.read_text().splitlines() if not ln.startswith('"0"')]
+    gemm_row = next(ln for ln in lines if ln.startswith('"1"'))
+    dup = gemm_row.replace('"1"', '"4"', 1)  # same kernel, grid and block: another smem size
+    text = "\n".join([*lines, dup])
+    t = _trace(repeat_gemm=True)
+    joined, _, notes = join_counters(t.kernels, read_ncu_csv(text))
+    assert "signature" in notes[0]
+    assert set(joined["ncu_id"]) == {1, 2, 3}  # the first row of a signature is used
+
+
+def test_counters_found_in_the_run_folder_and_agreement(tmp_path: Path) -> None:
+    import shutil
+
+    t = _trace(steps=1)
+    shutil.copy(BASE, tmp_path / "counters.csv")
+    t.run_dir = tmp_path  # type: ignore[attr-defined]
+    t.manifest = {"artifacts": {"counters": "counters.csv"}}
+    r = classify(t)
+    assert (r.kernels["source"] == "measured").sum() == 3
+    a = r.agreement().set_index("class")
+    assert a.loc["gemm", "flops_measured"] == 4_834_983_936
+    assert a.loc["gemm", "flops_model"] == 2 * 1024 * 768 * 3072
+    assert a.loc["gemm", "flops_ratio"] == pytest.approx(4_834_983_936 / (2 * 1024 * 768 * 3072))
+    assert a.loc["layernorm", "kernels"] == 1

@@ -221,23 +221,70 @@ def _metric(cols: dict[str, np.ndarray], name: str, n: int) -> np.ndarray:
 
 
 _TENSOR_RE = re.compile(
-    r"^sm__ops_path_tensor_(?:op_\w+?_)?src_(\w+?)(?:_dst_\w+?)?"
-    r"(?:_sparsity_(?:on|off))?\.sum$"
+    r"^sm__ops_path_tensor_(?:op_(?P<op>\w+?)_)?src_(?P<src>\w+?)(?:_dst_(?P<dst>\w+?))?"
+    r"(?:_sparsity_(?P<sp>on|off))?\.sum$"
 )
 _SRC_PIPE = {
-    "fp8": "tensor_fp8",
-    "bf16": "tensor_bf16",
-    "fp16": "tensor_fp16",
-    "tf32": "tensor_tf32",
-    "fp64": "tensor_fp64",
-}
+    "fp8": "tensor_fp8", "e4m3": "tensor_fp8", "e5m2": "tensor_fp8", "bf16": "tensor_bf16",
+    "fp16": "tensor_fp16", "tf32": "tensor_tf32", "fp64": "tensor_fp64",
+}  # fmt: skip
+_TYPES = ("bf16", "fp16", "tf32", "fp64", "fp8", "fp6", "fp4", "e4m3", "e5m2", "int8", "int4",
+          "int1", "fp32")  # fmt: skip
+
+
+def _split_src(src: str) -> tuple[str, ...]:
+    parts, rest = [], src
+    while rest:
+        t = next((t for t in _TYPES if rest == t or rest.startswith(t + "_")), None)
+        if t is None:
+            return (src,)
+        parts.append(t)
+        rest = rest[len(t) + 1 :]
+    return tuple(parts)
 
 
 def _tensor_columns(names: Sequence[str]) -> list[str]:
-    """Tensor-op metrics, dropping those a broader metric in the list already counts."""
-    stems = [c[: -len(".sum")] for c in names if _TENSOR_RE.match(c)]
-    keep = [s for s in stems if not any(o != s and s.startswith(o + "_") for o in stems)]
-    return [s + ".sum" for s in keep]
+    """The tensor-op metrics to sum, without counting an operation twice.
+
+    Chips list nested counters: ``src_bf16_dst_fp32`` contains its ``_sparsity_off`` part
+    and the per-instruction ``op_hgmma_…``/``op_hmma_…`` parts; ``src_fp16`` contains
+    ``src_fp16_dst_fp16`` and ``…_dst_fp32``; ``src_fp16_bf16_tf32_dst_fp32`` aggregates
+    several sources. Keep the broadest of each family, sum disjoint ones.
+    """
+    ents = []
+    for c in names:
+        m = _TENSOR_RE.match(c)
+        if m:
+            ents.append((c, m["op"], _split_src(m["src"]), m["dst"], m["sp"]))
+
+    def covered(e: tuple[str, str | None, tuple[str, ...], str | None, str | None]) -> bool:
+        c, op, srcs, dst, sp = e
+        for o in ents:
+            if o[0] == c:
+                continue
+            _, op2, srcs2, dst2, sp2 = o
+            same_src = srcs2 == srcs or (len(srcs) == 1 and len(srcs2) == 1 and srcs == srcs2)
+            if not same_src:
+                continue
+            broader_dst = dst2 is None or dst2 == dst
+            broader_op = op2 is None or op2 == op
+            broader_sp = sp2 is None or sp2 == sp
+            if broader_dst and broader_op and broader_sp and (op2, dst2, sp2) != (op, dst, sp):
+                return True
+        return False
+
+    keep = [e for e in ents if not covered(e)]
+    singles = {e[2][0] for e in keep if len(e[2]) == 1}
+    keep = [e for e in keep if len(e[2]) == 1 or not (set(e[2]) & singles)]
+    return [e[0] for e in keep]
+
+
+def _tensor_pipe(metric: str) -> str | None:
+    m = _TENSOR_RE.match(metric)
+    if m is None:
+        return None
+    srcs = _split_src(m["src"])
+    return _SRC_PIPE.get(srcs[0]) if len(srcs) == 1 else None
 
 
 def read_ncu_csv(source: str | Path) -> pd.DataFrame:
@@ -293,8 +340,7 @@ def read_ncu_csv(source: str | Path) -> pd.DataFrame:
     for c in tensor_cols:
         v = _metric(metrics, c, n)
         tensor += v
-        m = _TENSOR_RE.match(c)
-        p = _SRC_PIPE.get(m.group(1)) if m else None
+        p = _tensor_pipe(c)
         better = v > best
         pipe[better] = p
         best = np.maximum(best, v)
@@ -399,9 +445,8 @@ def join_counters(
     if any(s >= 0 for s in step_ids):
         step_ids = [s for s in step_ids if s >= 0]
     per_step = np.median([int((steps == s).sum()) for s in step_ids]) if step_ids else 0
-    unique = len(set(csig)) == len(csig)
-    if mode == "auto":
-        mode = "signature" if unique and len(csig) < 0.9 * per_step else "launch-order"
+    if mode == "auto":  # profiled once per launch configuration: fewer rows than a step has
+        mode = "signature" if len(csig) < 0.9 * per_step else "launch-order"
     notes.append(f"counters: {len(counters)} profiled kernels joined in {mode} mode")
 
     vocab: dict[tuple[str, str, str], int] = {}
@@ -413,7 +458,7 @@ def join_counters(
     for s in step_ids:
         pos = np.flatnonzero(steps == s)
         ts = [vocab.setdefault(tsig[p], len(vocab)) for p in pos]
-        if mode == "signature":
+        if mode == "signature":  # the first profiled launch of each signature
             first: dict[int, int] = {}
             for ci, c in enumerate(cs):
                 first.setdefault(c, ci)

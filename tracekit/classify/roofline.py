@@ -62,6 +62,60 @@ class Classification:
     def device_frame(self) -> pd.DataFrame:
         return self.device.frame()
 
+    def agreement(self) -> pd.DataFrame:
+        """Modelled vs measured FLOPs and DRAM bytes per class, over the kernels that have
+        counters and a model (the analysed steps): ``kernels``, ``flops_model``,
+        ``flops_measured``, ``flops_ratio`` (measured / modelled), ``bytes_model``,
+        ``bytes_measured``, ``bytes_ratio``, ``l2_bytes``, ``extrapolated`` (kernels whose
+        counters came from another launch of the same signature)."""
+        k = self.kernels[_scope(self.kernels)]
+        k = k[(k["source"] == "measured") & np.isfinite(k["flops_model"])]
+        if not len(k):
+            return cast(
+                pd.DataFrame,
+                pd.DataFrame(
+                    columns=[
+                        "class",
+                        "kernels",
+                        "flops_model",
+                        "flops_measured",
+                        "flops_ratio",
+                        "bytes_model",
+                        "bytes_measured",
+                        "bytes_ratio",
+                        "l2_bytes",
+                        "extrapolated",
+                    ]
+                ),
+            )
+        g = k.groupby("class")
+        out = pd.DataFrame(
+            {
+                "kernels": g.size(),
+                "flops_model": g["flops_model"].sum(),
+                "flops_measured": g["flops"].sum(),
+                "bytes_model": g["bytes_model"].sum(),
+                "bytes_measured": g["bytes"].sum(),
+                "l2_bytes": g["l2_bytes"].sum(),
+                "extrapolated": g["extrapolated"].sum(),
+            }
+        )
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out["flops_ratio"] = out["flops_measured"] / out["flops_model"]
+            out["bytes_ratio"] = out["bytes_measured"] / out["bytes_model"]
+        cols = [
+            "kernels",
+            "flops_model",
+            "flops_measured",
+            "flops_ratio",
+            "bytes_model",
+            "bytes_measured",
+            "bytes_ratio",
+            "l2_bytes",
+            "extrapolated",
+        ]
+        return cast(pd.DataFrame, out[cols].reset_index())
+
     def summary(self) -> dict[str, Any]:
         """JSON-able summary: device, notes, per-class and per-step figures."""
         return {
@@ -280,14 +334,21 @@ def read_profiler_flops(path: str | Path) -> pd.DataFrame:
     return cast(pd.DataFrame, pd.DataFrame(out, columns=["name", "input_dims", "flops"]))
 
 
-def _run_profiler_flops(trace: TraceLike) -> pd.DataFrame | None:
+def _run_artifact(trace: TraceLike, key: str) -> Path | None:
+    """``manifest['artifacts'][key]`` of the trace's run folder, if that file exists."""
     run_dir = getattr(trace, "run_dir", None)
     manifest = getattr(trace, "manifest", None) or {}
-    rel = (manifest.get("artifacts") or {}).get("profiler_flops")
+    arts = manifest.get("artifacts") if isinstance(manifest, Mapping) else None
+    rel = arts.get(key) if isinstance(arts, Mapping) else None
     if run_dir is None or not rel:
         return None
     p = Path(run_dir) / str(rel)
-    return read_profiler_flops(p) if p.is_file() else None
+    return p if p.is_file() else None
+
+
+def _run_profiler_flops(trace: TraceLike) -> pd.DataFrame | None:
+    p = _run_artifact(trace, "profiler_flops")
+    return read_profiler_flops(p) if p is not None else None
 
 
 def _with_profiler_flops(
@@ -640,6 +701,8 @@ def classify(
     l2 = np.full(n, NAN)
     extrap = np.zeros(n, dtype=bool)
     counters_df = unmatched = None
+    if counters is None:
+        counters = _run_artifact(trace, "counters")
     if counters is not None:
         counters_df = K.read_ncu_csv(counters) if isinstance(counters, (str, Path)) else counters
         joined, unmatched, cnotes = K.join_counters(kernels, counters_df, mode=counters_mode)
