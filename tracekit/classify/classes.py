@@ -995,8 +995,8 @@ class OpContext:
 def op_context(ops: pd.DataFrame) -> OpContext:
     """Match every op name once and propagate the best ancestor match down the tree."""
     ids, ppos = _positions(ops)
-    names = ops["name"].astype(object).to_numpy()
-    uniq, inv = np.unique(names.astype(str), return_inverse=True)
+    inv, uniq_idx = pd.factorize(ops["name"].astype(str), sort=False)
+    uniq = [str(u) for u in uniq_idx]
     matches = [match_op(n) for n in uniq]
     own_cls = np.array([m.cls for m in matches], dtype=object)[inv]
     own_prio = np.array([m.priority for m in matches], dtype=np.int64)[inv]
@@ -1024,17 +1024,20 @@ def op_context(ops: pd.DataFrame) -> OpContext:
     return OpContext(ids, ppos, own_cls, own_prio, own_rule, anc_cls, anc_prio, anc_rule, autograd)
 
 
-def classify_kernels(kernels: pd.DataFrame, ops: pd.DataFrame | None) -> pd.DataFrame:
+def classify_kernels(
+    kernels: pd.DataFrame, ops: pd.DataFrame | None, ctx: OpContext | None = None
+) -> pd.DataFrame:
     """Class of every GPU activity, with the rule that decided it.
 
     Returns a frame aligned with ``kernels`` (same index) with columns ``class``,
     ``class_source`` ('kind' | 'op' | 'kernel' | 'ancestor' | 'none'), ``class_rule``,
     ``autograd_node`` and ``fused_ops`` (comma-separated Inductor op list, else null).
+    ``ctx``: :func:`op_context` of ``ops``, if already computed.
     """
     n = len(kernels)
-    names = kernels["name"].astype(str).to_numpy()
     kinds = kernels["kind"].astype(str).to_numpy() if "kind" in kernels else np.full(n, "kernel")
-    uniq, inv = np.unique(names, return_inverse=True)
+    inv, uniq_idx = pd.factorize(kernels["name"].astype(str), sort=False)
+    uniq = [str(u) for u in uniq_idx]
     km = [match_kernel(s) for s in uniq]
     k_cls = np.array([m.cls for m in km], dtype=object)[inv]
     k_prio = np.array([m.priority for m in km], dtype=np.int64)[inv]
@@ -1049,7 +1052,7 @@ def classify_kernels(kernels: pd.DataFrame, ops: pd.DataFrame | None) -> pd.Data
     a_cls, a_prio, a_rule = o_cls.copy(), o_prio.copy(), o_rule.copy()
     autograd = np.full(n, None, dtype=object)
     if ops is not None and len(ops) and "op_id" in kernels:
-        ctx = op_context(ops)
+        ctx = ctx if ctx is not None else op_context(ops)
         pos = ctx.ids.get_indexer(pd.Index(kernels["op_id"].to_numpy(dtype=np.int64)))
         ok = pos >= 0
         q = pos[ok]

@@ -604,10 +604,12 @@ def pipe_for(
     *,
     conv: bool = False,
     kernel_name: str | None = None,
+    named: str | None = None,
 ) -> str | None:
     """The precision pipe an operator of class ``cls`` and compute dtype ``dtype`` uses."""
     if cls in _MATMUL_CLASSES:
-        named = pipe_from_kernel_name(kernel_name) if kernel_name else None
+        if named is None and kernel_name:
+            named = pipe_from_kernel_name(kernel_name)
         if dtype in ("bf16", "fp16", "fp8"):
             return f"tensor_{dtype}"  # the operator's dtype (cuDNN says "f16" for both)
         if dtype == "fp64":

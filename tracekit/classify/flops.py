@@ -1255,24 +1255,19 @@ def model_ops(
     by = np.full(n, NAN)
     dt = np.full(n, None, dtype=object)
     note = np.full(n, "", dtype=object)
-    names = ops["name"].astype(object).to_numpy()
-    dims = ops["input_dims"].astype(object).to_numpy() if "input_dims" in ops else np.full(n, None)
-    types = (
-        ops["input_types"].astype(object).to_numpy() if "input_types" in ops else np.full(n, None)
-    )
-    conc = (
-        ops["concrete_inputs"].astype(object).to_numpy()
-        if "concrete_inputs" in ops
-        else np.full(n, None)
-    )
     rows = np.flatnonzero(only) if only is not None else np.arange(n)
-    rows = (
-        rows[np.array([has_formula(str(v)) for v in names[rows]], dtype=bool)]
-        if len(rows)
-        else rows
-    )
     if len(rows):
-        key = pd.DataFrame({"n": names[rows], "d": dims[rows], "t": types[rows], "c": conc[rows]})
+        codes_n, uniq_n = pd.factorize(ops["name"].iloc[rows].astype(str), sort=False)
+        modelled = np.array([has_formula(str(u)) for u in uniq_n], dtype=bool)
+        rows = rows[modelled[codes_n]]
+    if len(rows):
+        sub = ops.iloc[rows]
+        key = pd.DataFrame(
+            {
+                c: (sub[c].astype(object).to_numpy() if c in sub else np.full(len(rows), None))
+                for c in ("name", "input_dims", "input_types", "concrete_inputs")
+            }
+        )
         codes, uniq = pd.MultiIndex.from_frame(
             key.astype(object).where(key.notna(), "")
         ).factorize()

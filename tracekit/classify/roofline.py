@@ -30,7 +30,7 @@ import pandas as pd
 from tracekit.classify import classes as C
 from tracekit.classify import counters as K
 from tracekit.classify import flops as F
-from tracekit.classify.devices import Roofline, pipe_for, resolve_roofline
+from tracekit.classify.devices import Roofline, pipe_for, pipe_from_kernel_name, resolve_roofline
 from tracekit.classify.schema import TABLES
 from tracekit.errors import TraceError
 
@@ -168,6 +168,7 @@ def _cost_ops(
     kcls: np.ndarray,
     list_bytes: int,
     n_params: int | None = None,
+    ctx: C.OpContext | None = None,
 ) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
     """Row position in ``ops`` of each kernel's cost operator and of its innermost
     operator (-1: none), and the op costs.
@@ -184,7 +185,7 @@ def _cost_ops(
             none.copy(),
             F.model_ops(ops.iloc[:0] if ops is not None else pd.DataFrame({"name": []})),
         )
-    ctx = C.op_context(ops)
+    ctx = ctx if ctx is not None else C.op_context(ops)
     pos = ctx.ids.get_indexer(pd.Index(kernels["op_id"].to_numpy(dtype=np.int64)))
     pos = pos.astype(np.int64)
     # only the launching ops and a few ancestors need a cost
@@ -248,11 +249,13 @@ def _refine_lists(
     lists without shapes the model's parameter count where that is what they hold: inside
     ``Optimizer.step``, one parameter group (one addcdiv/lerp/fused-AdamW call per step),
     and multi_tensor_apply kernels that ran enough 64 Ki-element blocks to cover it."""
-    notes = cost["cost_note"].astype(str)
-    cand = notes.str.contains("tensor-list").to_numpy()
+    note_arr = cost["cost_note"].to_numpy(dtype=object)
+    cand = np.zeros(len(cost), dtype=bool)
+    has = np.flatnonzero(cost["has_model"].to_numpy(dtype=bool))
+    cand[has] = [("tensor-list" in str(x)) for x in note_arr[has]]
     if not cand.any():
         return
-    names = kernels["name"].astype(str).to_numpy()
+    names = kernels["name"].to_numpy(dtype=object)
     grid = (
         kernels["grid_x"].fillna(0).to_numpy(dtype=float)
         if "grid_x" in kernels
@@ -270,25 +273,32 @@ def _refine_lists(
         per_group = ops[ops["name"].isin(_ONE_PER_GROUP)]
         counts = per_group.groupby([step[per_group.index], per_group["name"]]).size()
         one_group = not len(counts) or int(counts.max()) == 1
+    upd_i: list[int] = []
+    upd: list[tuple[float, float, str]] = []
+    idx = np.array(sorted(by_op), dtype=np.int64)
+    sub = ops.iloc[idx]
+    rec = {
+        c: dict(zip(idx.tolist(), sub[c].astype(object).tolist(), strict=True)) if c in sub else {}
+        for c in ("name", "input_dims", "input_types", "concrete_inputs")
+    }
     for i, kn in by_op.items():
         size = _element_size(kn)
         numel = None
         if (
             n_params
             and one_group
-            and notes.iloc[i].startswith(F.LIST_SIZES_UNKNOWN)
+            and str(note_arr[i]).startswith(F.LIST_SIZES_UNKNOWN)
             and str(ctx.anc_rule[i]).startswith("op:^Optimizer")
             and blocks[i] * MTA_CHUNK >= 0.5 * n_params
         ):
             numel = n_params
         if size is None and numel is None:
             continue
-        r = ops.iloc[i]
         c = F.op_cost(
-            str(r["name"]),
-            F._s(r.get("input_dims")),
-            F._s(r.get("input_types")),
-            F._s(r.get("concrete_inputs")),
+            str(rec["name"][i]),
+            F._s(rec["input_dims"].get(i)),
+            F._s(rec["input_types"].get(i)),
+            F._s(rec["concrete_inputs"].get(i)),
             size or 4,
             numel,
         )
@@ -302,9 +312,22 @@ def _refine_lists(
             )
         if numel is not None:
             note += " (the model's parameter count, from the manifest)"
-        j = cost.index[i]
-        cost.loc[j, ["flops_model", "flops", "bytes"]] = [c.flops, c.flops, c.bytes]
-        cost.loc[j, ["source", "cost_note"]] = ["modelled", note]
+        upd_i.append(i)
+        upd.append((c.flops, c.bytes, note))
+    if upd_i:
+        rows = np.array(upd_i)
+        for col, vals in (
+            ("flops_model", [u[0] for u in upd]),
+            ("flops", [u[0] for u in upd]),
+            ("bytes", [u[1] for u in upd]),
+        ):
+            a = cost[col].to_numpy(dtype=float, copy=True)
+            a[rows] = vals
+            cost[col] = a
+        for col, ovals in (("source", ["modelled"] * len(upd)), ("cost_note", [u[2] for u in upd])):
+            o = cost[col].to_numpy(dtype=object, copy=True)
+            o[rows] = ovals
+            cost[col] = o
 
 
 def read_profiler_flops(path: str | Path) -> pd.DataFrame:
@@ -628,7 +651,8 @@ def classify(
         )
 
     # classes
-    cls_df = C.classify_kernels(kernels, ops if len(ops) else None)
+    ctx = C.op_context(ops) if len(ops) else None
+    cls_df = C.classify_kernels(kernels, ops if len(ops) else None, ctx)
     kcls = cls_df["class"].to_numpy(dtype=object)
     if not len(ops):
         notes.append("no CPU operators in the trace: classes from kernel names only, no FLOPs")
@@ -638,7 +662,7 @@ def classify(
     if prof_flops is not None and len(ops):
         ops = _with_profiler_flops(ops, prof_flops, notes)
     list_bytes = 4
-    anchor, inner, cost = _cost_ops(kernels, ops, kcls, list_bytes, _n_params(manifest))
+    anchor, inner, cost = _cost_ops(kernels, ops, kcls, list_bytes, _n_params(manifest), ctx)
     is_copy = np.isin(kind, ("memcpy", "memset"))
     anchor[is_copy] = -1  # copies carry their own byte count, not a share of an op
     cflops = cost["flops"].to_numpy(dtype=float) if len(cost) else np.zeros(0)
@@ -663,7 +687,8 @@ def classify(
         if ("bytes" in kernels)
         else np.full(n, NAN)
     )
-    dtod = np.char.find(names.astype(str), "DtoD") >= 0
+    dtod = np.zeros(n, dtype=bool)
+    dtod[kind == "memcpy"] = ["DtoD" in str(x) for x in names[kind == "memcpy"]]
     factor = np.where((kind == "memcpy") & dtod, 2.0, 1.0)
     flops[is_copy] = 0.0
     nbytes[is_copy] = copy_bytes[is_copy] * factor[is_copy]
@@ -803,23 +828,25 @@ def classify(
 def _pipes(
     kcls: np.ndarray, dtype: np.ndarray, cost_name: np.ndarray, names: np.ndarray, roof: Roofline
 ) -> np.ndarray:
-    """Pipe of every kernel, computed once per distinct (class, dtype, cost op, name)."""
+    """Pipe of every kernel, computed once per distinct (class, dtype, conv, named pipe)."""
     if not len(kcls):
         return np.zeros(0, dtype=object)
+    name_codes, uniq_names = pd.factorize(pd.Series(names, dtype=object), sort=False)
+    named = np.array([pipe_from_kernel_name(str(u)) for u in uniq_names], dtype=object)
+    conv_codes, uniq_ops = pd.factorize(pd.Series(cost_name, dtype=object), sort=False)
+    is_conv = np.array([bool(_CONV_RULE.regex.search(str(o))) for o in uniq_ops], dtype=bool)
+    conv = np.zeros(len(kcls), dtype=bool)
+    if len(is_conv):
+        conv = np.where(conv_codes >= 0, is_conv[np.maximum(conv_codes, 0)], False)
+    named_k = named[name_codes] if len(named) else np.full(len(kcls), None, dtype=object)
     key = pd.MultiIndex.from_arrays(
-        [pd.Series(a, dtype=object).fillna("") for a in (kcls, dtype, cost_name, names)]
+        [pd.Series(a, dtype=object).fillna("") for a in (kcls, dtype, conv, named_k)]
     )
     codes, uniq = key.factorize()
     vals = np.array(
         [
-            pipe_for(
-                str(c),
-                d or None,
-                roof,
-                kernel_name=str(nm),
-                conv=bool(o and _CONV_RULE.regex.search(str(o))),
-            )
-            for c, d, o, nm in uniq
+            pipe_for(str(c), d or None, roof, conv=bool(cv), named=nm or None)
+            for c, d, cv, nm in uniq
         ],
         dtype=object,
     )
@@ -952,18 +979,29 @@ def _steps(
 ) -> pd.DataFrame:
     cols = [c.name for c in TABLES["step_summary"]]
     scope = _scope(kr)
-    k = kr[scope]
-    step_ids = sorted(int(s) for s in k["step"].unique())
+    step_all = kr["step"].to_numpy()[scope]
+    order = np.argsort(step_all, kind="stable")
+    sel = np.flatnonzero(scope)[order]
+    steps_sorted = step_all[order]
+    cut = np.flatnonzero(np.diff(steps_sorted)) + 1
+    groups = np.split(np.arange(len(sel)), cut) if len(sel) else []
+    a_ts = kr["ts"].to_numpy(np.int64)[sel]
+    a_dur = kr["dur"].to_numpy(np.int64)[sel]
+    a_fl = kr["flops"].to_numpy(float)[sel]
+    a_by = kr["bytes"].to_numpy(float)[sel]
+    a_kind = kr["kind"].to_numpy(dtype=object)[sel] == "kernel"
+    a_bound = kr["bound"].to_numpy(dtype=object)[sel]
     st = (
         steps_in.set_index("step")
         if steps_in is not None and len(steps_in) and ("step" in steps_in)
         else None
     )
     rows = []
-    for s in step_ids:
-        m = k[k["step"] == s]
-        ts, end = m["ts"].to_numpy(np.int64), (m["ts"] + m["dur"]).to_numpy(np.int64)
-        span = int(end.max() - ts.min()) if len(m) else 0
+    for g in groups:
+        s = int(steps_sorted[g[0]])
+        ts, dur = a_ts[g], a_dur[g]
+        end = ts + dur
+        span = int(end.max() - ts.min()) if len(g) else 0
         busy = _union(ts, end)
         if st is not None and s in st.index:
             r = st.loc[s]
@@ -971,33 +1009,33 @@ def _steps(
                 span = int(r["gpu_dur"])
             if "gpu_busy" in st and pd.notna(r.get("gpu_busy")):
                 busy = int(r["gpu_busy"])
-        kt = float(m["dur"].sum())
-        fl, by = m["flops"].to_numpy(float), m["bytes"].to_numpy(float)
-        known_t = float(m["dur"][np.isfinite(fl)].sum())
-        f, b_ = float(np.nansum(fl)), float(np.nansum(by))
-        bound = m["bound"].to_numpy()
+        kt = float(dur.sum())
+        fl, by = a_fl[g], a_by[g]
+        is_k = a_kind[g]
+        k_t = float(dur[is_k].sum())
+        known_t = float(dur[is_k & np.isfinite(fl)].sum())
+        # FLOPs are only meaningful for kernels: unknown if no kernel has them
+        f = float(np.nansum(fl)) if known_t > 0 else NAN
+        b_ = float(np.nansum(by))
+        bound = a_bound[g]
         secs = span * 1e-9
         row = {
             "step": s,
             "gpu_span": span,
             "gpu_busy": busy,
             "kernel_time": int(kt),
-            "kernel_count": len(m),
+            "kernel_count": len(g),
             "flops": f,
             "bytes": b_,
-            "flops_coverage_pct": 100.0 * known_t / kt if kt else NAN,
+            "flops_coverage_pct": 100.0 * known_t / k_t if k_t else NAN,
             "intensity": f / b_ if b_ else NAN,
             "achieved_flops": f / secs if secs else NAN,
             "achieved_bw": b_ / secs if secs else NAN,
-            "memory_bound_time_pct": 100.0 * m["dur"][bound == "memory-bound"].sum() / kt
+            "memory_bound_time_pct": 100.0 * dur[bound == "memory-bound"].sum() / kt if kt else NAN,
+            "compute_bound_time_pct": 100.0 * dur[bound == "compute-bound"].sum() / kt
             if kt
             else NAN,
-            "compute_bound_time_pct": 100.0 * m["dur"][bound == "compute-bound"].sum() / kt
-            if kt
-            else NAN,
-            "unknown_bound_time_pct": 100.0 * m["dur"][bound == "unknown"].sum() / kt
-            if kt
-            else NAN,
+            "unknown_bound_time_pct": 100.0 * dur[bound == "unknown"].sum() / kt if kt else NAN,
             "gpu_idle_pct": 100.0 * (1.0 - busy / span) if span else NAN,
         }
         row["bw_util_pct"] = 100.0 * row["achieved_bw"] / roof.bandwidth if roof.bandwidth else NAN

@@ -156,7 +156,13 @@ STEP_SUMMARY: list[Column] = [
     Column("kernel_count", I64, "", "GPU activities launched in the step."),
     Column("flops", F64, "FLOP", "Summed known FLOPs."),
     Column("bytes", F64, "bytes", "Summed known bytes (kernel-derived traffic)."),
-    Column("flops_coverage_pct", F64, "%", "Share of kernel_time whose FLOPs are known."),
+    Column(
+        "flops_coverage_pct",
+        F64,
+        "%",
+        "Share of the kernels' time (memcpy/memset "
+        "excluded) whose FLOPs are known; flops is NaN when none are.",
+    ),
     Column("intensity", F64, "FLOP/byte", "flops / bytes."),
     Column("achieved_flops", F64, "FLOP/s", "flops / gpu_span."),
     Column("achieved_bw", F64, "B/s", "bytes / gpu_span."),
