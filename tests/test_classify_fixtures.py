@@ -113,6 +113,8 @@ def test_step_summary_and_analytic_traffic() -> None:
     s = r.steps.iloc[0]
     assert s["step"] == 2 and s["gpu_busy"] < s["gpu_span"]
     assert 0 < s["gpu_idle_pct"] < 100
+    idle = [n for n in r.notes if "GPU idle" in n]
+    assert s["launch_bound"] and idle and "profiler's own overhead" in idle[0]
     p = m["model"]["n_params"] * 4
     assert s["analytic_param_bytes"] == 2 * p and s["analytic_optim_bytes"] == 4 * p
     # the foreach AdamW passes over parameter-sized lists ~10 times, not 4: kernel-derived

@@ -411,6 +411,27 @@ def _with_profiler_flops(
     return ops
 
 
+def _profiler_overhead(manifest: Mapping[str, Any] | None) -> str:
+    """A clause for the launch-bound note when profiling itself slowed the step down."""
+    m = (manifest or {}).get("metrics") if isinstance(manifest, Mapping) else None
+    if not isinstance(m, Mapping):
+        return ""
+    prof = m.get("profiled_step_time_ms")
+    med = (
+        (m.get("step_time_ms") or {}).get("median")
+        if isinstance(m.get("step_time_ms"), Mapping)
+        else None
+    )
+    if not isinstance(prof, (int, float)) or not isinstance(med, (int, float)) or med <= 0:
+        return ""
+    if prof < 1.2 * med:
+        return ""
+    return (
+        f"; the profiled step took {prof:.1f} ms against {med:.1f} ms unprofiled, so part "
+        "of that idle time is the profiler's own overhead"
+    )
+
+
 def _n_params(manifest: Mapping[str, Any] | None) -> int | None:
     for where in ((manifest or {}).get("model"), (manifest or {}).get("metrics"), manifest):
         if isinstance(where, Mapping):
@@ -816,11 +837,12 @@ def classify(
     op_df = _op_roofline(kr, ops, roof)
     classes = _classes(kr[scope], _n_steps(kr[scope]))
     steps = _steps(kr, steps_in, roof, _analytic_from_manifest(manifest), notes)
+    overhead = _profiler_overhead(manifest)
     for r in steps.itertuples():
         if r.launch_bound:
             notes.append(
                 f"step {r.step}: GPU idle {r.gpu_idle_pct:.0f}% of its span — "
-                "launch/host-bound (the GPU waits for the CPU)"
+                "launch/host-bound (the GPU waits for the CPU)" + overhead
             )
     return Classification(kr, op_df, classes, steps, roof, notes, counters_df, unmatched)
 
