@@ -149,14 +149,16 @@ def describe(result: Classification, dest: Path) -> str:
     c = result.classes[result.classes["gpu_time"] > 0].sort_values("gpu_time", ascending=False)
     shares = ", ".join(f"{r['class']} {r['time_share_pct']:.1f}%" for _, r in c.iterrows())
     lines.append(f"GPU time by class: {shares or 'no GPU activity'}")
-    k = result.kernels
+    from tracekit.classify.roofline import _scope
+
+    k = result.kernels[_scope(result.kernels)] if len(result.kernels) else result.kernels
     if len(k):
         t = float(k["dur"].sum()) or 1.0
         mem = 100 * float(k.loc[k["bound"] == "memory-bound", "dur"].sum()) / t
         comp = 100 * float(k.loc[k["bound"] == "compute-bound", "dur"].sum()) / t
         lines.append(
             f"memory-bound {mem:.1f}% / compute-bound {comp:.1f}% / "
-            f"unknown {100 - mem - comp:.1f}% of GPU time"
+            f"unknown {100 - mem - comp:.1f}% of the analysed steps' GPU time"
         )
     lines += [f"note: {n}" for n in result.notes]
     lines.append(f"wrote {dest}")
