@@ -17,7 +17,8 @@ STAGES: dict[str, tuple[str, set[str]]] = {
     "tracekit/parse": ("tracekit.parse", set()),
     "tracekit/classify": ("tracekit.classify", {"tracekit.parse"}),
     "tracekit/xspace": ("tracekit.xspace", {"tracekit.parse"}),
-    "reports": ("tracekit.reports", {"tracekit.parse", "tracekit.classify"}),
+    "tracekit/sweep": ("tracekit.sweep", {"tracekit.parse", "tracekit.classify"}),
+    "reports": ("tracekit.reports", {"tracekit.parse", "tracekit.classify", "tracekit.sweep"}),
 }
 
 
@@ -53,7 +54,7 @@ def test_analysis_stages_never_load_torch() -> None:
     code = (
         "import sys, importlib\n"
         "for m in ['tracekit.parse', 'tracekit.classify', 'tracekit.xspace', 'tracekit.reports',"
-        " 'tracekit.cli']:\n"
+        " 'tracekit.sweep', 'tracekit.reports.sweep', 'tracekit.cli']:\n"
         "    try:\n"
         "        importlib.import_module(m)\n"
         "    except ModuleNotFoundError:\n"
