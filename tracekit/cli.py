@@ -232,6 +232,37 @@ def sweep(
     typer.echo(describe(table, outs))
 
 
+@app.command()
+def classify(
+    trace: Annotated[
+        Path, typer.Argument(help="Trace file, run folder, or a `tracekit parse` folder.")
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("-o", "--out", help="Output folder (default: TRACE.classify/, RUN/classify/)"),
+    ] = None,
+    peak_tflops: Annotated[
+        float | None,
+        typer.Option("--peak-tflops", help="Peak TFLOP/s where no measurement or spec gives one."),
+    ] = None,
+    bandwidth: Annotated[
+        float | None,
+        typer.Option("--bandwidth", help="Memory bandwidth (GB/s) where nothing else gives it."),
+    ] = None,
+    counters: Annotated[
+        Path | None,
+        typer.Option("--counters", help="Nsight Compute CSV (ncu --csv --page raw) to merge."),
+    ] = None,
+) -> None:
+    """Class every kernel and operator and place it on the device roofline."""
+    from tracekit.classify.output import classify_path
+
+    report = classify_path(
+        trace, out, peak_tflops=peak_tflops, bandwidth_gbs=bandwidth, counters=counters
+    )
+    typer.echo(report)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: one-line errors and exit codes, never a traceback for bad input."""
     try:

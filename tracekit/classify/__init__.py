@@ -1,0 +1,34 @@
+"""Roofline classification: every kernel and operator classed, costed and placed as
+memory- or compute-bound on the device roofline (by model and, with Nsight Compute
+counters, by measurement). Pure functions over the parsed tables; no torch import.
+"""
+
+from __future__ import annotations
+
+from tracekit.classify.classes import CLASSES, RULES, classify_kernel_name, classify_kernels
+from tracekit.classify.counters import join_counters, ncu_command, ncu_metrics, read_ncu_csv
+from tracekit.classify.devices import SPECS, Roofline, pipe_for, resolve_roofline
+from tracekit.classify.flops import Cost, op_cost
+from tracekit.classify.output import write_classification
+from tracekit.classify.roofline import Classification, analytic_traffic, classify
+
+__all__ = [
+    "CLASSES",
+    "RULES",
+    "SPECS",
+    "Classification",
+    "Cost",
+    "Roofline",
+    "analytic_traffic",
+    "classify",
+    "classify_kernel_name",
+    "classify_kernels",
+    "join_counters",
+    "ncu_command",
+    "ncu_metrics",
+    "op_cost",
+    "pipe_for",
+    "read_ncu_csv",
+    "resolve_roofline",
+    "write_classification",
+]

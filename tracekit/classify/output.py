@@ -1,0 +1,165 @@
+"""Writing a :class:`~tracekit.classify.roofline.Classification` to a folder, atomically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tracekit.classify.schema import ARROW
+from tracekit.io import atomic_dir, atomic_write_json
+
+if TYPE_CHECKING:
+    from tracekit.classify.roofline import Classification
+
+FILES = {
+    "op_roofline": "op_roofline.parquet",
+    "kernel_roofline": "kernel_roofline.parquet",
+    "classes": "classes.parquet",
+    "step_summary": "step_summary.parquet",
+    "device": "device.parquet",
+    "counters": "counters.parquet",
+}
+
+
+def to_arrow(df: pd.DataFrame, table: str) -> pa.Table:
+    """``df`` as an Arrow table with exactly the documented schema of ``table``."""
+    schema = ARROW[table]
+    arrays = []
+    for f in schema:
+        col = df[f.name] if f.name in df.columns else pd.Series([None] * len(df), dtype=object)
+        if pa.types.is_string(f.type):
+            vals = [
+                None if (v is None or (isinstance(v, float) and np.isnan(v))) else str(v)
+                for v in col.astype(object)
+            ]
+            arrays.append(pa.array(vals, type=f.type))
+        elif pa.types.is_floating(f.type):
+            arrays.append(
+                pa.array(
+                    pd.to_numeric(col, errors="coerce").to_numpy(dtype=float),
+                    type=f.type,
+                    from_pandas=True,
+                )
+            )
+        elif pa.types.is_boolean(f.type):
+            arrays.append(pa.array(col.fillna(False).to_numpy(dtype=bool), type=f.type))
+        else:
+            arrays.append(
+                pa.array(
+                    pd.to_numeric(col, errors="coerce").fillna(-1).to_numpy(dtype=np.int64),
+                    type=f.type,
+                )
+            )
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def write_classification(
+    result: Classification, out: Path, *, extra: dict[str, Any] | None = None
+) -> Path:
+    """Write the tables as Parquet plus ``classify.json`` (device, notes, classes, steps)."""
+    out = Path(out)
+    frames = {
+        "op_roofline": result.ops,
+        "kernel_roofline": result.kernels,
+        "classes": result.classes,
+        "step_summary": result.steps,
+        "device": result.device_frame(),
+    }
+    if result.counters is not None:
+        frames["counters"] = result.counters
+    with atomic_dir(out) as tmp:
+        for table, df in frames.items():
+            pq.write_table(to_arrow(df, table), tmp / FILES[table])
+        if result.unmatched is not None and len(result.unmatched):
+            result.unmatched.astype(str).to_parquet(tmp / "counters_unmatched.parquet")
+        summary = result.summary()
+        if extra:
+            summary.update(extra)
+        atomic_write_json(tmp / "classify.json", summary)
+    return out
+
+
+def default_out(path: Path) -> Path:
+    """``RUN/classify/`` for a folder, ``TRACE.classify/`` next to a trace file."""
+    path = Path(path)
+    if path.is_dir():
+        return path / "classify"
+    name = path.name
+    for suffix in (".gz", ".json"):
+        name = name.removesuffix(suffix)
+    return path.with_name(name + ".classify")
+
+
+def _run_counters(path: Path, manifest: dict[str, Any] | None) -> Path | None:
+    """The counters CSV of a run folder, if ``tracekit collect --counters`` wrote one."""
+    if not path.is_dir():
+        return None
+    arts = (manifest or {}).get("artifacts") or {}
+    cand = arts.get("counters") or arts.get("counters_csv") if isinstance(arts, dict) else None
+    for p in ([path / str(cand)] if cand else []) + [path / "counters.csv"]:
+        if p.is_file():
+            return p
+    return None
+
+
+def classify_path(
+    path: Path,
+    out: Path | None = None,
+    *,
+    peak_tflops: float | None = None,
+    bandwidth_gbs: float | None = None,
+    counters: Path | None = None,
+) -> str:
+    """Load a trace or run folder, classify it, write the tables; returns a short report."""
+    from tracekit.classify.roofline import classify
+    from tracekit.errors import UsageError
+    from tracekit.parse import load
+
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"no such trace file or folder: {path}")
+    if counters is not None and not Path(counters).is_file():
+        raise UsageError(f"no such counters file: {counters}")
+    trace = load(str(path))
+    manifest = getattr(trace, "manifest", None)
+    counters = counters or _run_counters(path, manifest)
+    result = classify(
+        trace,
+        manifest=manifest,
+        peak_tflops=peak_tflops,
+        bandwidth_gbs=bandwidth_gbs,
+        counters=counters,
+    )
+    dest = write_classification(result, out or default_out(path))
+    return describe(result, dest)
+
+
+def describe(result: Classification, dest: Path) -> str:
+    """A few lines for the terminal: device, class shares, bound shares, notes."""
+    dev = result.device
+    lines = [
+        f"device: {dev.device_name or 'unknown'}"
+        + (f" (spec {dev.spec_key})" if dev.spec_key else "")
+    ]
+    c = result.classes[result.classes["gpu_time"] > 0].sort_values("gpu_time", ascending=False)
+    shares = ", ".join(f"{r['class']} {r['time_share_pct']:.1f}%" for _, r in c.iterrows())
+    lines.append(f"GPU time by class: {shares or 'no GPU activity'}")
+    from tracekit.classify.roofline import _scope
+
+    k = result.kernels[_scope(result.kernels)] if len(result.kernels) else result.kernels
+    if len(k):
+        t = float(k["dur"].sum()) or 1.0
+        mem = 100 * float(k.loc[k["bound"] == "memory-bound", "dur"].sum()) / t
+        comp = 100 * float(k.loc[k["bound"] == "compute-bound", "dur"].sum()) / t
+        lines.append(
+            f"memory-bound {mem:.1f}% / compute-bound {comp:.1f}% / "
+            f"unknown {100 - mem - comp:.1f}% of the analysed steps' GPU time"
+        )
+    lines += [f"note: {n}" for n in result.notes]
+    lines.append(f"wrote {dest}")
+    return "\n".join(lines)

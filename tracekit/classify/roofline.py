@@ -1,0 +1,1084 @@
+"""``classify``: every kernel and operator classed, costed and placed on the device roofline.
+
+Kernel FLOPs and bytes
+----------------------
+FLOPs and bytes are modelled per *operator* (:mod:`tracekit.classify.flops`). A kernel
+carries a share of the cost of its **cost operator**: the innermost operator that
+launched it if that operator has a model, else the nearest ancestor of the same class
+that has one. Where an operator launches several kernels (a GEMM and its split-K
+reduction, a cuDNN convolution and its layout transforms) its totals are **split over
+its kernels in proportion to their durations**, so the kernels' shares sum to the
+operator's total and every kernel of an operator has the operator's intensity. (The
+alternative — attributing everything to the longest kernel — would give the helper
+kernels zero bytes and an undefined intensity.) memcpy/memset records carry their own
+byte count (device-to-device copies count read + write). Measured counters replace the
+modelled numbers kernel by kernel, with the modelled ones kept alongside.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+import numpy as np
+import pandas as pd
+
+from tracekit.classify import classes as C
+from tracekit.classify import counters as K
+from tracekit.classify import flops as F
+from tracekit.classify.devices import Roofline, pipe_for, pipe_from_kernel_name, resolve_roofline
+from tracekit.classify.schema import TABLES
+from tracekit.errors import TraceError
+
+NAN = math.nan
+MAX_COST_HOPS = 6  # how far up the operator tree a kernel looks for its cost operator
+_CONV_RULE = next(r for r in C.RULES if r.target == "op" and "convolution" in r.pattern)
+
+
+class TraceLike(Protocol):
+    kernels: pd.DataFrame
+    ops: pd.DataFrame
+    steps: pd.DataFrame
+    meta: dict[str, Any]
+
+
+@dataclass
+class Classification:
+    """The roofline tables of one trace (columns: :mod:`tracekit.classify.schema`)."""
+
+    kernels: pd.DataFrame
+    ops: pd.DataFrame
+    classes: pd.DataFrame
+    steps: pd.DataFrame
+    device: Roofline
+    notes: list[str] = field(default_factory=list)
+    counters: pd.DataFrame | None = None
+    unmatched: pd.DataFrame | None = None
+
+    def device_frame(self) -> pd.DataFrame:
+        return self.device.frame()
+
+    def agreement(self) -> pd.DataFrame:
+        """Modelled vs measured FLOPs and DRAM bytes per class, over the kernels that have
+        counters and a model (the analysed steps): ``kernels``, ``flops_model``,
+        ``flops_measured``, ``flops_ratio`` (measured / modelled), ``bytes_model``,
+        ``bytes_measured``, ``bytes_ratio``, ``l2_bytes``, ``extrapolated`` (kernels whose
+        counters came from another launch of the same signature)."""
+        k = self.kernels[_scope(self.kernels)]
+        k = k[(k["source"] == "measured") & np.isfinite(k["flops_model"])]
+        if not len(k):
+            return cast(
+                pd.DataFrame,
+                pd.DataFrame(
+                    columns=[
+                        "class",
+                        "kernels",
+                        "flops_model",
+                        "flops_measured",
+                        "flops_ratio",
+                        "bytes_model",
+                        "bytes_measured",
+                        "bytes_ratio",
+                        "l2_bytes",
+                        "extrapolated",
+                    ]
+                ),
+            )
+        g = k.groupby("class")
+        out = pd.DataFrame(
+            {
+                "kernels": g.size(),
+                "flops_model": g["flops_model"].sum(),
+                "flops_measured": g["flops"].sum(),
+                "bytes_model": g["bytes_model"].sum(),
+                "bytes_measured": g["bytes"].sum(),
+                "l2_bytes": g["l2_bytes"].sum(),
+                "extrapolated": g["extrapolated"].sum(),
+            }
+        )
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out["flops_ratio"] = out["flops_measured"] / out["flops_model"]
+            out["bytes_ratio"] = out["bytes_measured"] / out["bytes_model"]
+        cols = [
+            "kernels",
+            "flops_model",
+            "flops_measured",
+            "flops_ratio",
+            "bytes_model",
+            "bytes_measured",
+            "bytes_ratio",
+            "l2_bytes",
+            "extrapolated",
+        ]
+        return cast(pd.DataFrame, out[cols].reset_index())
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-able summary: device, notes, per-class and per-step figures."""
+        return {
+            "device": self.device.to_dict(),
+            "notes": list(self.notes),
+            "classes": _records(self.classes),
+            "steps": _records(self.steps),
+            "sources": self.kernels["source"].value_counts().to_dict() if len(self.kernels) else {},
+        }
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    out = []
+    for rec in df.to_dict(orient="records"):
+        out.append(
+            {
+                str(k): (
+                    None
+                    if isinstance(v, float) and not math.isfinite(v)
+                    else (v.item() if hasattr(v, "item") else v)
+                )
+                for k, v in rec.items()
+            }
+        )
+    return out
+
+
+def _col(df: pd.DataFrame, name: str, default: Any, dtype: Any = None) -> np.ndarray:
+    if name in df.columns:
+        s = df[name]
+        if dtype is not None:
+            s = s.fillna(default) if default is not None else s
+            return s.to_numpy(dtype=dtype)
+        return s.astype(object).to_numpy()
+    return np.full(len(df), default, dtype=dtype if dtype is not None else object)
+
+
+def _require(df: pd.DataFrame, table: str, cols: tuple[str, ...]) -> None:
+    missing = [c for c in cols if c not in df.columns]
+    if missing:
+        raise TraceError(f"the {table} table lacks column(s) {', '.join(missing)}")
+
+
+# --- cost attribution --------------------------------------------------------------
+
+
+def _cost_ops(
+    kernels: pd.DataFrame,
+    ops: pd.DataFrame,
+    kcls: np.ndarray,
+    list_bytes: int,
+    n_params: int | None = None,
+    ctx: C.OpContext | None = None,
+) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
+    """Row position in ``ops`` of each kernel's cost operator and of its innermost
+    operator (-1: none), and the op costs.
+
+    Optimizer tensor lists whose shapes the profiler dropped get ``n_params`` elements
+    each when the op runs once per step inside ``Optimizer.step`` (one parameter group:
+    its lists hold every parameter, gradient or state).
+    """
+    n = len(kernels)
+    if ops is None or not len(ops) or "op_id" not in kernels:
+        none = np.full(n, -1, dtype=np.int64)
+        return (
+            none,
+            none.copy(),
+            F.model_ops(ops.iloc[:0] if ops is not None else pd.DataFrame({"name": []})),
+        )
+    ctx = ctx if ctx is not None else C.op_context(ops)
+    pos = ctx.ids.get_indexer(pd.Index(kernels["op_id"].to_numpy(dtype=np.int64)))
+    pos = pos.astype(np.int64)
+    # only the launching ops and a few ancestors need a cost
+    need = np.zeros(len(ops), dtype=bool)
+    cur = np.unique(pos[pos >= 0])
+    for _ in range(MAX_COST_HOPS + 1):
+        need[cur] = True
+        cur = ctx.ppos[cur]
+        cur = np.unique(cur[cur >= 0])
+        if not len(cur):
+            break
+    cost = F.model_ops(ops, list_bytes=list_bytes, only=need)
+    _refine_lists(ops, cost, ctx, kernels, pos, n_params)
+    finite = np.isfinite(cost["flops"].to_numpy()) | np.isfinite(cost["bytes"].to_numpy())
+    anchor = np.full(n, -1, dtype=np.int64)
+    cur = pos.copy()
+    for level in range(MAX_COST_HOPS + 1):
+        valid = (cur >= 0) & (anchor < 0)
+        if not valid.any():
+            break
+        idx = np.flatnonzero(valid)
+        c = cur[idx]
+        ok = finite[c]
+        if level > 0:  # an ancestor carries the cost only if it is of the kernel's class
+            ok &= ctx.own_cls[c] == kcls[idx]
+        anchor[idx[ok]] = c[ok]
+        cur = np.where(cur >= 0, ctx.ppos[np.maximum(cur, 0)], -1)
+    return anchor, pos, cost
+
+
+_ELEM_RE = re.compile(
+    r"OpaqueType<(\d+)u?>|(?:Functor|Metadata)\w*<(float|double|c10::BFloat16|c10::Half)\b"
+)
+_ELEM_BYTES = {"float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2}
+MTA_CHUNK = 65536  # elements per block of PyTorch's multi_tensor_apply (kChunkSize)
+_ONE_PER_GROUP = ("aten::_foreach_addcdiv_", "aten::_foreach_lerp_", "aten::_fused_adamw_",
+                  "aten::_fused_adam_")  # fmt: skip
+
+
+def _element_size(names: list[str]) -> int | None:
+    """Element size of copy/multi-tensor kernels from their template arguments, if unique."""
+    sizes = set()
+    for nm in names:
+        m = _ELEM_RE.search(nm)
+        if m:
+            sizes.add(int(m.group(1)) if m.group(1) else _ELEM_BYTES[m.group(2)])
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def _refine_lists(
+    ops: pd.DataFrame,
+    cost: pd.DataFrame,
+    ctx: C.OpContext,
+    kernels: pd.DataFrame,
+    kpos: np.ndarray,
+    n_params: int | None,
+) -> None:
+    """Tensor-list ops (optimizer steps, cat): the profiler records no dtype for lists and
+    drops the shapes of long ones. Take the element size from the ops' kernels' template
+    arguments (``OpaqueType<2u>``, ``BinaryOpListAlphaFunctor<float, …>``); give optimizer
+    lists without shapes the model's parameter count where that is what they hold: inside
+    ``Optimizer.step``, one parameter group (one addcdiv/lerp/fused-AdamW call per step),
+    and multi_tensor_apply kernels that ran enough 64 Ki-element blocks to cover it."""
+    note_arr = cost["cost_note"].to_numpy(dtype=object)
+    cand = np.zeros(len(cost), dtype=bool)
+    has = np.flatnonzero(cost["has_model"].to_numpy(dtype=bool))
+    cand[has] = [("tensor-list" in str(x)) for x in note_arr[has]]
+    if not cand.any():
+        return
+    names = kernels["name"].to_numpy(dtype=object)
+    grid = (
+        kernels["grid_x"].fillna(0).to_numpy(dtype=float)
+        if "grid_x" in kernels
+        else np.zeros(len(kernels))
+    )
+    by_op: dict[int, list[str]] = {}
+    blocks = np.zeros(len(ops))
+    for kp, nm, gx in zip(kpos, names, grid, strict=True):
+        if kp >= 0 and cand[kp]:
+            by_op.setdefault(int(kp), []).append(nm)
+            blocks[kp] += gx
+    one_group = False
+    if n_params:
+        step = ops["step"] if "step" in ops else pd.Series(0, index=ops.index)
+        per_group = ops[ops["name"].isin(_ONE_PER_GROUP)]
+        counts = per_group.groupby([step[per_group.index], per_group["name"]]).size()
+        one_group = not len(counts) or int(counts.max()) == 1
+    upd_i: list[int] = []
+    upd: list[tuple[float, float, str]] = []
+    idx = np.array(sorted(by_op), dtype=np.int64)
+    sub = ops.iloc[idx]
+    rec = {
+        c: dict(zip(idx.tolist(), sub[c].astype(object).tolist(), strict=True)) if c in sub else {}
+        for c in ("name", "input_dims", "input_types", "concrete_inputs")
+    }
+    for i, kn in by_op.items():
+        size = _element_size(kn)
+        numel = None
+        if (
+            n_params
+            and one_group
+            and str(note_arr[i]).startswith(F.LIST_SIZES_UNKNOWN)
+            and str(ctx.anc_rule[i]).startswith("op:^Optimizer")
+            and blocks[i] * MTA_CHUNK >= 0.5 * n_params
+        ):
+            numel = n_params
+        if size is None and numel is None:
+            continue
+        c = F.op_cost(
+            str(rec["name"][i]),
+            F._s(rec["input_dims"].get(i)),
+            F._s(rec["input_types"].get(i)),
+            F._s(rec["concrete_inputs"].get(i)),
+            size or 4,
+            numel,
+        )
+        if c is None or not math.isfinite(c.bytes):
+            continue
+        note = c.note
+        if size is not None:
+            note = note.replace(
+                f"tensor-list dtype not recorded by the profiler: {size} B/element assumed",
+                f"tensor-list element size {size} B from the kernel names",
+            )
+        if numel is not None:
+            note += " (the model's parameter count, from the manifest)"
+        upd_i.append(i)
+        upd.append((c.flops, c.bytes, note))
+    if upd_i:
+        rows = np.array(upd_i)
+        for col, vals in (
+            ("flops_model", [u[0] for u in upd]),
+            ("flops", [u[0] for u in upd]),
+            ("bytes", [u[1] for u in upd]),
+        ):
+            a = cost[col].to_numpy(dtype=float, copy=True)
+            a[rows] = vals
+            cost[col] = a
+        for col, ovals in (("source", ["modelled"] * len(upd)), ("cost_note", [u[2] for u in upd])):
+            o = cost[col].to_numpy(dtype=object, copy=True)
+            o[rows] = ovals
+            cost[col] = o
+
+
+def read_profiler_flops(path: str | Path) -> pd.DataFrame:
+    """The collector's ``*.profiler_flops.json.gz``: ``name``, ``input_dims`` (JSON, as the
+    trace writes it), ``flops`` per call."""
+    import gzip
+    import json
+
+    p = Path(path)
+    try:
+        with gzip.open(p, "rt") if p.name.endswith(".gz") else p.open() as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        raise TraceError(f"{p}: unreadable profiler FLOPs file ({e})") from None
+    rows = doc.get("rows") if isinstance(doc, dict) else None
+    if doc.get("format") != "tracekit.profiler_flops" or not isinstance(rows, list):
+        raise TraceError(f"{p}: not a tracekit.profiler_flops file")
+    out = [
+        {
+            "name": r["name"],
+            "input_dims": json.dumps(r["input_shapes"]),
+            "flops": float(r["flops"]) / max(1, int(r.get("count", 1))),
+        }
+        for r in rows
+        if isinstance(r, dict) and r.get("flops")
+    ]
+    return cast(pd.DataFrame, pd.DataFrame(out, columns=["name", "input_dims", "flops"]))
+
+
+def _run_artifact(trace: TraceLike, key: str) -> Path | None:
+    """``manifest['artifacts'][key]`` of the trace's run folder, if that file exists."""
+    run_dir = getattr(trace, "run_dir", None)
+    manifest = getattr(trace, "manifest", None) or {}
+    arts = manifest.get("artifacts") if isinstance(manifest, Mapping) else None
+    rel = arts.get(key) if isinstance(arts, Mapping) else None
+    if run_dir is None or not rel:
+        return None
+    p = Path(run_dir) / str(rel)
+    return p if p.is_file() else None
+
+
+def _run_profiler_flops(trace: TraceLike) -> pd.DataFrame | None:
+    p = _run_artifact(trace, "profiler_flops")
+    return read_profiler_flops(p) if p is not None else None
+
+
+def _with_profiler_flops(
+    ops: pd.DataFrame, table: pd.DataFrame | str | Path, notes: list[str]
+) -> pd.DataFrame:
+    """``ops`` with the profiler's per-call FLOPs filled in by (name, input shapes)."""
+    import json
+
+    t = read_profiler_flops(table) if isinstance(table, (str, Path)) else table
+    if not len(t):
+        return ops
+
+    def norm(s: Any) -> str | None:
+        try:
+            return json.dumps(json.loads(s)) if isinstance(s, str) else None
+        except ValueError:
+            return None
+
+    lookup = {
+        (n, norm(d)): f for n, d, f in zip(t["name"], t["input_dims"], t["flops"], strict=True)
+    }
+    keys = zip(ops["name"].astype(str), (norm(d) for d in ops["input_dims"]), strict=True)
+    found = np.array([lookup.get(k, math.nan) for k in keys], dtype=float)
+    have = (
+        pd.to_numeric(ops["flops"], errors="coerce").to_numpy(dtype=float)
+        if ("flops" in ops)
+        else np.full(len(ops), math.nan)
+    )
+    fill = ~np.isfinite(have) & np.isfinite(found)
+    if fill.any():
+        ops = ops.copy()
+        ops["flops"] = np.where(fill, found, have)
+        notes.append(
+            f"torch's own FLOP estimates (profiler_flops) used for {int(fill.sum())} "
+            "operators (GEMMs and convolutions)"
+        )
+    return ops
+
+
+def _profiler_overhead(manifest: Mapping[str, Any] | None) -> str:
+    """A clause for the launch-bound note when profiling itself slowed the step down."""
+    m = (manifest or {}).get("metrics") if isinstance(manifest, Mapping) else None
+    if not isinstance(m, Mapping):
+        return ""
+    prof = m.get("profiled_step_time_ms")
+    med = (
+        (m.get("step_time_ms") or {}).get("median")
+        if isinstance(m.get("step_time_ms"), Mapping)
+        else None
+    )
+    if not isinstance(prof, (int, float)) or not isinstance(med, (int, float)) or med <= 0:
+        return ""
+    if prof < 1.2 * med:
+        return ""
+    return (
+        f"; the profiled step took {prof:.1f} ms against {med:.1f} ms unprofiled, so part "
+        "of that idle time is the profiler's own overhead"
+    )
+
+
+def _n_params(manifest: Mapping[str, Any] | None) -> int | None:
+    for where in ((manifest or {}).get("model"), (manifest or {}).get("metrics"), manifest):
+        if isinstance(where, Mapping):
+            for k in ("n_params", "params", "num_params", "parameters"):
+                v = where.get(k)
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+                    return int(v)
+    return None
+
+
+def _take(df: pd.DataFrame, col: str, pos: np.ndarray, default: Any) -> np.ndarray:
+    """``df[col]`` at row positions ``pos`` (``default`` where ``pos`` < 0), as objects."""
+    out = np.full(len(pos), default, dtype=object)
+    if len(df) and col in df.columns:
+        has = pos >= 0
+        out[has] = df[col].to_numpy(dtype=object)[pos[has]]
+    return out
+
+
+def _split(anchor: np.ndarray, dur: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """Each kernel's share of its cost operator's total, by duration."""
+    out = np.full(len(anchor), NAN)
+    has = anchor >= 0
+    if not has.any():
+        return out
+    a = anchor[has]
+    d = dur[has].astype(float)
+    codes, _ = pd.factorize(a)
+    dsum = np.bincount(codes, weights=d)
+    cnt = np.bincount(codes).astype(float)
+    share = np.where(
+        dsum[codes] > 0, d / np.where(dsum[codes] > 0, dsum[codes], 1.0), 1.0 / cnt[codes]
+    )
+    out[has] = total[a] * share
+    return out
+
+
+# --- bounds ---------------------------------------------------------------------------
+
+
+def _bounds(
+    flops: np.ndarray,
+    nbytes: np.ndarray,
+    dur: np.ndarray,
+    peak: np.ndarray,
+    bw: float | None,
+    l2_bytes: np.ndarray | None = None,
+    l2_bw: float | None = None,
+) -> dict[str, np.ndarray]:
+    n = len(flops)
+    bwv = bw if bw else NAN
+    with np.errstate(divide="ignore", invalid="ignore"):
+        intensity = np.where(nbytes > 0, flops / nbytes, np.where(flops > 0, np.inf, NAN))
+        secs = dur.astype(float) * 1e-9
+        att_f = np.where(secs > 0, flops / secs, NAN)
+        att_b = np.where(secs > 0, nbytes / secs, NAN)
+        roof_dram = np.minimum(peak, intensity * bwv)
+        binding = roof_dram.copy()
+        level = np.where(np.isfinite(roof_dram) & (roof_dram < peak), "dram", "compute").astype(
+            object
+        )
+        i_l2 = np.full(n, NAN)
+        if l2_bytes is not None:
+            i_l2 = np.where(l2_bytes > 0, flops / l2_bytes, NAN)
+            if l2_bw:
+                roof_l2 = np.minimum(peak, i_l2 * l2_bw)
+                use_l2 = np.isfinite(roof_l2) & (roof_l2 < binding)
+                binding = np.where(use_l2, roof_l2, binding)
+                level[use_l2] = "l2"
+        known = np.isfinite(flops) & np.isfinite(nbytes) & np.isfinite(peak) & math.isfinite(bwv)
+        known &= (flops > 0) | (nbytes > 0)
+        mem = binding < peak
+        bound = np.where(known, np.where(mem, "memory-bound", "compute-bound"), "unknown")
+        roof_pct = np.where(
+            known,
+            np.where(
+                mem & (flops > 0),
+                att_f / binding * 100.0,
+                np.where(mem, att_b / bwv * 100.0, att_f / peak * 100.0),
+            ),
+            NAN,
+        )
+    level[~known] = None
+    return {
+        "intensity": np.where(np.isinf(intensity), NAN, intensity),
+        "intensity_l2": i_l2,
+        "attained_flops": att_f,
+        "attained_bw": att_b,
+        "bound": bound.astype(object),
+        "bound_level": level,
+        "roof_pct": roof_pct,
+        "ridge": np.where(np.isfinite(peak), peak / bwv, NAN),
+    }
+
+
+# --- analytic traffic -------------------------------------------------------------------
+
+
+def analytic_traffic(
+    params: float,
+    *,
+    batch: int,
+    seq: int,
+    n_layer: int,
+    n_embd: int,
+    n_head: int,
+    vocab: int = 0,
+    act_bytes: int = 2,
+    flash: bool = False,
+) -> dict[str, float]:
+    """Per-step traffic users estimate by hand: each of parameters (fp32), gradients
+    (fp32), AdamW state (2 × fp32) and saved activations moved twice.
+
+    Activations: Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+    Transformer Models"), per layer ``s·b·h·(34 + 5·a·s/h)`` bytes at 2-byte elements
+    (the ``5·a·s/h`` attention-score term vanishes with fused attention), scaled by
+    ``act_bytes / 2``, plus the logits ``b·s·vocab`` in fp32 (and their gradient).
+    """
+    per_layer = seq * batch * n_embd * (34 + (0 if flash else 5 * n_head * seq / n_embd))
+    act = n_layer * per_layer * act_bytes / 2 + 2 * batch * seq * vocab * 4
+    p = params * 4.0
+    out = {
+        "analytic_param_bytes": 2 * p,
+        "analytic_grad_bytes": 2 * p,
+        "analytic_optim_bytes": 2 * 2 * p,
+        "analytic_act_bytes": 2 * act,
+    }
+    out["analytic_bytes"] = sum(out.values())
+    return out
+
+
+def _analytic_from_manifest(manifest: Mapping[str, Any] | None) -> dict[str, float] | None:
+    if not manifest:
+        return None
+    cfg: dict[str, Any] = {}
+    for key in ("model", "config"):
+        v = manifest.get(key)
+        if isinstance(v, Mapping):
+            for k2 in ("model", "gpt"):
+                if isinstance(v.get(k2), Mapping):
+                    cfg.update(v[k2])
+            cfg.update({k: x for k, x in v.items() if not isinstance(x, Mapping)})
+    params = None
+    for where in (manifest.get("model"), manifest.get("metrics"), manifest, cfg):
+        if isinstance(where, Mapping):
+            for k in ("params", "n_params", "num_params", "parameters"):
+                if isinstance(where.get(k), (int, float)) and not isinstance(where.get(k), bool):
+                    params = float(where[k])
+                    break
+        if params is not None:
+            break
+
+    def geti(*keys: str) -> int | None:
+        for k in keys:
+            v = cfg.get(k)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+        return None
+
+    batch, seq = geti("batch", "batch_size"), geti("seq", "seq_len", "block_size")
+    n_layer, n_embd = geti("n_layer", "layers", "n_layers"), geti("n_embd", "d_model", "width")
+    n_head = geti("n_head", "heads", "n_heads")
+    if params is None or None in (batch, seq, n_layer, n_embd, n_head):
+        return None
+    dtype = str(cfg.get("dtype", "fp32"))
+    return analytic_traffic(
+        params,
+        batch=batch or 0,
+        seq=seq or 0,
+        n_layer=n_layer or 0,
+        n_embd=n_embd or 0,
+        n_head=n_head or 0,
+        vocab=geti("vocab_size", "vocab") or 0,
+        act_bytes=4 if dtype in ("fp32", "float32") else 2,
+        flash=str(cfg.get("attention", "")) == "sdpa",
+    )
+
+
+# --- the main entry point --------------------------------------------------------------
+
+
+def classify(
+    trace: TraceLike,
+    *,
+    manifest: Mapping[str, Any] | None = None,
+    peak_tflops: float | None = None,
+    bandwidth_gbs: float | None = None,
+    counters: pd.DataFrame | str | Path | None = None,
+    tf32: bool | None = None,
+    counters_mode: str = "auto",
+    profiler_flops: pd.DataFrame | str | Path | None = None,
+) -> Classification:
+    """Classify every GPU activity and operator of ``trace`` against the device roofline.
+
+    ``trace`` has the parsed tables (``kernels``, ``ops``, ``steps``) and ``meta``
+    (tracekit.parse.load's Trace). ``manifest`` defaults to ``trace.manifest`` (run
+    folders). ``counters``: an Nsight Compute ``--csv --page raw`` file, or its parsed
+    frame (:func:`tracekit.classify.counters.read_ncu_csv`). ``profiler_flops``: torch's
+    own per-(operator, shapes) FLOP estimates (the collector's ``*.profiler_flops.json.gz``,
+    found through the manifest by default); they fill ``ops.flops`` where the trace has
+    none, and are preferred to the model.
+    """
+    kernels, ops = trace.kernels, trace.ops if trace.ops is not None else pd.DataFrame()
+    steps_in = getattr(trace, "steps", None)
+    meta = getattr(trace, "meta", None) or {}
+    if manifest is None:
+        manifest = getattr(trace, "manifest", None)
+    _require(kernels, "kernels", ("kernel_id", "kind", "name", "ts", "dur"))
+    if len(ops):
+        _require(ops, "ops", ("op_id", "name", "parent"))
+    notes: list[str] = []
+    n = len(kernels)
+    if not n:
+        notes.append("no GPU activity in the trace (a CPU-only run?): nothing to classify")
+    dur = _col(kernels, "dur", 0, np.int64)
+    kind = _col(kernels, "kind", "kernel").astype(str)
+    names = _col(kernels, "name", "").astype(str)
+    step = _col(kernels, "step", -1, np.int64)
+
+    # roofline of the device most kernels ran on
+    dev = _col(kernels, "device", 0, np.int64)
+    main_dev = int(pd.Series(dev).mode().iloc[0]) if n else None
+    props = meta.get("device_properties") or meta.get("deviceProperties") or []
+    roof = resolve_roofline(
+        props,
+        device=main_dev,
+        manifest=manifest,
+        peak_tflops=peak_tflops,
+        bandwidth_gbs=bandwidth_gbs,
+        tf32=tf32,
+    )
+    notes.extend(roof.notes)
+    names_seen = {str(p.get("name")) for p in props if p.get("name")}
+    if len(names_seen) > 1:
+        notes.append(
+            f"several device types in one trace ({', '.join(sorted(names_seen))}); "
+            f"all judged against device {main_dev}'s roofline"
+        )
+
+    # classes
+    ctx = C.op_context(ops) if len(ops) else None
+    cls_df = C.classify_kernels(kernels, ops if len(ops) else None, ctx)
+    kcls = cls_df["class"].to_numpy(dtype=object)
+    if not len(ops):
+        notes.append("no CPU operators in the trace: classes from kernel names only, no FLOPs")
+
+    # costs (torch's own FLOP estimates, kept beside the trace by the collector, where given)
+    prof_flops = profiler_flops if profiler_flops is not None else _run_profiler_flops(trace)
+    if prof_flops is not None and len(ops):
+        ops = _with_profiler_flops(ops, prof_flops, notes)
+    list_bytes = 4
+    anchor, inner, cost = _cost_ops(kernels, ops, kcls, list_bytes, _n_params(manifest), ctx)
+    is_copy = np.isin(kind, ("memcpy", "memset"))
+    anchor[is_copy] = -1  # copies carry their own byte count, not a share of an op
+    cflops = cost["flops"].to_numpy(dtype=float) if len(cost) else np.zeros(0)
+    cbytes = cost["bytes"].to_numpy(dtype=float) if len(cost) else np.zeros(0)
+    flops = _split(anchor, dur, cflops)
+    nbytes = _split(anchor, dur, cbytes)
+    src = _take(cost, "source", anchor, "none")
+    src[~(np.isfinite(flops) | np.isfinite(nbytes))] = "none"
+    cost_note = _take(cost, "cost_note", anchor, "")
+    why = _take(cost, "cost_note", inner, "")  # why a kernel without a cost operator has none
+    cost_note = np.where(anchor >= 0, cost_note, why).astype(object)
+    cost_dtype = _take(cost, "dtype", anchor, None)
+    cost_name = _take(ops, "name", anchor, None)
+    cost_op_id = np.full(n, -1, dtype=np.int64)
+    if len(ops):
+        has = anchor >= 0
+        cost_op_id[has] = ops["op_id"].to_numpy(dtype=np.int64)[anchor[has]]
+
+    # memcpy / memset carry their own byte count
+    copy_bytes = (
+        pd.to_numeric(kernels["bytes"], errors="coerce").to_numpy(dtype=float)
+        if ("bytes" in kernels)
+        else np.full(n, NAN)
+    )
+    dtod = np.zeros(n, dtype=bool)
+    dtod[kind == "memcpy"] = ["DtoD" in str(x) for x in names[kind == "memcpy"]]
+    factor = np.where((kind == "memcpy") & dtod, 2.0, 1.0)
+    flops[is_copy] = 0.0
+    nbytes[is_copy] = copy_bytes[is_copy] * factor[is_copy]
+    src[is_copy] = np.where(np.isfinite(nbytes[is_copy]), "profiler", "none")
+    host_copy = (kind == "memcpy") & ~dtod
+    cost_note[host_copy] = "host transfer: PCIe/NVLink-bound, not judged against DRAM"
+
+    if len(ops) and "input_dims" in ops and ops["input_dims"].notna().sum() == 0:
+        notes.append("no shapes recorded (record_shapes=False): FLOPs unavailable")
+    elif len(ops) and not np.isfinite(flops[~is_copy]).any() and (~is_copy).any():
+        notes.append("no kernel could be given FLOPs from the recorded shapes")
+    if any(str(x).startswith(F.LIST_SIZES_UNKNOWN) for x in cost_note):
+        notes.append(
+            "the profiler dropped the shapes of long tensor lists (optimizer steps): their "
+            "FLOPs and bytes are unknown unless the manifest gives the parameter count"
+        )
+    if any(F.LIST_SIZES_UNKNOWN + ":" in str(x) for x in cost_note):
+        notes.append(
+            "optimizer tensor lists without recorded shapes were given the model's parameter "
+            "count (manifest) per list"
+        )
+    if any("B/element assumed" in str(x) for x in cost_note):
+        notes.append(
+            "the profiler does not record the dtype of tensor lists (optimizer "
+            "states): fp32 (4 B/element) assumed for their bytes"
+        )
+    if len(ops) and "flops" in ops and ops["flops"].notna().any():
+        notes.append("the trace carries the profiler's own FLOPs (with_flops): used where present")
+
+    # pipes
+    pipe = _pipes(kcls, cost_dtype, cost_name, names, roof)
+    pipe[is_copy] = None
+
+    flops_model, bytes_model = flops.copy(), nbytes.copy()
+    l2 = np.full(n, NAN)
+    extrap = np.zeros(n, dtype=bool)
+    counters_df = unmatched = None
+    if counters is None:
+        counters = _run_artifact(trace, "counters")
+    if counters is not None:
+        counters_df = K.read_ncu_csv(counters) if isinstance(counters, (str, Path)) else counters
+        joined, unmatched, cnotes = K.join_counters(kernels, counters_df, mode=counters_mode)
+        notes.extend(cnotes)
+        if len(joined):
+            idx = pd.Index(kernels["kernel_id"].to_numpy()).get_indexer(joined["kernel_id"])
+            ok = idx >= 0
+            j, rows = joined[ok], idx[ok]
+            flops[rows] = j["flops"].to_numpy(dtype=float)
+            nbytes[rows] = j["dram_bytes"].to_numpy(dtype=float)
+            l2[rows] = j["l2_bytes"].to_numpy(dtype=float)
+            extrap[rows] = j["extrapolated"].to_numpy(dtype=bool)
+            src[rows] = "measured"
+            mp = j["pipe"].to_numpy(dtype=object)
+            has_mp = np.array([p is not None and p == p for p in mp], dtype=bool)
+            pipe[rows[has_mp]] = mp[has_mp]
+            l2bw = (
+                counters_df["l2_peak_bw"].to_numpy(dtype=float)
+                if "l2_peak_bw" in counters_df
+                else np.zeros(0)
+            )
+            if np.isfinite(l2bw).any():
+                roof = roof.with_l2(
+                    float(np.nanmedian(l2bw)),
+                    "measured (ncu lts__t_bytes.sum."
+                    "peak_sustained × lts__cycles_elapsed.avg.per_second)",
+                )
+            else:
+                notes.append(
+                    "L2 roof unknown (peak metrics not in the counters): the class of "
+                    "measured kernels is decided by DRAM intensity alone"
+                )
+
+    peak = np.array([roof.peak(p) if p else None for p in pipe], dtype=float)
+    b = _bounds(flops, nbytes, dur, peak, roof.bandwidth, l2, roof.l2_bandwidth)
+    b["bound"][is_copy & np.isfinite(nbytes)] = "memory-bound"
+    b["roof_pct"][host_copy] = NAN
+    if not roof.known:
+        b["bound"][:] = "unknown"
+
+    kr = pd.DataFrame(
+        {
+            "kernel_id": kernels["kernel_id"].to_numpy(dtype=np.int64),
+            "name": names,
+            "kind": kind,
+            "class": kcls,
+            "class_source": cls_df["class_source"].to_numpy(dtype=object),
+            "class_rule": cls_df["class_rule"].to_numpy(dtype=object),
+            "fused_ops": cls_df["fused_ops"].to_numpy(dtype=object),
+            "device": dev.astype(np.int32),
+            "stream": _col(kernels, "stream", -1, np.int64),
+            "op_id": _col(kernels, "op_id", -1, np.int64),
+            "op_name": _col(kernels, "op_name", None),
+            "autograd_node": cls_df["autograd_node"].to_numpy(dtype=object),
+            "top_op": _col(kernels, "top_op_name", None),
+            "module": _col(kernels, "module", None),
+            "step": step.astype(np.int32),
+            "ts": _col(kernels, "ts", 0, np.int64),
+            "dur": dur,
+            "cost_op_id": cost_op_id.astype(np.int64),
+            "cost_op_name": cost_name,
+            "flops": flops,
+            "bytes": nbytes,
+            "flops_model": flops_model,
+            "bytes_model": bytes_model,
+            "l2_bytes": l2,
+            "intensity": b["intensity"],
+            "intensity_l2": b["intensity_l2"],
+            "pipe": pipe,
+            "peak_flops": peak,
+            "peak_bw": np.full(n, roof.bandwidth if roof.bandwidth else NAN),
+            "ridge": b["ridge"],
+            "bound": b["bound"],
+            "bound_level": b["bound_level"],
+            "attained_flops": b["attained_flops"],
+            "attained_bw": b["attained_bw"],
+            "roof_pct": b["roof_pct"],
+            "source": src,
+            "extrapolated": extrap,
+            "cost_note": cost_note,
+        }
+    )
+    kr = kr[[c.name for c in TABLES["kernel_roofline"]]]
+
+    scope = _scope(kr)
+    op_df = _op_roofline(kr, ops, roof)
+    classes = _classes(kr[scope], _n_steps(kr[scope]))
+    steps = _steps(kr, steps_in, roof, _analytic_from_manifest(manifest), notes)
+    overhead = _profiler_overhead(manifest)
+    for r in steps.itertuples():
+        if r.launch_bound:
+            notes.append(
+                f"step {r.step}: GPU idle {r.gpu_idle_pct:.0f}% of its span — "
+                "launch/host-bound (the GPU waits for the CPU)" + overhead
+            )
+    return Classification(kr, op_df, classes, steps, roof, notes, counters_df, unmatched)
+
+
+def _pipes(
+    kcls: np.ndarray, dtype: np.ndarray, cost_name: np.ndarray, names: np.ndarray, roof: Roofline
+) -> np.ndarray:
+    """Pipe of every kernel, computed once per distinct (class, dtype, conv, named pipe)."""
+    if not len(kcls):
+        return np.zeros(0, dtype=object)
+    name_codes, uniq_names = pd.factorize(pd.Series(names, dtype=object), sort=False)
+    named = np.array([pipe_from_kernel_name(str(u)) for u in uniq_names], dtype=object)
+    conv_codes, uniq_ops = pd.factorize(pd.Series(cost_name, dtype=object), sort=False)
+    is_conv = np.array([bool(_CONV_RULE.regex.search(str(o))) for o in uniq_ops], dtype=bool)
+    conv = np.zeros(len(kcls), dtype=bool)
+    if len(is_conv):
+        conv = np.where(conv_codes >= 0, is_conv[np.maximum(conv_codes, 0)], False)
+    named_k = named[name_codes] if len(named) else np.full(len(kcls), None, dtype=object)
+    key = pd.MultiIndex.from_arrays(
+        [pd.Series(a, dtype=object).fillna("") for a in (kcls, dtype, conv, named_k)]
+    )
+    codes, uniq = key.factorize()
+    vals = np.array(
+        [
+            pipe_for(str(c), d or None, roof, conv=bool(cv), named=nm or None)
+            for c, d, cv, nm in uniq
+        ],
+        dtype=object,
+    )
+    out: np.ndarray = vals[codes]
+    return out
+
+
+def _scope(kr: pd.DataFrame) -> np.ndarray:
+    """Kernels of the analysed steps (all of them for a trace without steps)."""
+    st = kr["step"].to_numpy()
+    return st >= 0 if (st >= 0).any() else np.ones(len(kr), dtype=bool)
+
+
+def _n_steps(kr: pd.DataFrame) -> int:
+    return max(1, int(kr["step"].nunique()))
+
+
+def _op_roofline(kr: pd.DataFrame, ops: pd.DataFrame, roof: Roofline) -> pd.DataFrame:
+    cols = [c.name for c in TABLES["op_roofline"]]
+    key = np.where(kr["cost_op_id"] >= 0, kr["cost_op_id"], kr["op_id"])
+    k = kr.assign(_key=key)[key >= 0]
+    if not len(k):
+        return cast(pd.DataFrame, pd.DataFrame({c: pd.Series(dtype=object) for c in cols}))
+    k = k.sort_values("dur", ascending=False, kind="stable")
+    g = k.groupby("_key", sort=True)
+    out = pd.DataFrame(
+        {
+            "gpu_dur": g["dur"].sum(),
+            "kernel_count": g["dur"].size(),
+            "flops": g["flops"].sum(min_count=1),
+            "bytes": g["bytes"].sum(min_count=1),
+            "flops_model": g["flops_model"].sum(min_count=1),
+            "bytes_model": g["bytes_model"].sum(min_count=1),
+            "pipe": g["pipe"].first(),
+            "source": g["source"].first(),
+            "cost_note": g["cost_note"].first(),
+            "autograd_node": g["autograd_node"].first(),
+        }
+    )
+    # a NaN in any kernel makes the op's total unknown (no partial sums)
+    size = g["dur"].size()
+    for c in ("flops", "bytes", "flops_model", "bytes_model"):
+        out.loc[(g[c].count() < size).to_numpy(), c] = NAN
+    cls_time = k.groupby(["_key", "class"])["dur"].sum().reset_index()
+    cls_time = cls_time.sort_values(["_key", "dur"], ascending=[True, False], kind="stable")
+    out["class"] = cls_time.drop_duplicates("_key").set_index("_key")["class"]
+    out.index.name = "op_id"
+    out = out.reset_index()
+    if len(ops):
+        o = ops.set_index("op_id")
+        for c in ("name", "step", "module", "input_dims", "input_types"):
+            out[c] = o[c].reindex(out["op_id"]).to_numpy() if c in o else None
+    else:
+        for c in ("name", "step", "module", "input_dims", "input_types"):
+            out[c] = None
+    out["step"] = pd.to_numeric(out["step"], errors="coerce").fillna(-1).astype(np.int32)
+    peak = np.array(
+        [roof.peak(p) if isinstance(p, str) else None for p in out["pipe"]], dtype=float
+    )
+    is_copy = out["class"].isin(["memcpy", "memset"]).to_numpy()
+    b = _bounds(
+        out["flops"].to_numpy(float),
+        out["bytes"].to_numpy(float),
+        out["gpu_dur"].to_numpy(np.int64),
+        peak,
+        roof.bandwidth,
+    )
+    bound = b["bound"]
+    bound[is_copy & np.isfinite(out["bytes"].to_numpy(float))] = "memory-bound"
+    if not roof.known:
+        bound[:] = "unknown"
+    out["intensity"], out["ridge"], out["bound"] = b["intensity"], b["ridge"], bound
+    out["attained_flops"], out["attained_bw"] = b["attained_flops"], b["attained_bw"]
+    out["roof_pct"] = b["roof_pct"]
+    out["gpu_dur"] = out["gpu_dur"].astype(np.int64)
+    out["kernel_count"] = out["kernel_count"].astype(np.int64)
+    return cast(
+        pd.DataFrame,
+        out[cols].sort_values("gpu_dur", ascending=False, kind="stable").reset_index(drop=True),
+    )
+
+
+def _classes(kr: pd.DataFrame, n_steps: int) -> pd.DataFrame:
+    total_t = float(kr["dur"].sum())
+    fl = kr["flops"].where(np.isfinite(kr["flops"]), 0.0)
+    total_f = float(fl.sum())
+    rows = []
+    for c in C.CLASSES:
+        m = (kr["class"] == c).to_numpy()
+        t = int(kr["dur"][m].sum())
+        f = float(fl[m].sum())
+        mem_t = float(kr["dur"][m & (kr["bound"] == "memory-bound").to_numpy()].sum())
+        rows.append(
+            {
+                "class": c,
+                "gpu_time": t,
+                "time_share_pct": 100.0 * t / total_t if total_t else 0.0,
+                "ms_per_step": t / n_steps / 1e6,
+                "flops": f,
+                "flop_share_pct": 100.0 * f / total_f if total_f else 0.0,
+                "bytes": float(np.nansum(kr["bytes"][m])),
+                "kernel_count": int(m.sum()),
+                "memory_bound_pct": 100.0 * mem_t / t if t else 0.0,
+            }
+        )
+    return cast(pd.DataFrame, pd.DataFrame(rows)[[c.name for c in TABLES["classes"]]])
+
+
+def _union(starts: np.ndarray, ends: np.ndarray) -> int:
+    if not len(starts):
+        return 0
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > run_end[:-1]
+    gid = np.cumsum(new) - 1
+    gs = s[new]
+    ge = np.zeros(len(gs), dtype=np.int64)
+    np.maximum.at(ge, gid, e)
+    return int((ge - gs).sum())
+
+
+def _steps(
+    kr: pd.DataFrame,
+    steps_in: pd.DataFrame | None,
+    roof: Roofline,
+    analytic: dict[str, float] | None,
+    notes: list[str],
+) -> pd.DataFrame:
+    cols = [c.name for c in TABLES["step_summary"]]
+    scope = _scope(kr)
+    step_all = kr["step"].to_numpy()[scope]
+    order = np.argsort(step_all, kind="stable")
+    sel = np.flatnonzero(scope)[order]
+    steps_sorted = step_all[order]
+    cut = np.flatnonzero(np.diff(steps_sorted)) + 1
+    groups = np.split(np.arange(len(sel)), cut) if len(sel) else []
+    a_ts = kr["ts"].to_numpy(np.int64)[sel]
+    a_dur = kr["dur"].to_numpy(np.int64)[sel]
+    a_fl = kr["flops"].to_numpy(float)[sel]
+    a_by = kr["bytes"].to_numpy(float)[sel]
+    a_kind = kr["kind"].to_numpy(dtype=object)[sel] == "kernel"
+    a_bound = kr["bound"].to_numpy(dtype=object)[sel]
+    st = (
+        steps_in.set_index("step")
+        if steps_in is not None and len(steps_in) and ("step" in steps_in)
+        else None
+    )
+    rows = []
+    for g in groups:
+        s = int(steps_sorted[g[0]])
+        ts, dur = a_ts[g], a_dur[g]
+        end = ts + dur
+        span = int(end.max() - ts.min()) if len(g) else 0
+        busy = _union(ts, end)
+        if st is not None and s in st.index:
+            r = st.loc[s]
+            if "gpu_dur" in st and pd.notna(r.get("gpu_dur")):
+                span = int(r["gpu_dur"])
+            if "gpu_busy" in st and pd.notna(r.get("gpu_busy")):
+                busy = int(r["gpu_busy"])
+        kt = float(dur.sum())
+        fl, by = a_fl[g], a_by[g]
+        is_k = a_kind[g]
+        k_t = float(dur[is_k].sum())
+        known_t = float(dur[is_k & np.isfinite(fl)].sum())
+        # FLOPs are only meaningful for kernels: unknown if no kernel has them
+        f = float(np.nansum(fl)) if known_t > 0 else NAN
+        b_ = float(np.nansum(by))
+        bound = a_bound[g]
+        secs = span * 1e-9
+        row = {
+            "step": s,
+            "gpu_span": span,
+            "gpu_busy": busy,
+            "kernel_time": int(kt),
+            "kernel_count": len(g),
+            "flops": f,
+            "bytes": b_,
+            "flops_coverage_pct": 100.0 * known_t / k_t if k_t else NAN,
+            "intensity": f / b_ if b_ else NAN,
+            "achieved_flops": f / secs if secs else NAN,
+            "achieved_bw": b_ / secs if secs else NAN,
+            "memory_bound_time_pct": 100.0 * dur[bound == "memory-bound"].sum() / kt if kt else NAN,
+            "compute_bound_time_pct": 100.0 * dur[bound == "compute-bound"].sum() / kt
+            if kt
+            else NAN,
+            "unknown_bound_time_pct": 100.0 * dur[bound == "unknown"].sum() / kt if kt else NAN,
+            "gpu_idle_pct": 100.0 * (1.0 - busy / span) if span else NAN,
+        }
+        row["bw_util_pct"] = 100.0 * row["achieved_bw"] / roof.bandwidth if roof.bandwidth else NAN
+        row["launch_bound"] = bool(span and row["gpu_idle_pct"] > 50.0)
+        for key in (
+            "analytic_bytes",
+            "analytic_param_bytes",
+            "analytic_grad_bytes",
+            "analytic_optim_bytes",
+            "analytic_act_bytes",
+        ):
+            row[key] = analytic[key] if analytic else NAN
+        row["bytes_vs_analytic"] = b_ / analytic["analytic_bytes"] if analytic else NAN
+        rows.append(row)
+    if analytic is None:
+        notes.append(
+            "analytic traffic estimate unavailable: the manifest gives no model "
+            "parameter count and config"
+        )
+    if not rows:
+        return cast(pd.DataFrame, pd.DataFrame({c: pd.Series(dtype=object) for c in cols}))
+    out = pd.DataFrame(rows)
+    out["step"] = out["step"].astype(np.int32)
+    return cast(pd.DataFrame, out[cols])
