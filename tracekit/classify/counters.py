@@ -162,6 +162,8 @@ def _dim3(s: str) -> str:
     return ",".join(nums)
 
 
+_USED_PREFIXES = ("sm__sass_thread_inst_executed", "dram__", "lts__", "gpu__time_duration")
+
 _GENERIC_BASES = {"Kernel", "Kernel2", "kernel", "device_kernel", "kernel_entry"}
 
 
@@ -330,7 +332,14 @@ def read_ncu_csv(source: str | Path) -> pd.DataFrame:
     for h, i in col.items():
         if "__" not in h:
             continue
-        f = _unit_factor(units[i])
+        try:
+            f = _unit_factor(units[i])
+        except TraceError:
+            # --page raw also prints device__attribute_* and launch__* columns in units such
+            # as "block"; only the metrics the roofline reads must have a known unit.
+            if h.startswith(_USED_PREFIXES) or _TENSOR_RE.match(h):
+                raise
+            continue
         metrics[h] = np.array([_number(r[i]) if i < len(r) else math.nan for r in body]) * f
 
     tensor_cols = _tensor_columns(list(metrics))
