@@ -132,3 +132,20 @@ def test_cpu_fixture_has_nothing_to_classify() -> None:
     r = classify(load(FIX / "cpu-tiny-fp32-naive"))
     assert len(r.kernels) == 0
     assert any("no GPU activity" in n for n in r.notes)
+
+
+@pytest.mark.parametrize(("name", "profiled", "extrapolated", "gemm_ratio"), [
+    ("h200-gpt2s-b8-s128-fp32-naive", 51, 678, 0.9652),
+    ("h200-gpt2s-b8-s128-bf16-sdpa", 54, 694, 1.0261),
+])
+def test_real_ncu_counters_join(name: str, profiled: int, extrapolated: int,
+                                gemm_ratio: float) -> None:
+    """counters.csv from a real ncu replay (H200) joins the trace's kernels by signature."""
+    r, _ = run(name)
+    notes = " | ".join(r.notes)
+    assert f"counters: {profiled} profiled kernels joined in signature mode" in notes
+    assert f"{extrapolated} kernel launches carry counters extrapolated" in notes
+    agree = r.agreement().set_index("class")
+    assert agree.loc["gemm", "flops_ratio"] == pytest.approx(gemm_ratio, abs=5e-4)
+    k = in_step(r)
+    assert (k.loc[k["class"] == "gemm", "source"] == "measured").mean() > 0.9
