@@ -17,7 +17,8 @@ STAGES: dict[str, tuple[str, set[str]]] = {
     "tracekit/parse": ("tracekit.parse", set()),
     "tracekit/classify": ("tracekit.classify", {"tracekit.parse"}),
     "tracekit/xspace": ("tracekit.xspace", {"tracekit.parse"}),
-    "reports": ("tracekit.reports", {"tracekit.parse", "tracekit.classify"}),
+    "tracekit/summary": ("tracekit.summary", {"tracekit.parse", "tracekit.classify"}),
+    "reports": ("tracekit.reports", {"tracekit.parse", "tracekit.classify", "tracekit.summary"}),
 }
 
 
@@ -50,9 +51,11 @@ def test_stage_imports_only_earlier_stages(folder: str) -> None:
 
 
 def test_analysis_stages_never_load_torch() -> None:
+    # conftest binds tracekit.reports/collectors to this checkout (not an editable install's).
     code = (
-        "import sys, importlib\n"
-        "for m in ['tracekit.parse', 'tracekit.classify', 'tracekit.xspace', 'tracekit.reports',"
+        "import conftest, sys, importlib\n"
+        "for m in ['tracekit.parse', 'tracekit.classify', 'tracekit.xspace', 'tracekit.summary',"
+        " 'tracekit.reports',"
         " 'tracekit.cli']:\n"
         "    try:\n"
         "        importlib.import_module(m)\n"
@@ -60,5 +63,6 @@ def test_analysis_stages_never_load_torch() -> None:
         "        pass\n"
         "print('torch' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=ROOT)
     assert out.stdout.strip() == "False"
