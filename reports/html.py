@@ -23,14 +23,19 @@ from . import fmt
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;
  color:#1d1f23;background:#fff}
-main{max-width:1180px;margin:0 auto;padding:24px}
+main{max-width:1500px;margin:0 auto;padding:16px 20px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;
  border-bottom:1px solid #dde;padding-bottom:4px}
 table{border-collapse:collapse;margin:6px 0 10px;font-variant-numeric:tabular-nums}
-th,td{padding:3px 8px;border-bottom:1px solid #eef;text-align:right;vertical-align:top}
+th,td{padding:3px 6px;border-bottom:1px solid #eef;text-align:right;vertical-align:top;
+ white-space:nowrap}
+th{white-space:normal}table.wide{font-size:12.5px}table.wide td,table.wide th{padding:3px 4px}
+.scroll{overflow-x:auto;max-width:100%}
 th{background:#f4f5f9;font-weight:600}
-td.l,th.l{text-align:left}td.name{text-align:left;max-width:460px;overflow-wrap:anywhere;
- font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
+td.l,th.l,th.name,th.shape{text-align:left}td.name{min-width:150px}td.shape{min-width:70px}
+td.name,td.shape{text-align:left;max-width:420px;
+ white-space:normal;overflow-wrap:anywhere;font-family:ui-monospace,Menlo,Consolas,monospace;
+ font-size:12px}
 dl.kv{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:8px 0}
 dl.kv dt{font-weight:600}dl.kv dd{margin:0}
 .warn{background:#fff6e0;border-left:4px solid #e0a000;padding:6px 10px;margin:6px 0}
@@ -58,7 +63,7 @@ def _img(png: bytes, alt: str) -> str:
 Col = tuple[str, str, Callable[[Any], str]]  # header, css class, formatter (returns text)
 
 
-def _table(df: pd.DataFrame, cols: Iterable[Col], fields: Iterable[str]) -> str:
+def _table(df: pd.DataFrame, cols: Iterable[Col], fields: Iterable[str], cls: str = "") -> str:
     cols = list(cols)
     fields = list(fields)
     head = "".join(f'<th class="{c}">{esc(h)}</th>' for h, c, _ in cols)
@@ -69,7 +74,10 @@ def _table(df: pd.DataFrame, cols: Iterable[Col], fields: Iterable[str]) -> str:
             for (_, c, f), k in zip(cols, fields, strict=True)
         )
         rows.append(f"<tr>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return (
+        f"<div class='scroll'><table><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
 
 
 def _kv(items: Mapping[str, Any]) -> str:
@@ -178,19 +186,19 @@ def roofline(sm: Summary, plots: Mapping[str, bytes], n: int = 25) -> str:
     cols: list[Col] = [
         ("operator", "name", _s),
         ("class", "l", _s),
-        ("input shapes", "name", _s),
+        ("input shapes", "shape", _s),
         ("calls", "", fmt.count),
         ("ms/step", "", fmt.ms),
         ("GPU time", "", fmt.pct),
         ("FLOPs", "", lambda v: fmt.si(v, "FLOP")),
         ("bytes", "", fmt.nbytes),
         ("FLOP/byte", "", fmt.intensity),
-        ("attained", "", lambda v: fmt.si(v, "FLOP/s")),
-        ("bandwidth", "", lambda v: fmt.si(v, "B/s")),
+        ("attained FLOP/s", "", lambda v: fmt.si(v, "")),
+        ("attained B/s", "", lambda v: fmt.si(v, "")),
         ("pipe", "l", _s),
-        ("bound", "l", _s),
+        ("bound", "l", lambda v: str(v).replace("-bound", "") if v else ""),
         ("% of roof", "", lambda v: fmt.pct(v, 1)),
-        ("FLOPs source", "l", _s),
+        ("FLOPs from", "l", _s),
     ]
     fields = [
         "name",
@@ -214,7 +222,7 @@ def roofline(sm: Summary, plots: Mapping[str, bytes], n: int = 25) -> str:
             "<h2>Roofline</h2>",
             _kv(roofs),
             f"<p>Top {n} operators by GPU time (grouped by name, class and input shapes).</p>",
-            _table(sm.operators.head(n), cols, fields),
+            _table(sm.operators.head(n), cols, fields, "wide"),
             _img(plots["roofline"], "roofline plot") if "roofline" in plots else "",
         ]
     )

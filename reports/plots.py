@@ -122,7 +122,11 @@ def time_share(sm: Summary) -> bytes:
                 )
     ax.set_yticks(y, [_plain(str(c)) for c in cl["class"]])
     ax.invert_yaxis()
-    ax.set_xlim(0, max(100.0, float(t.max()) * 1.25) if t.size else 100.0)
+    top = max(
+        float(t.max()),
+        float(np.nanmax(cl["flop_share_pct"].to_numpy(dtype=float))) if has_flops else 0.0,
+    )
+    ax.set_xlim(0, max(100.0, top * 1.2))
     ax.set_xlabel("% of summed GPU activity time" + (" / % of FLOPs" if has_flops else ""))
     ax.set_title("GPU time per class" + (" vs FLOPs" if has_flops else ""))
     if has_flops:

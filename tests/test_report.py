@@ -410,3 +410,20 @@ def test_html_renders_in_chromium_without_injected_markup(trace_file: Path) -> N
     assert "tracekit report" in dom and "Roofline" in dom
     assert "<script" not in dom.lower() and '<img src="x"' not in dom
     assert dom.count("data:image/png;base64,") == 3
+
+
+def test_profiler_plugin_sees_gpu_time_only_in_the_copy(tmp_path: Path) -> None:
+    """With torch-tb-profiler installed: its parser links no kernel to an operator on a
+    current trace (0 device time) and does on tracekit's copy."""
+    pytest.importorskip("torch_tb_profiler")
+    from torch_tb_profiler.profiler.data import RunProfileData
+
+    src = tg.write(rg.report_trace(), tmp_path / "w.pt.trace.json.gz")
+    copy = tbtrace.plugin_copy(src, tmp_path / "tb")
+
+    def device_us(path: Path) -> float:
+        prof = RunProfileData.parse("w", None, str(path), str(tmp_path / "cache"))
+        return float(sum(o.device_duration for o in prof.op_list_groupby_name))
+
+    assert device_us(src) == 0.0
+    assert device_us(copy.path) > 0.0

@@ -55,12 +55,21 @@ def test_time_shares_equal_independent_sum(trace: Trace) -> None:
 
 def test_class_order_first_three_always_present(tmp_path: Path) -> None:
     t = load(tg.write(tg.small_trace(), tmp_path / "s.pt.trace.json.gz"))
-    k = t.kernels.assign(**{"class": ["gemm", "gemm", "reduction", "memcpy", "elementwise",
-                                      "elementwise"]}, flops=np.nan, bound="unknown")
+    k = t.kernels.assign(
+        **{"class": ["gemm", "gemm", "reduction", "memcpy", "elementwise", "elementwise"]},
+        flops=np.nan,
+        bound="unknown",
+    )
     table = C.class_table(k, 2)
     assert list(table["class"][:3]) == ["softmax", "layernorm", "gemm"]
-    assert list(table["class"]) == ["softmax", "layernorm", "gemm", "elementwise", "reduction",
-                                    "memcpy"]
+    assert list(table["class"]) == [
+        "softmax",
+        "layernorm",
+        "gemm",
+        "elementwise",
+        "reduction",
+        "memcpy",
+    ]
     soft = table.set_index("class").loc["softmax"]
     assert soft.gpu_time_ns == 0 and soft.time_share_pct == 0.0
     assert table["flop_share_pct"].isna().all()  # no FLOP count anywhere
@@ -110,11 +119,21 @@ def test_steps_idle_and_launch_bound(trace: Trace) -> None:
 
 
 def test_not_launch_bound_when_gpu_is_busy() -> None:
-    steps = pd.DataFrame({"step": [0], "name": ["s"], "cpu_ts": [0], "cpu_dur": [1000_000],
-                          "gpu_ts": [0], "gpu_dur": [1000_000], "gpu_busy": [950_000],
-                          "kernel_count": [2]})
-    kernels = pd.DataFrame({"kind": ["kernel"] * 2, "step": [0, 0], "dur": [500_000, 450_000],
-                            "runtime_id": [0, 1]})
+    steps = pd.DataFrame(
+        {
+            "step": [0],
+            "name": ["s"],
+            "cpu_ts": [0],
+            "cpu_dur": [1000_000],
+            "gpu_ts": [0],
+            "gpu_dur": [1000_000],
+            "gpu_busy": [950_000],
+            "kernel_count": [2],
+        }
+    )
+    kernels = pd.DataFrame(
+        {"kind": ["kernel"] * 2, "step": [0, 0], "dur": [500_000, 450_000], "runtime_id": [0, 1]}
+    )
     runtime = pd.DataFrame({"name": ["cudaLaunchKernel"] * 2, "step": [0, 0], "dur": [5000] * 2})
     lc = S.launch_check(S.step_table(steps), kernels, runtime)
     assert lc.gpu_idle_pct == pytest.approx(5.0)
@@ -123,15 +142,21 @@ def test_not_launch_bound_when_gpu_is_busy() -> None:
 
 
 def test_operator_table_groups_calls() -> None:
-    ops = pd.DataFrame({
-        "name": ["aten::mm", "aten::mm", "aten::mm"], "class": ["gemm"] * 3,
-        "input_dims": ['[[2, 3], [3, 4]]', '[[2,3],[3,4]]', '[[5,5],[5,5]]'],
-        "input_types": ['["float", "float"]'] * 3,
-        "gpu_dur": [1000, 3000, 500], "flops": [48.0, 48.0, 250.0],
-        "bytes": [80.0, 80.0, 300.0], "roof_pct": [10.0, 30.0, 1.0],
-        "pipe": ["simt_fp32"] * 3, "bound": ["memory-bound"] * 3,
-        "source": ["modelled", "measured", "modelled"],
-    })
+    ops = pd.DataFrame(
+        {
+            "name": ["aten::mm", "aten::mm", "aten::mm"],
+            "class": ["gemm"] * 3,
+            "input_dims": ["[[2, 3], [3, 4]]", "[[2,3],[3,4]]", "[[5,5],[5,5]]"],
+            "input_types": ['["float", "float"]'] * 3,
+            "gpu_dur": [1000, 3000, 500],
+            "flops": [48.0, 48.0, 250.0],
+            "bytes": [80.0, 80.0, 300.0],
+            "roof_pct": [10.0, 30.0, 1.0],
+            "pipe": ["simt_fp32"] * 3,
+            "bound": ["memory-bound"] * 3,
+            "source": ["modelled", "measured", "modelled"],
+        }
+    )
     # the first two differ only in whitespace: grouped by the trace's text, then shown compact
     ops.loc[1, "input_dims"] = ops.loc[0, "input_dims"]
     t = C.operator_table(ops, n_steps=1)
@@ -145,24 +170,30 @@ def test_operator_table_groups_calls() -> None:
 
 
 def test_compact_json() -> None:
-    assert C.compact_json('[\n [8, 64],\n []\n]') == "[[8,64],[]]"
+    assert C.compact_json("[\n [8, 64],\n []\n]") == "[[8,64],[]]"
     assert C.compact_json(None) == "" and C.compact_json("not json  x") == "not json x"
 
 
 def test_thin_keeps_peaks() -> None:
     n = 10_000
-    tl = pd.DataFrame({"ts": np.arange(n, dtype=np.int64) * 10,
-                       "allocated": np.zeros(n), "reserved": np.zeros(n)})
+    tl = pd.DataFrame(
+        {"ts": np.arange(n, dtype=np.int64) * 10, "allocated": np.zeros(n), "reserved": np.zeros(n)}
+    )
     tl.loc[4321, "allocated"] = 99.0
     out = M.thin(tl, 100)
     assert len(out) <= 100 and out["allocated"].max() == 99.0
 
 
 def _timeline_file(path: Path, n: int) -> Path:
-    doc = {"format": "tracekit.memory_timeline", "version": 1, "device": "cuda:0",
-           "time_unit": "us", "categories": ["parameter", "activation"],
-           "times_us": [float(i) for i in range(n)],
-           "bytes": [[100, (5000 if i == n // 3 else i)] for i in range(n)]}
+    doc = {
+        "format": "tracekit.memory_timeline",
+        "version": 1,
+        "device": "cuda:0",
+        "time_unit": "us",
+        "categories": ["parameter", "activation"],
+        "times_us": [float(i) for i in range(n)],
+        "bytes": [[100, (5000 if i == n // 3 else i)] for i in range(n)],
+    }
     path.write_bytes(gzip.compress(json.dumps(doc).encode()))
     return path
 
@@ -181,14 +212,27 @@ def test_category_timeline(tmp_path: Path) -> None:
 
 def test_no_gpu_activity(tmp_path: Path) -> None:
     doc = tg.small_trace()
-    doc["traceEvents"] = [e for e in doc["traceEvents"]
-                          if e.get("cat") not in ("kernel", "gpu_memcpy")]
+    doc["traceEvents"] = [
+        e for e in doc["traceEvents"] if e.get("cat") not in ("kernel", "gpu_memcpy")
+    ]
     t = load(tg.write(doc, tmp_path / "cpu.pt.trace.json"))
-    cls = contract.StandIn(kernels=t.kernels.assign(**{"class": []}, flops=[], bound=[]),
-                           ops=pd.DataFrame({"name": [], "class": [], "step": [],
-                                             "gpu_dur": [], "flops": [], "bytes": [],
-                                             "roof_pct": []}),
-                           classes=pd.DataFrame(), steps=pd.DataFrame(), device=pd.DataFrame())
+    cls = contract.StandIn(
+        kernels=t.kernels.assign(**{"class": []}, flops=[], bound=[]),
+        ops=pd.DataFrame(
+            {
+                "name": [],
+                "class": [],
+                "step": [],
+                "gpu_dur": [],
+                "flops": [],
+                "bytes": [],
+                "roof_pct": [],
+            }
+        ),
+        classes=pd.DataFrame(),
+        steps=pd.DataFrame(),
+        device=pd.DataFrame(),
+    )
     sm = summarize(t, cls)
     ts = sm.summary["time_share_pct"]
     assert set(ts) == {"softmax", "layernorm", "gemm"} and all(v is None for v in ts.values())
