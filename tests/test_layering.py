@@ -51,11 +51,21 @@ def test_stage_imports_only_earlier_stages(folder: str) -> None:
 
 
 def test_analysis_stages_never_load_torch() -> None:
-    # conftest binds tracekit.reports/collectors to this checkout (not an editable install's).
+    # Bind tracekit.reports to this checkout (an editable install of another checkout would
+    # map it elsewhere); conftest is not imported, it also loads collectors (torch).
     code = (
-        "import conftest, sys, importlib\n"
+        "import sys, importlib, importlib.util\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "import tracekit\n"
+        f"spec = importlib.util.spec_from_file_location('tracekit.reports', "
+        f"{str(ROOT / 'reports' / '__init__.py')!r}, "
+        f"submodule_search_locations=[{str(ROOT / 'reports')!r}])\n"
+        "mod = importlib.util.module_from_spec(spec)\n"
+        "sys.modules['tracekit.reports'] = mod\n"
+        "spec.loader.exec_module(mod)\n"
+        "assert mod.__file__.startswith(sys.path[0])\n"
         "for m in ['tracekit.parse', 'tracekit.classify', 'tracekit.xspace', 'tracekit.summary',"
-        " 'tracekit.reports',"
+        " 'tracekit.reports', 'tracekit.reports.plots', 'tracekit.reports.tensorboard',"
         " 'tracekit.cli']:\n"
         "    try:\n"
         "        importlib.import_module(m)\n"

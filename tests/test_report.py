@@ -15,11 +15,11 @@ import pandas as pd
 import pytest
 from rich.console import Console
 from tensorboard.backend.event_processing import event_accumulator as ea
-from tracekit.reports import report, tbtrace, terminal
-from tracekit.reports import run as report_mod
 
 from tracekit.cli import main
 from tracekit.parse import load
+from tracekit.reports import report, tbtrace, terminal
+from tracekit.reports import run as report_mod
 
 from . import contract
 from . import reportgen as rg
