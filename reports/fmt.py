@@ -69,3 +69,23 @@ def count(v: Any) -> str:
 
 def intensity(v: Any) -> str:
     return f"{float(v):.3g}" if _ok(v) else DASH
+
+
+def shapes(text: Any) -> str:
+    """Compact input shapes: ``[[1024,768],[768,2304],[]]`` -> ``1024x768,768x2304``
+    (tensors only; scalars and empty lists dropped). Unparseable text is returned as is."""
+    if not isinstance(text, str) or not text:
+        return ""
+    import json
+
+    try:
+        dims = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(dims, list):
+        return text
+    parts = []
+    for d in dims:
+        if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
+            parts.append("x".join(str(x) for x in d))
+    return ",".join(parts)

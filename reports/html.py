@@ -274,7 +274,13 @@ def memory(sm: Summary, plots: Mapping[str, bytes]) -> str:
 def gpu(sm: Summary) -> str:
     lc = sm.launch
     items = {
-        "GPU idle": f"{fmt.pct(lc.gpu_idle_pct)} of step time",
+        "GPU idle": f"{fmt.pct(lc.gpu_idle_pct)} of step time (with the profiler)",
+        "GPU idle, unprofiled": (
+            f"{fmt.pct(lc.gpu_idle_unprofiled_pct)} of the step time measured without the "
+            "profiler (estimate: traced GPU busy time / unprofiled step time)"
+            if lc.gpu_idle_unprofiled_pct is not None
+            else "no unprofiled step time (run folder manifest) available"
+        ),
         "host busy": f"{fmt.pct(lc.host_busy_pct, 0)} of step time",
         "kernels per step": f"{lc.kernels_per_step:.0f}",
         "median kernel": fmt.us(lc.median_kernel_us),

@@ -56,6 +56,7 @@ def summary(sm: Summary) -> str:
         ("step time (trace)", fmt.ms(h.step_time_ms)),
         ("step time (measured)", fmt.ms(h.measured_step_time_ms)),
         ("GPU idle", fmt.pct(sm.launch.gpu_idle_pct)),
+        ("GPU idle (unprofiled step)", fmt.pct(sm.launch.gpu_idle_unprofiled_pct)),
         ("launch-bound", "yes" if sm.launch.launch_bound else "no"),
     ]
     if h.config:

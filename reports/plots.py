@@ -180,6 +180,7 @@ def roofline(sm: Summary, max_points: int = 400) -> bytes:
             ax.scatter([], [], s=40, color=_color(str(c)), label=_plain(f"class {c}"))
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.minorticks_off()  # hundreds of minor tick artists cost more than the plot itself
     ax.set_xlim(lo, hi)
     ax.set_xlabel("arithmetic intensity [FLOP/byte]")
     ax.set_ylabel("attained [FLOP/s]")

@@ -162,8 +162,9 @@ def operators(sm: Summary, n: int = 12) -> RenderableType:
         gap=1,
     )
     for r in sm.operators.head(n).itertuples(index=False):
+        sig = fmt.shapes(r.input_dims)
         t.add_row(
-            _name(r.name),
+            _name(f"{r.name} {sig}" if sig else r.name),
             _name(r[1]),
             fmt.num(r.ms_per_step, 3),
             fmt.num(r.time_share_pct, 1),
@@ -241,8 +242,13 @@ def memory(sm: Summary) -> RenderableType:
 
 def gpu(sm: Summary) -> RenderableType:
     lc = sm.launch
+    unprof = (
+        f" ({fmt.pct(lc.gpu_idle_unprofiled_pct)} of the unprofiled step)"
+        if lc.gpu_idle_unprofiled_pct is not None
+        else ""
+    )
     txt = (
-        f"GPU idle {fmt.pct(lc.gpu_idle_pct)} of step time; host busy "
+        f"GPU idle {fmt.pct(lc.gpu_idle_pct)} of step time{unprof}; host busy "
         f"{fmt.pct(lc.host_busy_pct, 0)}; {lc.kernels_per_step:.0f} kernels per step, "
         f"median {fmt.us(lc.median_kernel_us)} (launch call {fmt.us(lc.median_launch_us)})"
     )

@@ -238,3 +238,46 @@ def test_no_gpu_activity(tmp_path: Path) -> None:
     assert set(ts) == {"softmax", "layernorm", "gemm"} and all(v is None for v in ts.values())
     assert sm.summary["flop_share_pct"] is None
     assert any("no GPU activity" in n for n in sm.notes)
+
+
+def test_unprofiled_step_time_decides_launch_bound(trace: Trace) -> None:
+    table = S.step_table(trace.steps)
+    busy_ms = float(table["gpu_busy_ms"].mean())  # 16.5 µs
+    # the traced steps look host-bound, the unprofiled step is hardly longer than GPU work
+    lc = S.launch_check(table, trace.kernels, trace.runtime, measured_step_ms=busy_ms / 0.97)
+    assert lc.gpu_idle_pct == pytest.approx(83.5)
+    assert lc.gpu_idle_unprofiled_pct == pytest.approx(3.0)
+    assert not lc.launch_bound
+    lc = S.launch_check(table, trace.kernels, trace.runtime, measured_step_ms=busy_ms * 2)
+    assert lc.launch_bound and lc.message is not None and "without the profiler" in lc.message
+
+
+def test_cpu_only_trace_has_no_gpu_idle(tmp_path: Path) -> None:
+    doc = tg.small_trace()
+    doc["traceEvents"] = [
+        e for e in doc["traceEvents"] if e.get("cat") not in ("kernel", "gpu_memcpy")
+    ]
+    t = load(tg.write(doc, tmp_path / "cpu.pt.trace.json"))
+    lc = S.launch_check(S.step_table(t.steps), t.kernels, t.runtime, measured_step_ms=1.0)
+    assert lc.gpu_idle_pct is None and lc.gpu_idle_unprofiled_pct is None
+    assert not lc.launch_bound
+
+
+def test_category_timeline_aligned_by_base_time(tmp_path: Path) -> None:
+    """Recent PyTorch writes ts relative to baseTimeNanoseconds; the category export uses
+    the epoch clock. tracekit aligns the two through the base time."""
+    from tracekit.summary.build import _category_offset
+
+    doc = rg.report_trace()
+    shift = tg.T0 - 5_000_000  # ts become ~5 s: a steady clock, not the epoch
+    for e in doc["traceEvents"]:
+        if "ts" in e:
+            e["ts"] -= shift
+    doc["baseTimeNanoseconds"] = shift * 1000
+    t = load(tg.write(doc, tmp_path / "b.pt.trace.json"))
+    epoch_us = np.asarray([tg.T0 + 20.0, tg.T0 + 150.0])  # 20 and 150 µs into the trace
+    off = _category_offset(t, epoch_us)
+    assert off is not None
+    # float64 epoch nanoseconds resolve 256 ns: plenty for a plot in ms
+    assert (epoch_us * 1e3 + off).tolist() == pytest.approx([20_000.0, 150_000.0], abs=500)
+    assert _category_offset(t, epoch_us + 3.6e9) is None  # an hour later: not this trace

@@ -176,6 +176,28 @@ def _header(trace: Any, steps: list[int], table: pd.DataFrame) -> Header:
     )
 
 
+def _category_offset(trace: Any, times_us: np.ndarray) -> float | None:
+    """ns to add to the export's ``times_us * 1000`` to get trace time, or None.
+
+    PyTorch's memory timeline uses the Unix-epoch clock; Kineto's ``ts`` are relative to
+    ``baseTimeNanoseconds`` when the trace has it (recent PyTorch), else epoch too. The
+    offset that puts the export inside the trace's time span (1 ms slack) is used."""
+    start = _num(trace.meta.get("trace_start_ns"))
+    if start is None or not len(times_us):
+        return None
+    end = 0.0
+    for name in ("kernels", "ops"):
+        df = getattr(trace, name)
+        if len(df):
+            end = max(end, float((df["ts"] + df["dur"]).max()))
+    base = _num(trace.meta.get("base_time_ns")) or 0.0
+    for origin in dict.fromkeys((start + base, start)):
+        rel0, rel1 = times_us[0] * 1e3 - origin, times_us[-1] * 1e3 - origin
+        if rel1 >= -1e6 and rel0 <= end + 1e6:
+            return -origin
+    return None
+
+
 def _categories(trace: Any) -> tuple[CategoryMemory | None, list[str]]:
     man = trace.manifest if isinstance(trace.manifest, dict) else None
     rel = _get(man, "artifacts", "memory_timeline")
@@ -185,19 +207,7 @@ def _categories(trace: Any) -> tuple[CategoryMemory | None, list[str]]:
         return None, ([f"no per-category memory timeline: {why}"] if why else [])
     path = Path(run_dir) / str(rel)
     tl = M.downsample_categories(M.load_category_timeline(path))
-    offset: float | None = None
-    start = _num(trace.meta.get("trace_start_ns"))
-    if start is not None and len(tl.times_us):
-        off = -start
-        rel0, rel1 = tl.times_us[0] * 1e3 + off, tl.times_us[-1] * 1e3 + off
-        end = 0.0
-        for name in ("kernels", "ops"):
-            df = getattr(trace, name)
-            if len(df):
-                end = max(end, float((df["ts"] + df["dur"]).max()))
-        # Aligned when the export falls inside the trace (1 ms slack for clock rounding).
-        if rel1 >= -1e6 and rel0 <= end + 1e6:
-            offset = off
+    offset = _category_offset(trace, tl.times_us)
     notes = (
         []
         if offset is not None
@@ -225,8 +235,8 @@ def summarize(
     kernels = C.kernel_table(k, n)
     bound = C.bound_shares(k)
     roofs = roofs_from(cls.device)
-    launch = S.launch_check(table, trace.kernels, trace.runtime)
     header = _header(trace, steps, table)
+    launch = S.launch_check(table, trace.kernels, trace.runtime, header.measured_step_time_ms)
     notes = [str(x) for x in getattr(cls, "notes", [])]
     warnings: list[str] = []
     if launch.message:
@@ -385,6 +395,7 @@ def summary_json(
         "bound_time_share_pct": sm.bound,
         "gpu_idle_pct": sm.launch.gpu_idle_pct,
         "launch_bound": sm.launch.launch_bound,
+        "gpu_idle_unprofiled_pct": sm.launch.gpu_idle_unprofiled_pct,
         "launch": {
             "host_busy_pct": sm.launch.host_busy_pct,
             "kernels_per_step": sm.launch.kernels_per_step,
@@ -419,6 +430,10 @@ def summary_json(
             "step_time_ms": "measured: ProfilerStep spans and GPU activity in the trace "
             "(with the profiler on)",
             "gpu_idle_pct": "measured: union of GPU activity per step in the trace",
+            "gpu_idle_unprofiled_pct": "estimated: the trace's GPU busy time per step over "
+            "the step time measured without the profiler (manifest)"
+            if sm.launch.gpu_idle_unprofiled_pct is not None
+            else None,
             "measured_step_time_ms": "measured without the profiler (run manifest)"
             if h.measured_step_time_ms is not None
             else None,
