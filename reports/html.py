@@ -32,7 +32,7 @@ th,td{padding:3px 6px;border-bottom:1px solid #eef;text-align:right;vertical-ali
 th{white-space:normal}table.wide{font-size:12.5px}table.wide td,table.wide th{padding:3px 4px}
 .scroll{overflow-x:auto;max-width:100%}
 th{background:#f4f5f9;font-weight:600}
-td.l,th.l,th.name,th.shape{text-align:left}td.name{min-width:150px}td.shape{min-width:70px}
+td.l,th.l,th.name,th.shape{text-align:left}td.name{min-width:120px}td.shape{min-width:120px}
 td.name,td.shape{text-align:left;max-width:420px;
  white-space:normal;overflow-wrap:anywhere;font-family:ui-monospace,Menlo,Consolas,monospace;
  font-size:12px}
@@ -174,19 +174,44 @@ def classes(sm: Summary, plots: Mapping[str, bytes]) -> str:
     )
 
 
-def roofline(sm: Summary, plots: Mapping[str, bytes], n: int = 25) -> str:
+def _roofs(sm: Summary) -> str:
+    """Peaks per pipe with ridge points; each distinct source listed once, numbered."""
     r = sm.roofs
-    roofs = {
-        f"peak {k}": f"{fmt.si(v, 'FLOP/s')} ({r.peak_sources.get(k, '')})"
-        for k, v in r.peaks.items()
-    }
-    roofs["memory bandwidth"] = (
-        f"{fmt.si(r.bandwidth, 'B/s')} ({r.bandwidth_source})" if r.bandwidth else "unknown"
+    if not r.peaks and not r.bandwidth:
+        return "<p class='miss'>Device roofline unknown (see notes).</p>"
+    sources: list[str] = []
+
+    def ref(src: str) -> str:
+        if src not in sources:
+            sources.append(src)
+        return f"[{sources.index(src) + 1}]"
+
+    rows = []
+    for pipe, peak in sorted(r.peaks.items(), key=lambda kv: -kv[1]):
+        rows.append(
+            f"<tr><td class='l'>{esc(pipe)}</td><td>{esc(fmt.si(peak, 'FLOP/s'))}</td>"
+            f"<td>{esc(fmt.intensity(r.ridge(pipe)))}</td>"
+            f"<td class='l'>{esc(ref(r.peak_sources.get(pipe, '') or 'unknown'))}</td></tr>"
+        )
+    bw = (
+        f"<tr><td class='l'>memory bandwidth</td><td>{esc(fmt.si(r.bandwidth, 'B/s'))}</td>"
+        f"<td></td><td class='l'>{esc(ref(r.bandwidth_source or 'unknown'))}</td></tr>"
+        if r.bandwidth
+        else ""
     )
+    notes = "".join(f"<li>{esc(s)}</li>" for s in sources)
+    return (
+        "<table><thead><tr><th class='l'>pipe</th><th>peak</th><th>ridge FLOP/byte</th>"
+        f"<th class='l'>source</th></tr></thead><tbody>{''.join(rows)}{bw}</tbody></table>"
+        f"<ol class='note'>{notes}</ol>"
+    )
+
+
+def roofline(sm: Summary, plots: Mapping[str, bytes], n: int = 25) -> str:
     cols: list[Col] = [
         ("operator", "name", _s),
         ("class", "l", _s),
-        ("input shapes", "shape", _s),
+        ("input shapes", "shape", fmt.shapes),
         ("calls", "", fmt.count),
         ("ms/step", "", fmt.ms),
         ("GPU time", "", fmt.pct),
@@ -220,7 +245,7 @@ def roofline(sm: Summary, plots: Mapping[str, bytes], n: int = 25) -> str:
     return "\n".join(
         [
             "<h2>Roofline</h2>",
-            _kv(roofs),
+            _roofs(sm),
             f"<p>Top {n} operators by GPU time (grouped by name, class and input shapes).</p>",
             _table(sm.operators.head(n), cols, fields, "wide"),
             _img(plots["roofline"], "roofline plot") if "roofline" in plots else "",

@@ -23,7 +23,6 @@ from tracekit.parse import TRACE_SUFFIXES, Trace, find_trace, load
 from tracekit.summary import Summary, summarize
 
 from . import html, markdown, plots, tbtrace
-from . import tensorboard as tb
 
 REPORT_DIR = "report"
 
@@ -197,6 +196,8 @@ def _run(
     timings["write"] = time.perf_counter() - t
     result = ReportResult(summary=sm, out=dest, files=files, timings=timings)
     if target is not None:
+        from . import tensorboard as tb  # imported only when needed (~0.2 s)
+
         t = time.perf_counter()
         result.events = tb.write_events(
             sm, pngs, markdown.all_tables(sm), target[0], wall_time=time.time()

@@ -85,6 +85,9 @@ def test_flop_and_bound_shares(trace: Trace) -> None:
     assert b["compute-bound"] == pytest.approx(100.0 * 4 / 33)  # only aten::mm's 4 µs
     assert b["unknown"] == pytest.approx(100.0 * 1 / 33)  # the hostile kernel
     assert b["memory-bound"] == pytest.approx(100.0 * 28 / 33)
+    per_class = sm.classes.set_index("class")
+    assert per_class.loc["gemm", "compute_bound_pct"] == pytest.approx(100 * 4 / 9)
+    assert np.isnan(per_class.loc["other", "memory_bound_pct"])  # no kernel with a bound
     src = sm.summary["sources"]["flop_source_time_pct"]
     assert src["profiler"] == pytest.approx(100.0 * 5 / 33)  # addmm's FLOPs: with_flops
 

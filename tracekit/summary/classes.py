@@ -38,7 +38,8 @@ def class_table(kernels: pd.DataFrame, n_steps: int) -> pd.DataFrame:
     """One row per class (``class_order``; zero rows included): ``class``, ``gpu_time_ns``,
     ``time_share_pct``, ``ms_per_step``, ``kernel_count``, ``flops``, ``flop_share_pct``,
     ``flops_known_pct`` (share of the class's time whose kernels have a FLOP count),
-    ``memory_bound_pct`` / ``compute_bound_pct`` (of the class's time).
+    ``memory_bound_pct`` / ``compute_bound_pct`` (of the class's time; NaN when no kernel of
+    the class has a known bound).
 
     ``kernels``: classified activities of the analysed steps (columns ``class``, ``dur``,
     ``flops``, ``bound``)."""
@@ -74,8 +75,11 @@ def class_table(kernels: pd.DataFrame, n_steps: int) -> pd.DataFrame:
     out["flop_share_pct"] = 100.0 * out["flops"] / total_flops if total_flops else np.nan
     with np.errstate(invalid="ignore", divide="ignore"):
         out["flops_known_pct"] = np.where(gt > 0, 100.0 * g["known_dur"].to_numpy() / gt, np.nan)
-        out["memory_bound_pct"] = np.where(gt > 0, 100.0 * g["mem_dur"].to_numpy() / gt, np.nan)
-        out["compute_bound_pct"] = np.where(gt > 0, 100.0 * g["cmp_dur"].to_numpy() / gt, np.nan)
+        # of the class's time; NaN when none of it has a known bound (no shapes, no roofline)
+        judged = g["mem_dur"].to_numpy() + g["cmp_dur"].to_numpy()
+        ok = (gt > 0) & (judged > 0)
+        out["memory_bound_pct"] = np.where(ok, 100.0 * g["mem_dur"].to_numpy() / gt, np.nan)
+        out["compute_bound_pct"] = np.where(ok, 100.0 * g["cmp_dur"].to_numpy() / gt, np.nan)
     keep = out["class"].isin(FIRST) | (out["kernel_count"] > 0)
     frame: pd.DataFrame = out[keep].reset_index(drop=True)
     return frame
