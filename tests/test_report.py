@@ -427,3 +427,16 @@ def test_profiler_plugin_sees_gpu_time_only_in_the_copy(tmp_path: Path) -> None:
 
     assert device_us(src) == 0.0
     assert device_us(copy.path) > 0.0
+
+
+def test_parsed_folder_input(trace_file: Path, tmp_path: Path) -> None:
+    from tracekit.parse import parse_to_dir
+
+    parsed = parse_to_dir(trace_file, tmp_path / "parsed").out
+    res = _run(parsed)
+    assert res.out == parsed / "report" and res.events is None
+    doc = json.loads((res.out / "summary.json").read_text())
+    assert doc["time_share_pct"]["layernorm"] == pytest.approx(100 * 8 / 33)
+    # with a logdir: events, but no trace file to copy for the profiler plugin
+    res = _run(parsed, out=tmp_path / "o2", tensorboard=tmp_path / "tb")
+    assert res.events is not None and res.plugin_trace is None
