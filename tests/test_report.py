@@ -61,7 +61,10 @@ def test_outputs_and_default_location(trace_file: Path) -> None:
     assert res.out == out
     assert {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()} == REPORT_FILES
     assert res.events is None and res.plugin_trace is None  # a trace file: no TensorBoard
-    doc = json.loads((out / "summary.json").read_text())
+    def no_nan(c: str) -> None:
+        raise AssertionError(f"summary.json is not strict JSON: {c}")
+
+    doc = json.loads((out / "summary.json").read_text(), parse_constant=no_nan)
     assert doc["format"] == "tracekit.summary" and doc["version"] == 1
     for key in ("softmax", "layernorm", "gemm"):
         assert key in doc["time_share_pct"]

@@ -113,6 +113,8 @@ def _clean(v: Any) -> Any:
         return {str(k): _clean(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [_clean(x) for x in v]
+    if isinstance(v, np.bool_):
+        return bool(v)
     if isinstance(v, (np.integer,)):
         return int(v)
     if isinstance(v, (float, np.floating)):
