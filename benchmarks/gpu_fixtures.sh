@@ -17,15 +17,17 @@ step() {  # step NAME CMD...: run with a time limit, log, report status and seco
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'python', sys.version.split()[0])" | tee -a "$OUT/gpu.txt"
 C="tracekit collect --batch 8 --seq 128 --profile-active 1 -q"
-step fp32-naive    $C -o runs/gpt2s-b8-s128-fp32-naive
-step bf16-sdpa     $C --dtype bf16 --attention sdpa -o runs/gpt2s-b8-s128-bf16-sdpa
+ncu --query-metrics 2>&1 | grep -E "^sm__ops_path_tensor" > "$OUT/ncu_tensor_metrics.txt"
+step fp32-naive    $C --counters -o runs/gpt2s-b8-s128-fp32-naive
+step bf16-sdpa     $C --counters --dtype bf16 --attention sdpa -o runs/gpt2s-b8-s128-bf16-sdpa
 step bf16-naive    $C --dtype bf16 --attention naive -o runs/gpt2s-b8-s128-bf16-naive
 step bf16-sdpa-compile $C --dtype bf16 --attention sdpa --compile -o runs/gpt2s-b8-s128-bf16-sdpa-compile
 step fp32-naive-stack  $C --with-stack --no-memory-snapshot -o runs/gpt2s-b8-s128-fp32-naive-stack
 for r in runs/*/; do step "parse-$(basename $r)" tracekit parse "$r"; done
 step overhead-fp32-naive python3 benchmarks/profiler_overhead.py
-step overhead-bf16-sdpa  python3 benchmarks/profiler_overhead.py --dtype bf16 --attention sdpa
+step overhead-bf16-sdpa  python3 benchmarks/profiler_overhead.py --dtype bf16 --attention sdpa --rounds 12
 for r in runs/*/; do python3 -c "import json,sys; m=json.load(open('$r/manifest.json')); print('$r', m['status'], json.dumps(m.get('metrics')), json.dumps(m.get('ceilings')))"; done | tee "$OUT/manifests.txt"
 du -sh runs/*/* | tee "$OUT/sizes.txt"
-tar --exclude='*.pickle' --exclude='tables' -czf "$OUT/runs.tar.gz" runs
-ls -la "$OUT"
+mkdir -p logs && mv "$OUT"/*.log logs/ 2>/dev/null
+tar --exclude='*.pickle' --exclude='tables' -czf "$OUT/runs.tar.gz" runs logs
+ls -la "$OUT"   # at most 8 files come back: steps.txt, gpu.txt, manifests.txt, sizes.txt, runs.tar.gz, ...

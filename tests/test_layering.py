@@ -18,7 +18,11 @@ STAGES: dict[str, tuple[str, set[str]]] = {
     "tracekit/classify": ("tracekit.classify", {"tracekit.parse"}),
     "tracekit/xspace": ("tracekit.xspace", {"tracekit.parse"}),
     "tracekit/summary": ("tracekit.summary", {"tracekit.parse", "tracekit.classify"}),
-    "reports": ("tracekit.reports", {"tracekit.parse", "tracekit.classify", "tracekit.summary"}),
+    "tracekit/sweep": ("tracekit.sweep", {"tracekit.parse", "tracekit.classify"}),
+    "reports": (
+        "tracekit.reports",
+        {"tracekit.parse", "tracekit.classify", "tracekit.summary", "tracekit.sweep"},
+    ),
 }
 
 
@@ -66,7 +70,7 @@ def test_analysis_stages_never_load_torch() -> None:
         "assert mod.__file__.startswith(sys.path[0])\n"
         "for m in ['tracekit.parse', 'tracekit.classify', 'tracekit.xspace', 'tracekit.summary',"
         " 'tracekit.reports', 'tracekit.reports.plots', 'tracekit.reports.tensorboard',"
-        " 'tracekit.cli']:\n"
+        " 'tracekit.sweep', 'tracekit.reports.sweep', 'tracekit.cli']:\n"
         "    try:\n"
         "        importlib.import_module(m)\n"
         "    except ModuleNotFoundError:\n"

@@ -173,6 +173,66 @@ def _export_xspace_of(trace: Path, logdir: Path | None, run: str | None, host: s
 
 
 @app.command()
+def sweep(
+    batch: Annotated[str, typer.Option(help="Batch sizes, comma-separated.")] = "4,8,16,32",
+    seq: Annotated[str, typer.Option(help="Sequence lengths, comma-separated.")] = (
+        "64,128,256,512,1024"
+    ),
+    dtype: Annotated[str, typer.Option(help="Precisions: fp32, bf16, fp16.")] = "fp32,bf16",
+    attention: Annotated[str, typer.Option(help="Attentions: naive, sdpa.")] = "naive,sdpa",
+    preset: Annotated[str, typer.Option(help="Model preset (as for collect).")] = "gpt2-small",
+    grid: Annotated[
+        bool, typer.Option("--grid/--axes", help="Full product, or one axis at a time (default).")
+    ] = False,
+    device: Annotated[str, typer.Option(help="cuda or cpu.")] = "cuda",
+    base_batch: Annotated[int, typer.Option(help="Batch of the axes' base configuration.")] = 8,
+    base_seq: Annotated[int, typer.Option(help="Seq of the axes' base configuration.")] = 128,
+    layers: Annotated[
+        int | None, typer.Option(help="Override the preset's number of layers.")
+    ] = None,
+    steps: Annotated[int, typer.Option(help="Timed steps per configuration.")] = 10,
+    warmup: Annotated[int, typer.Option(help="Warm-up steps per configuration.")] = 3,
+    profile_active: Annotated[int, typer.Option(help="Profiled steps per configuration.")] = 1,
+    timeout: Annotated[float, typer.Option(help="Seconds allowed per configuration.")] = 300.0,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the sweep in -o, skipping done rows.")
+    ] = False,
+    out: Annotated[Path, typer.Option("-o", "--out", help="Sweep folder.")] = Path("sweep"),
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress display.")] = False,
+) -> None:
+    """Collect a grid of configurations (each in its own process) and report how memory and
+    speed scale: sweep table, analytic memory model, fits, plots and findings."""
+    from tracekit.sweep import SweepPlan, describe, finish, run_sweep
+    from tracekit.sweep.plan import ATTENTIONS as ATTN
+    from tracekit.sweep.plan import DTYPES, parse_choice_list, parse_int_list
+
+    plan = SweepPlan(
+        batches=tuple(parse_int_list(batch, "batch")),
+        seqs=tuple(parse_int_list(seq, "seq")),
+        dtypes=tuple(parse_choice_list(dtype, "dtype", DTYPES)),
+        attentions=tuple(parse_choice_list(attention, "attention", ATTN)),
+        preset=preset,
+        device=device,
+        grid=grid,
+        base_batch=base_batch,
+        base_seq=base_seq,
+        layers=layers,
+        steps=steps,
+        warmup=warmup,
+        profile_active=profile_active,
+        timeout_s=timeout,
+    )
+    table = run_sweep(plan, out, resume=resume, quiet=quiet)
+    outs = finish(table, out)
+    from tracekit.reports.sweep import write_html, write_tensorboard
+
+    outs.html = write_html(table, out / "report")
+    write_tensorboard(table, out / "tensorboard")
+    outs.tensorboard = out / "tensorboard"
+    typer.echo(describe(table, outs))
+
+
+@app.command()
 def report(
     trace: Annotated[
         Path, typer.Argument(help="Trace file (.json/.json.gz), run folder or parsed folder.")

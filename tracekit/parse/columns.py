@@ -26,22 +26,35 @@ OTHER, OP, ANNOT, KERNEL, MEMCPY, MEMSET, RUNTIME, DRIVER, PYMODULE, GPU_ANNOT, 
     range(12)
 )
 KIND_NAMES = {
-    OP: "cpu_op", ANNOT: "user_annotation", KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset",
-    RUNTIME: "cuda_runtime", DRIVER: "cuda_driver",
+    OP: "cpu_op",
+    ANNOT: "user_annotation",
+    KERNEL: "kernel",
+    MEMCPY: "memcpy",
+    MEMSET: "memset",
+    RUNTIME: "cuda_runtime",
+    DRIVER: "cuda_driver",
 }
 
 # Category names across Kineto versions (older traces used capitalised names) and ROCm.
 _CAT_KIND: dict[str, int] = {
-    "cpu_op": OP, "operator": OP,
+    "cpu_op": OP,
+    "operator": OP,
     "user_annotation": ANNOT,
     "kernel": KERNEL,
-    "gpu_memcpy": MEMCPY, "memcpy": MEMCPY,
-    "gpu_memset": MEMSET, "memset": MEMSET,
-    "cuda_runtime": RUNTIME, "runtime": RUNTIME, "hip_runtime": RUNTIME,
-    "cuda_driver": DRIVER, "driver": DRIVER, "hip_driver": DRIVER,
+    "gpu_memcpy": MEMCPY,
+    "memcpy": MEMCPY,
+    "gpu_memset": MEMSET,
+    "memset": MEMSET,
+    "cuda_runtime": RUNTIME,
+    "runtime": RUNTIME,
+    "hip_runtime": RUNTIME,
+    "cuda_driver": DRIVER,
+    "driver": DRIVER,
+    "hip_driver": DRIVER,
     "python_function": PYMODULE,
     "gpu_user_annotation": GPU_ANNOT,
 }
+
 
 class _CatLookup(dict[Any, int]):
     """Category -> kind, case-insensitively; unknown categories are OTHER (and cached)."""
@@ -86,8 +99,9 @@ def to_ns(values: list[Any]) -> tuple[I64, npt.NDArray[np.bool_]]:
         text: list[Any] = values
     else:
         valid = np.fromiter((type(v) in (int, float, str) for v in values), dtype=bool, count=n)
-        text = [v if type(v) is str else (str(v) if type(v) in (int, float) else None)
-                for v in values]
+        text = [
+            v if type(v) is str else (str(v) if type(v) in (int, float) else None) for v in values
+        ]
     arr = pa.array(text, type=pa.string())
     try:
         ns = pc.cast(pc.multiply(pc.cast(arr, pa.decimal128(21, 3)), _THOUSAND), pa.int64())
@@ -168,8 +182,10 @@ def strings(values: list[Any]) -> pa.Array:
     try:
         return pa.array(values, type=pa.string())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-        return pa.array([v if type(v) is str else (None if v is None else str(v)) for v in values],
-                        type=pa.string())
+        return pa.array(
+            [v if type(v) is str else (None if v is None else str(v)) for v in values],
+            type=pa.string(),
+        )
 
 
 def raws(values: list[Any]) -> pa.Array:
@@ -228,8 +244,9 @@ class Accumulator:
         try:
             kinds = np.array(list(map(_CAT_LOOKUP.__getitem__, cat_list)), dtype=np.int8)
         except TypeError:  # unhashable category values in a malformed trace
-            kinds = np.array([_CAT_LOOKUP[c] if isinstance(c, str) else OTHER for c in cat_list],
-                             dtype=np.int8)
+            kinds = np.array(
+                [_CAT_LOOKUP[c] if isinstance(c, str) else OTHER for c in cat_list], dtype=np.int8
+            )
         is_x = ph == "X"
         timed = kinds != OTHER
         kinds[timed & ~is_x] = OTHER
@@ -261,19 +278,23 @@ class Accumulator:
         if kind == PYMODULE:
             self.python_events += len(ev)
             # Only nn.Module frames carry the module path; other Python frames are dropped.
-            keep = np.fromiter(
-                (type(n) is str and n.startswith("nn.Module: ") for n in name), dtype=bool,
-                count=len(ev),
-            ) & ok
+            keep = (
+                np.fromiter(
+                    (type(n) is str and n.startswith("nn.Module: ") for n in name),
+                    dtype=bool,
+                    count=len(ev),
+                )
+                & ok
+            )
             if not keep.any():
                 return
             ev = [e for e, k in zip(ev, keep, strict=True) if k]
             name = [n for n, k in zip(name, keep, strict=True) if k]
             ts, ok = ts[keep], ok[keep]
         if not ok.all():
-            self.dropped[KIND_NAMES.get(kind, str(kind))] = (
-                self.dropped.get(KIND_NAMES.get(kind, str(kind)), 0) + int((~ok).sum())
-            )
+            self.dropped[KIND_NAMES.get(kind, str(kind))] = self.dropped.get(
+                KIND_NAMES.get(kind, str(kind)), 0
+            ) + int((~ok).sum())
             ev = [e for e, k in zip(ev, ok, strict=True) if k]
             name = [n for n, k in zip(name, ok, strict=True) if k]
             ts = ts[ok]

@@ -1,0 +1,90 @@
+"""A real tiny sweep on CPU: subprocess per configuration, a forced failure recorded while
+the sweep goes on, resume, timeout, and the CLI's outputs."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tracekit.sweep.plan import Point, SweepPlan
+from tracekit.sweep.runner import default_env, read_table, run_point, run_sweep
+
+# seq 256 exceeds the tiny preset's context (128): collect refuses it -> status error
+PLAN = SweepPlan(batches=(2,), seqs=(16, 32, 256), dtypes=("fp32",), attentions=("naive",),
+                 preset="tiny", device="cpu", base_batch=2, base_seq=16, steps=1, warmup=0,
+                 timeout_s=120)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tracekit.cli import main
+
+    out = tmp_path_factory.mktemp("sweep") / "s"
+    args = ["sweep", "--preset", "tiny", "--device", "cpu", "--batch", "2", "--seq",
+            "16,32,256", "--dtype", "fp32", "--attention", "naive", "--base-batch", "2",
+            "--base-seq", "16", "--steps", "1", "--warmup", "0", "--timeout", "120",
+            "-o", str(out)]  # fmt: skip
+    assert main(args) == 0
+    return out
+
+
+def test_sweep_records_ok_and_failed_rows(swept: Path) -> None:
+    t = read_table(swept)
+    assert list(t["key"]) == ["b2-s16-fp32-naive", "b2-s32-fp32-naive", "b2-s256-fp32-naive"]
+    assert list(t["status"]) == ["ok", "ok", "error"]
+    bad = t.iloc[2]
+    assert "exceeds the context" in bad["error"] and bad["exit_code"] == 2
+    ok = t[t["status"] == "ok"]
+    assert (ok["tokens_per_s"] > 0).all() and (ok["timeline_peak_bytes"] > 0).all()
+    assert (ok["peak_source"] == "memory timeline").all()  # CPU: no allocator counters
+    assert (ok["model_error_pct"].abs() < 5).all()  # CPU tiny runs: ~0.2 % in practice
+    assert (ok["mem_per_token_bytes"] == ok["peak_bytes"] / ok["tokens"]).all()
+    csv = pd.read_csv(swept / "sweep.csv")
+    assert list(csv["key"]) == list(t["key"])
+    assert (swept / "runs" / "b2-s16-fp32-naive" / "manifest.json").is_file()
+    assert (swept / "report" / "sweep.html").is_file()
+    assert (swept / "findings.txt").read_text().count("failed") == 1
+    assert any((swept / "tensorboard").iterdir())
+
+
+def test_resume_skips_done_rows_and_retries_errors(swept: Path) -> None:
+    ran: list[str] = []
+    t = run_sweep(PLAN, swept, resume=True, env=default_env(),
+                  on_row=lambda r: ran.append(r["key"]))  # fmt: skip
+    assert ran == ["b2-s256-fp32-naive"]
+    assert list(t["status"]) == ["ok", "ok", "error"]
+
+
+def test_existing_sweep_needs_resume(swept: Path) -> None:
+    from tracekit.errors import UsageError
+
+    with pytest.raises(UsageError, match="--resume"):
+        run_sweep(PLAN, swept)
+
+
+def test_timeout_is_an_error_row(tmp_path: Path) -> None:
+    plan = SweepPlan(**{**PLAN.__dict__, "timeout_s": 0.2})
+    row: dict[str, Any]
+    row, _ = run_point(plan, Point(2, 16, "fp32", "naive"), tmp_path, measure_ceilings=False,
+                       env=default_env())  # fmt: skip
+    assert row["status"] == "error" and row["error"] == "timed out after 0.2 s"
+    assert math.isnan(row["exit_code"])
+
+
+def test_interrupt_keeps_finished_rows_and_resume_finishes(tmp_path: Path) -> None:
+    plan = SweepPlan(**{**PLAN.__dict__, "seqs": (16, 256)})  # b2-s16 ok, b2-s256 error
+
+    def interrupt(row: dict[str, Any]) -> None:
+        raise KeyboardInterrupt  # as Ctrl-C after the first configuration
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(plan, tmp_path, env=default_env(), on_row=interrupt)
+    assert list(read_table(tmp_path)["key"]) == ["b2-s16-fp32-naive"]
+    ran: list[str] = []
+    t = run_sweep(plan, tmp_path, resume=True, env=default_env(),
+                  on_row=lambda r: ran.append(r["key"]))  # fmt: skip
+    assert ran == ["b2-s256-fp32-naive"] and list(t["status"]) == ["ok", "error"]

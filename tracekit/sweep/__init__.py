@@ -1,0 +1,105 @@
+"""``tracekit sweep``: how memory and speed scale with batch, sequence length, precision and
+attention. Runs ``tracekit collect`` per configuration (subprocesses), then reads the run
+folders into one table, fits scaling laws, compares with the analytic memory model and
+writes findings. No torch import here: the collectors run in the subprocesses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tracekit.io import atomic_write_bytes, atomic_write_text
+from tracekit.sweep.findings import findings
+from tracekit.sweep.fit import fit_table, largest_fitting, power_fit, quadratic_fit
+from tracekit.sweep.memory_model import estimate, kv_cache_bytes
+from tracekit.sweep.plan import Point, SweepPlan
+from tracekit.sweep.rows import complete
+from tracekit.sweep.runner import read_table, run_sweep
+
+__all__ = [
+    "Point",
+    "SweepOutputs",
+    "SweepPlan",
+    "describe",
+    "estimate",
+    "findings",
+    "finish",
+    "fit_table",
+    "kv_cache_bytes",
+    "largest_fitting",
+    "power_fit",
+    "quadratic_fit",
+    "read_table",
+    "run_sweep",
+]
+
+
+@dataclass
+class SweepOutputs:
+    fits: pd.DataFrame
+    findings: list[str]
+    html: Path | None
+    tensorboard: Path | None
+
+
+def finish(table: pd.DataFrame, out_dir: Path) -> SweepOutputs:
+    """Fits and findings of a sweep folder (written as fits.csv and findings.txt). The
+    HTML section and TensorBoard scalars are the reports stage's
+    (``tracekit.reports.sweep``): the CLI adds them."""
+    out_dir = Path(out_dir)
+    table = complete(table)
+    fits = fit_table(table)
+    found = findings(table, fits)
+    atomic_write_bytes(out_dir / "fits.csv", fits.to_csv(index=False).encode())
+    atomic_write_text(out_dir / "findings.txt", "\n".join(found) + "\n")
+    return SweepOutputs(fits, found, None, None)
+
+
+def _gib(v: Any) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v / 2**30:.2f}"
+
+
+def describe(table: pd.DataFrame, outs: SweepOutputs) -> str:
+    """What the CLI prints: the table, the model next to the measurement, fits, findings."""
+    lines = [
+        f"{'configuration':<22} {'status':<6} {'step ms':>8} {'tokens/s':>10} "
+        f"{'peak GiB':>8} {'model GiB':>9} {'err %':>6} {'act GiB':>7} {'model act':>9} "
+        f"{'idle %':>6}"
+    ]
+    for _, r in table.iterrows():
+        if r["status"] != "ok":
+            lines.append(f"{r['key']:<22} {r['status']:<6} {r['error']}")
+            continue
+        lines.append(
+            f"{r['key']:<22} {r['status']:<6} {r['step_time_ms']:>8.2f} "
+            f"{r['tokens_per_s']:>10,.0f} {_gib(r['peak_bytes']):>8} "
+            f"{_gib(r.get('model_peak_bytes')):>9} {r.get('model_error_pct', math.nan):>+6.1f} "
+            f"{_gib(r.get('mem_activations_bytes')):>7} "
+            f"{_gib(r.get('model_activations_bytes')):>9} {r.get('gpu_idle_pct', math.nan):>6.1f}"
+        )
+    fits = outs.fits
+    if len(fits):
+        lines.append("")
+        lines.append("scaling fits (log-log exponent, R²; seq: quadratic T² share at the max):")
+        for _, f in fits[
+            fits["quantity"].isin(["peak_bytes", "dynamic_peak_bytes", "tokens_per_s"])
+        ].iterrows():
+            extra = ""
+            if not pd.isna(f["quad_c"]):
+                extra = f"  quad R² {f['quad_r2']:.3f}, T² share {100 * f['t2_share_at_max']:.0f} %"
+            lines.append(
+                f"  {f['quantity']:<19} vs {f['axis']:<5} [{f['line']}]: "
+                f"{f['exponent']:+.2f} (R² {f['r2']:.3f}){extra}"
+            )
+    lines.append("")
+    lines.append("findings:")
+    lines += [f"  {s}" for s in outs.findings]
+    if outs.html is not None:
+        lines.append("")
+        lines.append(f"report: {outs.html}   tensorboard: {outs.tensorboard}")
+    return "\n".join(lines)

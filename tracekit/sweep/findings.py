@@ -1,0 +1,318 @@
+"""Findings generated from the sweep table: every sentence states what the rows show.
+
+Which wall each axis hits first:
+
+* capacity: a configuration ran out of memory, or its peak reached ``NEAR_CAPACITY`` of the
+  device's memory;
+* throughput plateau: tokens/s grew by less than ``PLATEAU_GAIN`` from one point to the
+  next larger one. Its kind comes from the plateau row: ``launch-bound`` when the GPU
+  idles at least ``IDLE_LAUNCH_PCT`` of the step, ``bandwidth-bound`` when the achieved
+  DRAM bandwidth (classify stage) is at least ``BW_HIGH_PCT`` of the measured copy
+  bandwidth or most kernel time is memory-bound, ``compute-bound`` when the model FLOP
+  rate is at least ``FLOPS_HIGH_PCT`` of the measured matmul roof, else undetermined.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from tracekit.sweep.fit import fit_table, lines
+from tracekit.sweep.rows import complete
+
+NEAR_CAPACITY = 0.9
+PLATEAU_GAIN = 1.10
+IDLE_LAUNCH_PCT = 20.0
+BW_HIGH_PCT = 60.0
+FLOPS_HIGH_PCT = 60.0
+MEMORY_BOUND_HIGH_PCT = 60.0
+
+
+def _gib(b: float) -> str:
+    """Bytes in the largest binary unit that keeps the number >= 1."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(b) >= scale:
+            return f"{b / scale:.2f} {unit}"
+    return f"{b:.0f} B"
+
+
+def _num(v: Any) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return f
+
+
+def _line_name(fixed: dict[str, Any]) -> str:
+    parts = []
+    for k in ("batch", "seq"):
+        if k in fixed:
+            parts.append(f"{k} {fixed[k]}")
+    parts += [str(fixed[k]) for k in ("dtype", "attention") if k in fixed]
+    return ", ".join(parts)
+
+
+def plateau_kind(row: pd.Series) -> tuple[str, str]:
+    """(kind, evidence) of a throughput plateau at ``row``."""
+    idle = _num(row.get("gpu_idle_pct"))
+    bw = _num(row.get("bw_util_pct"))
+    mb = _num(row.get("memory_bound_time_pct"))
+    fl = _num(row.get("model_flops_util_pct"))
+    if idle >= IDLE_LAUNCH_PCT:
+        return "launch-bound", f"the GPU idles {idle:.0f} % of the step"
+    if bw >= BW_HIGH_PCT:
+        return "bandwidth-bound", f"DRAM bandwidth at {bw:.0f} % of the measured copy roof"
+    if mb >= MEMORY_BOUND_HIGH_PCT:
+        return "bandwidth-bound", f"{mb:.0f} % of kernel time is memory-bound"
+    if fl >= FLOPS_HIGH_PCT:
+        return "compute-bound", f"model FLOP rate at {fl:.0f} % of the measured matmul roof"
+    bits = []
+    if not math.isnan(idle):
+        bits.append(f"GPU idle {idle:.0f} %")
+    if not math.isnan(fl):
+        bits.append(f"model FLOP rate {fl:.0f} % of the matmul roof")
+    if math.isnan(bw) and math.isnan(mb):
+        bits.append("bandwidth utilisation unknown until the classify stage fills it")
+    return "undetermined", ", ".join(bits) or "no utilisation data"
+
+
+def axis_findings(table: pd.DataFrame, axis: str) -> list[str]:
+    """One sentence per line along ``axis``: the first wall, or that none was hit."""
+    out = []
+    fixed_cols = [c for c in ("batch", "seq", "dtype", "attention") if c != axis]
+    for fixed, _ in _all_lines(table, axis):
+        g = table
+        for k, v in fixed.items():
+            g = g[g[k] == v]
+        g = g.sort_values(axis)
+        if g[axis].nunique() < 2:
+            continue
+        name = _line_name({k: fixed[k] for k in fixed_cols})
+        ok = g[g["status"] == "ok"]
+        oom = g[g["status"] == "oom"]
+        first_oom = oom.iloc[0] if len(oom) else None
+        # capacity: OOM, or the peak near the device's memory
+        cap_at = None
+        total = _num(ok["device_total_bytes"].max()) if len(ok) else math.nan
+        if len(ok) and not math.isnan(total):
+            near = ok[ok["peak_bytes"] >= NEAR_CAPACITY * total]
+            if len(near):
+                cap_at = near.iloc[0]
+        # plateau: the first step along the axis where tokens/s grows < PLATEAU_GAIN
+        plateau = None
+        tps = ok["tokens_per_s"].to_numpy(dtype=float)
+        xs = ok[axis].to_numpy()
+        for i in range(1, len(ok)):
+            if tps[i] < PLATEAU_GAIN * tps[i - 1]:
+                plateau = (ok.iloc[i - 1], ok.iloc[i])
+                break
+        s = f"Along {axis} ({name}): "
+        walls: list[tuple[float, str]] = []
+        if first_oom is not None:
+            req = _num(first_oom.get("oom_requested_bytes"))
+            ask = f", asking for {_gib(req)} more" if not math.isnan(req) else ""
+            last_ok = ok[ok[axis] < first_oom[axis]]
+            prev = (
+                (
+                    f" after {axis} {int(last_ok.iloc[-1][axis])} peaked at "
+                    f"{_gib(last_ok.iloc[-1]['peak_bytes'])}"
+                )
+                if len(last_ok)
+                else ""
+            )
+            walls.append(
+                (
+                    float(first_oom[axis]),
+                    f"the capacity wall: {axis} "
+                    f"{int(first_oom[axis])} ran out of memory{ask}{prev}",
+                )
+            )
+        elif cap_at is not None:
+            walls.append(
+                (
+                    float(cap_at[axis]),
+                    f"the capacity wall: at {axis} "
+                    f"{int(cap_at[axis])} the peak ({_gib(cap_at['peak_bytes'])}) is "
+                    f"{100 * cap_at['peak_bytes'] / total:.0f} % of the device's "
+                    f"{_gib(total)}",
+                )
+            )
+        if plateau is not None:
+            a, b = plateau
+            kind, why = plateau_kind(b)
+            gain = 100 * (b["tokens_per_s"] / a["tokens_per_s"] - 1)
+            verb = "stops growing" if gain >= 0 else "falls"
+            walls.append(
+                (
+                    float(a[axis]),
+                    f"a throughput plateau ({kind}): tokens/s {verb} "
+                    f"from {axis} {int(a[axis])} to {int(b[axis])} ({gain:+.0f} %: "
+                    f"{a['tokens_per_s']:,.0f} -> {b['tokens_per_s']:,.0f}; {why})",
+                )
+            )
+        if walls:
+            walls.sort(key=lambda w: w[0])
+            s += "first " + walls[0][1]
+            if len(walls) > 1:
+                s += "; then " + walls[1][1]
+        elif len(ok) >= 2:
+            gain = 100 * (tps[-1] / tps[0] - 1)
+            peak = ok.iloc[-1]["peak_bytes"]
+            cap = (
+                f", {100 * peak / total:.0f} % of the device's {_gib(total)}"
+                if not math.isnan(total)
+                else ""
+            )
+            s += (
+                f"no wall up to {axis} {int(xs[-1])}: tokens/s still grows ({gain:+.0f} % "
+                f"from {axis} {int(xs[0])}) and the peak is {_gib(peak)}{cap}"
+            )
+        else:
+            continue
+        idle = ok["gpu_idle_pct"].to_numpy(dtype=float) if len(ok) else []
+        if len(idle) >= 2 and not math.isnan(idle[0]) and idle[0] >= IDLE_LAUNCH_PCT:
+            s += (
+                f". At {axis} {int(xs[0])} the GPU idles {idle[0]:.0f} % of the step "
+                f"(launch-bound), at {axis} {int(xs[-1])} {idle[-1]:.0f} %"
+            )
+        out.append(s + ".")
+    return out
+
+
+def _all_lines(table: pd.DataFrame, axis: str) -> list[tuple[dict[str, Any], pd.DataFrame]]:
+    """Lines along ``axis`` over all rows (ok or not) with at least two points."""
+    fixed = [c for c in ("batch", "seq", "dtype", "attention") if c != axis]
+    out = []
+    for keys, g in table.groupby(fixed, sort=True):
+        if g[axis].nunique() >= 2:
+            out.append((dict(zip(fixed, keys, strict=True)), g))
+    return out
+
+
+def pair_savings(table: pd.DataFrame, column: str, new: str, old: str) -> list[dict[str, Any]]:
+    """Measured savings of ``new`` over ``old`` in ``column`` ('dtype' or 'attention') for
+    every pair of ok rows equal in everything else."""
+    ok = table[table["status"] == "ok"]
+    others = [c for c in ("batch", "seq", "dtype", "attention") if c != column]
+    a = ok[ok[column] == new].set_index(others)
+    b = ok[ok[column] == old].set_index(others)
+    recs = []
+    for idx in a.index.intersection(b.index):
+        ra, rb = a.loc[idx], b.loc[idx]
+        if isinstance(ra, pd.DataFrame) or isinstance(rb, pd.DataFrame):
+            continue
+        recs.append(
+            {
+                **dict(zip(others, idx if isinstance(idx, tuple) else (idx,), strict=True)),
+                "peak_new": float(ra["peak_bytes"]),
+                "peak_old": float(rb["peak_bytes"]),
+                "memory_saving_pct": 100 * (1 - float(ra["peak_bytes"]) / float(rb["peak_bytes"])),
+                "speedup": float(rb["step_time_ms"]) / float(ra["step_time_ms"]),
+            }
+        )
+    return recs
+
+
+def savings_findings(table: pd.DataFrame) -> list[str]:
+    out = []
+    for column, new, old in (
+        ("dtype", "bf16", "fp32"),
+        ("dtype", "fp16", "fp32"),
+        ("attention", "sdpa", "naive"),
+    ):
+        recs = pair_savings(table, column, new, old)
+        if not recs:
+            continue
+        recs.sort(key=lambda r: (r.get("seq", 0), r.get("batch", 0)))
+        parts = []
+        for r in (recs[0], recs[-1]) if len(recs) > 1 else (recs[0],):
+            where = ", ".join(
+                f"{k} {r[k]}" for k in ("batch", "seq", "dtype", "attention") if k in r
+            )
+            parts.append(
+                f"at {where} it {'saves' if r['memory_saving_pct'] >= 0 else 'adds'} "
+                f"{abs(r['memory_saving_pct']):.1f} % of peak memory "
+                f"({_gib(r['peak_new'])} vs {_gib(r['peak_old'])}) and runs "
+                f"{r['speedup']:.2f}x as fast"
+            )
+        s = f"{new} vs {old}: " + "; ".join(parts)
+        if column == "dtype":
+            r = recs[0]
+            row = table[(table["status"] == "ok") & (table["dtype"] == new)].iloc[0]
+            static = 12 * _num(row.get("n_params"))
+            if not math.isnan(static) and r["peak_new"] > 0:
+                s += (
+                    f" (fp32 weights and AdamW state, 12 bytes per parameter, stay: "
+                    f"{100 * static / r['peak_new']:.0f} % of the {new} peak)"
+                )
+        out.append(s + ".")
+    return out
+
+
+def scaling_findings(fits: pd.DataFrame) -> list[str]:
+    out = []
+    q = "dynamic_peak_bytes"
+    f = fits[(fits["quantity"] == q) & (fits["axis"] == "batch")]
+    for _, r in f.iterrows():
+        out.append(
+            f"Peak memory above weights and optimizer state grows as batch^"
+            f"{r['exponent']:.2f} (R² {r['r2']:.3f}; {r['line']})."
+        )
+    f = fits[(fits["quantity"] == q) & (fits["axis"] == "seq")]
+    for _, r in f.iterrows():
+        s = f"Along seq ({r['line']}) it grows as seq^{r['exponent']:.2f} (R² {r['r2']:.3f})"
+        if not pd.isna(r["quad_c"]):
+            s += (
+                f"; the quadratic fit (R² {r['quad_r2']:.3f}) puts "
+                f"{100 * r['t2_share_at_max']:.0f} % of it in the T² term at seq "
+                f"{r['x_values'].split(',')[-1]}: "
+                f"{'a quadratic term' if r['t2_term'] else 'no material quadratic term'}"
+            )
+        out.append(s + ".")
+    return out
+
+
+def model_findings(table: pd.DataFrame) -> list[str]:
+    ok = table[(table["status"] == "ok")]
+    if "model_error_pct" not in ok.columns:
+        return []
+    err = ok["model_error_pct"].dropna()
+    if not len(err):
+        return []
+    worst = ok.loc[err.abs().idxmax()]
+    return [
+        f"The analytic memory model is within {err.abs().max():.1f} % of the measured "
+        f"peak on all {len(err)} configurations (mean error {err.mean():+.1f} %; worst "
+        f"{worst['key']})."
+    ]
+
+
+def findings(table: pd.DataFrame, fits: pd.DataFrame | None = None) -> list[str]:
+    """All findings, in reading order."""
+    table = complete(table)
+    if fits is None:
+        fits = fit_table(table)
+    out: list[str] = []
+    failed = table[table["status"] == "error"]
+    for axis in ("batch", "seq"):
+        out += axis_findings(table, axis)
+    out += savings_findings(table)
+    out += scaling_findings(fits)
+    out += model_findings(table)
+    if len(failed):
+        out.append(
+            f"{len(failed)} configuration(s) failed: "
+            + "; ".join(f"{r['key']} ({r['error']})" for _, r in failed.iterrows())
+            + "."
+        )
+    return out
+
+
+def paragraph(table: pd.DataFrame, fits: pd.DataFrame | None = None) -> str:
+    return " ".join(findings(table, fits))
+
+
+__all__ = ["findings", "lines", "paragraph"]

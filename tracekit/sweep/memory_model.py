@@ -1,0 +1,308 @@
+"""Analytic memory model of one training step of ``collectors/gpt.py`` (eager PyTorch).
+
+Every term counts the tensors that exist at a moment of the step, op by op, for the
+model as ``collectors/gpt.py`` writes it, trained with AdamW and ``zero_grad(set_to_none=True)``
+(``collectors/train.py``). The model takes the GPTConfig fields as a plain mapping (the
+manifest's ``config.model``), so it needs no torch.
+
+Symbols: B batch, T sequence length, N = B·T tokens, C width, H heads, L layers, V vocab,
+P parameters; ``a`` bytes of an activation element (4 for fp32, 2 under bf16/fp16
+autocast); ``r`` = 4 bytes of the residual stream and LayerNorm outputs (autocast runs
+layer_norm in fp32 and ``x + bf16`` promotes to fp32).
+
+Saved for backward, per block (``block_saved``):
+
+* ln_1 and ln_2 save their fp32 input (the residual, 2·r·N·C) and mean + rstd (2·4·N each);
+* each Linear saves its input: ln_1 out (a·NC), ln_2 out (a·NC), attention output after
+  ``transpose().contiguous()`` (a·NC, counted with the attention), GELU output (4·a·NC);
+* GELU saves its input, the c_fc output (4·a·NC);
+* naive attention: ``torch.matmul`` of the transposed (B, H, T, D) views reshapes them
+  into contiguous copies that bmm saves: q and k (2·a·NC), v (a·NC); softmax saves its
+  output (B·H·T², in fp32: CUDA autocast runs softmax in fp32), and under autocast the
+  bf16/fp16 copy of it that ``att @ v`` saves (a·B·H·T²); masked_fill saves the inverted
+  causal mask (T² bytes); with dropout > 0 a mask (B·H·T² bytes) and the dropped matrix;
+* naive attention's output copy from ``transpose(1, 2).contiguous()`` (a·NC);
+* SDPA (flash / memory-efficient): saves q, k, v (views of the c_attn output: the whole
+  3·a·NC stays alive), its output (a·NC; laid out as (B, T, H, D), so ``contiguous()``
+  copies nothing and c_proj saves the same tensor) and the log-sum-exp (4·B·H·T): no T²
+  term.
+
+Outside the blocks: ln_f (r·NC + 8N saved, its output a·NC saved by lm_head), the
+log-softmax output of cross-entropy (a·NV; it runs at the logits' dtype) and, under
+autocast, the fp32 copy of it that nll_loss saves (4·NV), and the low-precision copies of
+every Linear weight (12·C²·L + V·C elements, saved by the graph). (Checked against the
+allocator events of the H200 fixtures: a bf16 log_softmax of 103 MB, then a 206 MB copy.)
+
+The peak is the largest of four moments (``phases``):
+
+* ``forward_end``: saved activations + the logits (a·NV);
+* ``loss_backward``: saved activations + the gradient of nll_loss (4·NV) and, in fp32,
+  log_softmax's backward output (4·NV) allocated while both are alive;
+* ``head_backward``: saved activations without the loss's + lm_head's backward: the
+  logits' gradient (a·NV) and the weight gradient (a·VC); under autocast then the weight
+  gradient, its fp32 cast into the embedding's ``.grad`` (4·VC) and ln_f's output gradient;
+* ``attention_backward`` (naive only): the last block's attention backward, its MLP's
+  and the head's tensors freed: softmax's backward output (4·BHTT) next to the gradient
+  of the attention matrix (a·BHTT, cast to fp32 under autocast: 4·BHTT);
+* ``optimizer``: gradients (4P) + AdamW's ``_foreach_sqrt`` temporary (4P on CUDA,
+  where AdamW runs foreach; on CPU the single-tensor loop holds two temporaries of the
+  largest parameter).
+
+Each moment also holds the static memory: parameters (4P, fp32 master weights), AdamW
+state (2 × 4P, steady state after the first step), the causal-mask buffers of naive
+attention (L·block² bytes) and the pool of 8 token batches (8·B·(T+1)·8 bytes).
+Not modelled: library workspaces (cuBLAS/cuBLASLt, ~tens of MiB on a GPU) and caching
+allocator rounding; torch.compile changes what is saved (the model is for eager mode).
+
+KV cache for inference (the memory-wall tutorial's formula): 2·B·T·C·L·bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from tracekit.errors import UsageError
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+ATTENTIONS = ("naive", "sdpa")
+POOL_BATCHES = 8  # collectors/train.py: POOL_BATCHES
+FP32 = 4
+CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "other")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The GPTConfig fields the model needs (``collectors/gpt.py``)."""
+
+    vocab_size: int
+    n_layer: int
+    n_head: int
+    n_embd: int
+    block_size: int
+    mlp_ratio: float = 4.0
+    dropout: float = 0.0
+    tie_embeddings: bool = True
+    bias: bool = True
+
+    @classmethod
+    def from_mapping(cls, m: Mapping[str, Any]) -> ModelShape:
+        try:
+            return cls(
+                vocab_size=int(m["vocab_size"]),
+                n_layer=int(m["n_layer"]),
+                n_head=int(m["n_head"]),
+                n_embd=int(m["n_embd"]),
+                block_size=int(m["block_size"]),
+                mlp_ratio=float(m.get("mlp_ratio", 4.0)),
+                dropout=float(m.get("dropout", 0.0)),
+                tie_embeddings=bool(m.get("tie_embeddings", True)),
+                bias=bool(m.get("bias", True)),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise UsageError(f"model config lacks or mangles a GPTConfig field: {e}") from None
+
+    @property
+    def mlp_hidden(self) -> int:
+        return round(self.mlp_ratio * self.n_embd)
+
+    def n_params(self) -> int:
+        """Same count as ``collectors.gpt.count_params``."""
+        C, V, hid, b = self.n_embd, self.vocab_size, self.mlp_hidden, int(self.bias)
+        ln = C + b * C
+        attn = (C * 3 * C + b * 3 * C) + (C * C + b * C)
+        mlp = (C * hid + b * hid) + (hid * C + b * C)
+        emb = V * C + self.block_size * C
+        head = 0 if self.tie_embeddings else V * C
+        return emb + self.n_layer * (2 * ln + attn + mlp) + ln + head
+
+    def largest_param(self) -> int:
+        C, hid = self.n_embd, self.mlp_hidden
+        return max(self.vocab_size * C, self.block_size * C, 3 * C * C, hid * C)
+
+    def linear_weights(self) -> int:
+        """Elements of all Linear weights (what autocast copies), incl. lm_head."""
+        C, hid = self.n_embd, self.mlp_hidden
+        return self.n_layer * (3 * C * C + C * C + 2 * C * hid) + self.vocab_size * C
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes of one training step; ``peak`` = the largest phase."""
+
+    parameters: int
+    gradients_total: int
+    optimizer_state: int
+    autocast_weights: int
+    activations_per_layer: int  # saved by one block
+    attention_matrix_per_layer: int  # the T² part of activations_per_layer (0 for SDPA)
+    activations_saved: int  # all blocks + ln_f + lm_head input + log-softmax output
+    logits: int  # B·T·V at the activation dtype
+    buffers: int  # causal masks + token pool
+    phases: dict[str, int]
+    peak_phase: str
+    peak: int
+    categories: dict[str, int]  # at the peak phase: CATEGORIES
+    kv_cache_inference: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def block_saved(
+    shape: ModelShape, batch: int, seq: int, dtype: str, attention: str
+) -> tuple[int, int]:
+    """(bytes one block saves for backward, the T² part of it)."""
+    a, r = DTYPE_BYTES[dtype], FP32
+    N, C, H, T = batch * seq, shape.n_embd, shape.n_head, seq
+    hid = shape.mlp_hidden
+    nc = N * C
+    saved = 2 * r * nc + 2 * 2 * FP32 * N  # ln_1/ln_2 inputs + mean/rstd
+    saved += 2 * a * nc  # ln_1/ln_2 outputs (cast to a) saved by c_attn / c_fc
+    saved += 2 * a * N * hid  # c_fc output (GELU input) + GELU output (mlp.c_proj input)
+    t2 = 0
+    if attention == "naive":
+        saved += 3 * a * nc  # contiguous copies of q, k, v saved by the two bmm
+        saved += a * nc  # y.transpose(1, 2).contiguous(), saved by attn.c_proj
+        bhtt = batch * H * T * T
+        t2 = FP32 * bhtt  # softmax output, fp32 (autocast runs softmax in fp32)
+        if a != FP32:
+            t2 += a * bhtt  # its low-precision copy, saved by att @ v
+        if shape.dropout > 0:
+            t2 += bhtt + a * bhtt  # dropout mask (bool) + dropped matrix saved by att @ v
+        t2 += T * T  # ~mask saved by masked_fill (bool)
+        saved += t2
+    elif attention == "sdpa":
+        # q, k, v (views of c_attn's output) + the output, which the kernels lay out as
+        # (B, T, H, D): transpose(1, 2).contiguous() returns it as is and c_proj saves it.
+        saved += 3 * a * nc + a * nc
+        saved += FP32 * batch * H * T  # log-sum-exp (dropout: regenerated from the RNG state)
+    else:
+        raise UsageError(f"attention must be one of {', '.join(ATTENTIONS)}, got {attention!r}")
+    if shape.dropout > 0:  # attn/mlp residual dropout: the bool masks (add saves nothing)
+        saved += 2 * nc
+    return saved, t2
+
+
+def estimate(
+    model: Mapping[str, Any] | ModelShape,
+    *,
+    batch: int,
+    seq: int,
+    dtype: str = "fp32",
+    attention: str = "naive",
+    device: str = "cuda",
+) -> MemoryEstimate:
+    """The analytic memory of one steady-state training step (see the module docstring)."""
+    shape = model if isinstance(model, ModelShape) else ModelShape.from_mapping(model)
+    if dtype not in DTYPE_BYTES:
+        raise UsageError(f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
+    if attention not in ATTENTIONS:
+        raise UsageError(f"attention must be one of {', '.join(ATTENTIONS)}, got {attention!r}")
+    if batch < 1 or seq < 1:
+        raise UsageError(f"batch and seq must be >= 1, got {batch}, {seq}")
+    a = DTYPE_BYTES[dtype]
+    N, C, V, L = batch * seq, shape.n_embd, shape.vocab_size, shape.n_layer
+    P = shape.n_params()
+    params, grads, optim = FP32 * P, FP32 * P, 2 * FP32 * P
+    autocast = a * shape.linear_weights() if a != FP32 else 0
+    per_layer, t2 = block_saved(shape, batch, seq, dtype, attention)
+    # cross_entropy = log_softmax + nll_loss. log_softmax runs at the activation dtype and
+    # saves its output; under autocast nll_loss (an fp32 op) saves an fp32 copy of it.
+    loss_saved = a * N * V + (FP32 * N * V if a != FP32 else 0)
+    head_saved = FP32 * N * C + 2 * FP32 * N + a * N * C  # ln_f input + mean/rstd, its output
+    saved = L * per_layer + head_saved + loss_saved
+    logits = a * N * V
+    masks = L * shape.block_size**2 if attention == "naive" else 0
+    tokens = POOL_BATCHES * batch * (seq + 1) * 8
+    buffers = masks + tokens
+    static = params + optim + buffers
+    act = static + autocast + saved  # everything held when backward starts
+
+    fwd_end = act + logits  # logits are freed once the loss exists
+    # nll_loss_backward's gradient (fp32); in fp32 log_softmax's backward then allocates
+    # the logits' gradient while it and the saved output are alive.
+    loss_transient = FP32 * N * V + (FP32 * N * V if a == FP32 else 0)
+    loss_bwd = act + loss_transient
+    # lm_head's MmBackward: the logits' gradient (a·NV) and the weight gradient (a·VC); under
+    # autocast the weight gradient is then cast into the fp32 .grad (4·VC) of the embedding.
+    head_mm = a * N * V + a * V * C
+    head_cast = (a * V * C + FP32 * V * C + a * N * C) if a != FP32 else 0
+    head_transient = max(head_mm, head_cast)
+    head_bwd = act - loss_saved + head_transient
+    opt_tmp = FP32 * P if device == "cuda" else 2 * FP32 * shape.largest_param()
+    optimizer = static + grads + opt_tmp
+    phases = {
+        "forward_end": fwd_end,
+        "loss_backward": loss_bwd,
+        "head_backward": head_bwd,
+        "optimizer": optimizer,
+    }
+    if attention == "naive":
+        # The last block's attention backward: its MLP and c_proj tensors are freed by then,
+        # the head's too; the embedding's fp32 grad and the block's grads are held. Softmax's
+        # backward output (4·BHTT) exists next to the gradient of the attention matrix
+        # (a·BHTT, cast to an fp32 copy under autocast: 4·BHTT).
+        bhtt = batch * shape.n_head * seq * seq
+        attn_transient = 2 * FP32 * bhtt
+        mlp_saved = (FP32 + 10 * a) * N * C + 2 * FP32 * N
+        block_grads = FP32 * (P - V * C - shape.block_size * C) // L
+        phases["attention_backward"] = (
+            act - loss_saved - head_saved - mlp_saved + FP32 * V * C + block_grads + attn_transient
+        )
+    peak_phase = max(phases, key=lambda k: phases[k])
+    cats: dict[str, int]
+    if peak_phase == "optimizer":
+        cats = dict(
+            parameters=params,
+            gradients=grads,
+            optimizer_state=optim,
+            activations=0,
+            other=buffers + opt_tmp,
+        )
+    else:
+        held = {
+            "forward_end": saved + autocast,
+            "loss_backward": saved + autocast,
+            "head_backward": saved - loss_saved + autocast,
+            "attention_backward": saved - loss_saved - head_saved + autocast,
+        }[peak_phase]
+        g = (
+            FP32 * V * C + FP32 * (P - V * C) // max(1, L)
+            if peak_phase == "attention_backward"
+            else 0
+        )
+        cats = dict(
+            parameters=params,
+            gradients=g,
+            optimizer_state=optim,
+            activations=held,
+            other=phases[peak_phase] - params - optim - held - g,
+        )
+    assert sum(cats.values()) == phases[peak_phase], (cats, phases)
+    return MemoryEstimate(
+        parameters=params,
+        gradients_total=grads,
+        optimizer_state=optim,
+        autocast_weights=autocast,
+        activations_per_layer=per_layer,
+        attention_matrix_per_layer=t2,
+        activations_saved=saved,
+        logits=logits,
+        buffers=buffers,
+        phases=phases,
+        peak_phase=peak_phase,
+        peak=phases[peak_phase],
+        categories=cats,
+        kv_cache_inference=kv_cache_bytes(shape, batch=batch, seq=seq, dtype=dtype),
+    )
+
+
+def kv_cache_bytes(
+    model: Mapping[str, Any] | ModelShape, *, batch: int, seq: int, dtype: str = "bf16"
+) -> int:
+    """Inference KV cache: keys and values of every layer, 2·B·T·C·L·bytes
+    (multi-head attention: kv_head_ratio 1)."""
+    shape = model if isinstance(model, ModelShape) else ModelShape.from_mapping(model)
+    return 2 * batch * seq * shape.n_embd * shape.n_layer * DTYPE_BYTES[dtype]

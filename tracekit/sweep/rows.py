@@ -1,0 +1,331 @@
+"""One row of the sweep table from one ``tracekit collect`` run folder.
+
+Pure reading: the manifest's metrics, the per-category memory timeline, the parsed
+trace (GPU idle share) and the analytic memory model; the classify stage's columns
+come from :func:`classify_columns` (NaN until ``tracekit.classify`` is installed).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tracekit.sweep.memory_model import CATEGORIES, estimate
+from tracekit.sweep.plan import Point
+
+# PyTorch's memory-timeline categories (torch/profiler/_memory_profiler.py, Category)
+# mapped onto the sweep's five. Saved tensors the profiler cannot trace to an autograd
+# node are 'unknown' (on the H200 fixture: 850 MB of 895 MB of saved activations), so
+# 'unknown' counts as activations; 'autograd_detail' is backward's own temporaries
+# (the loss gradients at the peak) and goes to 'other' with inputs and temporaries.
+TIMELINE_TO_CATEGORY = {
+    "parameter": "parameters",
+    "gradient": "gradients",
+    "optimizer_state": "optimizer_state",
+    "activation": "activations",
+    "unknown": "activations",
+    "autograd_detail": "other",
+    "temporary": "other",
+    "input": "other",
+}
+TIMELINE_CATEGORIES = tuple(TIMELINE_TO_CATEGORY)
+
+# Columns the classify stage fills (tracekit.classify, CLASSIFY_CONTRACT.md).
+CLASSES = (
+    "gemm",
+    "attention",
+    "softmax",
+    "layernorm",
+    "activation",
+    "elementwise",
+    "reduction",
+    "embedding",
+    "loss",
+    "optimizer",
+    "memcpy",
+    "memset",
+    "communication",
+    "other",
+)
+CLASSIFY_COLUMNS = (
+    *(f"time_share_{c}_pct" for c in CLASSES),
+    "memory_bound_time_pct",
+    "compute_bound_time_pct",
+    "achieved_bw_Bps",
+    "achieved_flops",
+    "bw_util_pct",
+    "kernel_flops_util_pct",
+    "analytic_traffic_bytes",
+)
+
+_OOM_SIZE = re.compile(r"Tried to allocate ([0-9.]+) ?([KMGT]i?B|B|bytes)", re.IGNORECASE)
+_UNITS = {
+    "b": 1,
+    "bytes": 1,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+}
+
+
+def oom_requested_bytes(message: str | None) -> float:
+    """The size in 'Tried to allocate 1.53 GiB' of a CUDA OOM message (NaN if absent)."""
+    m = _OOM_SIZE.search(message or "")
+    if not m:
+        return math.nan
+    return float(m.group(1)) * _UNITS[m.group(2).lower()]
+
+
+def read_timeline(path: Path) -> tuple[list[str], list[float], list[list[int]]]:
+    """(categories, times_us, bytes rows) of a tracekit memory timeline file."""
+    with gzip.open(path, "rt") as f:
+        d = json.load(f)
+    if d.get("format") != "tracekit.memory_timeline":
+        raise ValueError(f"{path}: not a tracekit memory timeline")
+    return list(d["categories"]), list(d["times_us"]), list(d["bytes"])
+
+
+def timeline_at_peak(path: Path) -> dict[str, float]:
+    """Bytes per timeline category at the moment of the largest total, + the total."""
+    cats, _, rows = read_timeline(path)
+    if not rows:
+        return {}
+    peak_row = max(rows, key=sum)
+    out = {f"tl_{c}_bytes": float(v) for c, v in zip(cats, peak_row, strict=True)}
+    out["timeline_peak_bytes"] = float(sum(peak_row))
+    return out
+
+
+def _nan_row() -> dict[str, Any]:
+    row: dict[str, Any] = {c: math.nan for c in CLASSIFY_COLUMNS}
+    return row
+
+
+def classify_columns(
+    trace: Any, manifest: Mapping[str, Any] | None
+) -> tuple[dict[str, float], str | None]:
+    """TODO(classify): the classify stage's per-configuration figures.
+
+    Returns (columns, note). Until ``tracekit.classify`` is importable every column is NaN
+    and the note says so. The mapping follows CLASSIFY_CONTRACT.md: ``classes`` gives
+    ``time_share_pct`` per class; ``steps`` gives bandwidth/FLOP/s achieved and their
+    utilisation, the memory-/compute-bound time shares and the analytic traffic.
+    """
+    cols = {c: math.nan for c in CLASSIFY_COLUMNS}
+    try:
+        from tracekit.classify import classify
+    except ImportError:
+        return cols, "tracekit.classify is not installed: classify columns are NaN"
+    result = classify(trace, manifest=dict(manifest) if manifest else None)
+    return classify_frames_to_columns(result.classes, getattr(result, "steps", None)), None
+
+
+def classify_frames_to_columns(classes: Any, steps: Any) -> dict[str, float]:
+    """Per-configuration columns from classify's ``classes`` and ``steps`` frames."""
+    cols = {c: math.nan for c in CLASSIFY_COLUMNS}
+    if classes is not None and len(classes):
+        for rec in classes.to_dict(orient="records"):
+            name = f"time_share_{rec.get('class')}_pct"
+            if name in cols:
+                cols[name] = float(rec.get("time_share_pct", math.nan))
+    if steps is not None and len(steps):
+        mean = steps.mean(numeric_only=True)
+        pairs = {
+            "memory_bound_time_pct": "memory_bound_time_pct",
+            "compute_bound_time_pct": "compute_bound_time_pct",
+            "achieved_bw_Bps": "achieved_bw",
+            "achieved_flops": "achieved_flops",
+            "bw_util_pct": "bw_util_pct",
+            "analytic_traffic_bytes": "analytic_bytes",
+        }
+        for ours, theirs in pairs.items():
+            if theirs in mean.index:
+                cols[ours] = float(mean[theirs])
+    return cols
+
+
+def gpu_idle_pct(steps: Any) -> float:
+    """Share of the profiled steps' GPU span with no GPU activity (parser's steps table):
+    1 - Σ gpu_busy / Σ gpu_dur, in %. NaN without GPU activity (CPU runs)."""
+    if steps is None or not len(steps):
+        return math.nan
+    s = steps.dropna(subset=["gpu_dur", "gpu_busy"])
+    span = float(s["gpu_dur"].sum())
+    if span <= 0:
+        return math.nan
+    return 100.0 * (1.0 - float(s["gpu_busy"].sum()) / span)
+
+
+# Numeric columns every table has (NaN where not measured), so the analysis of a sweep
+# whose configurations all failed still finds them.
+MEASURED_COLUMNS = (
+    "step_time_ms",
+    "samples_per_s",
+    "tokens_per_s",
+    "model_flops_per_s",
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+    "avg_allocated_bytes",
+    "peak_bytes",
+    "dynamic_peak_bytes",
+    "mem_per_token_bytes",
+    "device_total_bytes",
+    "n_params",
+    *(f"mem_{c}_bytes" for c in CATEGORIES),
+    "model_peak_bytes",
+    "model_error_pct",
+    *(f"model_{c}_bytes" for c in CATEGORIES),
+    "gpu_idle_pct",
+    "model_flops_util_pct",
+    "oom_requested_bytes",
+    *CLASSIFY_COLUMNS,
+)
+
+
+def complete(table: Any) -> Any:
+    """``table`` (a DataFrame) with every MEASURED_COLUMNS column, NaN where absent."""
+    missing = [c for c in MEASURED_COLUMNS if c not in table.columns]
+    if not missing:
+        return table
+    table = table.copy()
+    for c in missing:
+        table[c] = math.nan
+    return table
+
+
+def base_row(point: Point) -> dict[str, Any]:
+    return {
+        "key": point.key,
+        "batch": point.batch,
+        "seq": point.seq,
+        "dtype": point.dtype,
+        "attention": point.attention,
+        "tokens": point.tokens,
+    }
+
+
+def run_row(
+    point: Point,
+    run_dir: Path,
+    manifest: Mapping[str, Any] | None,
+    *,
+    with_trace: bool = True,
+    ceilings: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Every measured and modelled column of one finished run folder. ``ceilings``
+    (the sweep's, measured once) stand in for a run collected with --no-ceilings."""
+    row = base_row(point)
+    row.update(_nan_row())
+    notes: list[str] = []
+    m = manifest or {}
+    met = m.get("metrics") or {}
+    st = met.get("step_time_ms") or {}
+    row["step_time_ms"] = _f(st.get("median"))
+    row["step_time_p10_ms"] = _f(st.get("p10"))
+    row["step_time_p90_ms"] = _f(st.get("p90"))
+    row["samples_per_s"] = _f(met.get("samples_per_s"))
+    row["tokens_per_s"] = _f(met.get("tokens_per_s"))
+    row["model_flops_per_s"] = _f(met.get("model_flops_per_s"))
+    row["peak_allocated_bytes"] = _f(met.get("peak_allocated_bytes"))
+    row["peak_reserved_bytes"] = _f(met.get("peak_reserved_bytes"))
+    row["avg_allocated_bytes"] = _f(met.get("avg_allocated_bytes"))
+    row["profiler_overhead_pct"] = _f(met.get("profiler_overhead_pct"))
+    dev = m.get("device") or {}
+    row["device_name"] = dev.get("name")
+    row["device_total_bytes"] = _f(dev.get("total_memory"))
+    ceil = m.get("ceilings") or ceilings or {}
+    row["n_params"] = _f((m.get("model") or {}).get("n_params"))
+
+    # memory by category at the timeline's peak
+    tl_name = (m.get("artifacts") or {}).get("memory_timeline")
+    tl = {}
+    if tl_name and (run_dir / tl_name).is_file():
+        tl = timeline_at_peak(run_dir / tl_name)
+    else:
+        notes.append("no memory timeline")
+    for c in TIMELINE_CATEGORIES:
+        row[f"tl_{c}_bytes"] = tl.get(f"tl_{c}_bytes", math.nan)
+    row["timeline_peak_bytes"] = tl.get("timeline_peak_bytes", math.nan)
+
+    # the measured peak: the allocator's (CUDA), else the timeline's (CPU)
+    if not math.isnan(row["peak_allocated_bytes"]):
+        row["peak_bytes"], row["peak_source"] = row["peak_allocated_bytes"], "allocator"
+    elif not math.isnan(row["timeline_peak_bytes"]):
+        row["peak_bytes"], row["peak_source"] = row["timeline_peak_bytes"], "memory timeline"
+    else:
+        row["peak_bytes"], row["peak_source"] = math.nan, None
+    cats = {c: 0.0 for c in CATEGORIES}
+    if tl:
+        for tcat, cat in TIMELINE_TO_CATEGORY.items():
+            cats[cat] += tl.get(f"tl_{tcat}_bytes", 0.0)
+        # allocator memory the timeline does not see (library workspaces, block rounding)
+        cats["other"] += max(0.0, row["peak_bytes"] - row["timeline_peak_bytes"])
+        for c in CATEGORIES:
+            row[f"mem_{c}_bytes"] = cats[c]
+    else:
+        for c in CATEGORIES:
+            row[f"mem_{c}_bytes"] = math.nan
+    row["mem_per_token_bytes"] = row["peak_bytes"] / point.tokens
+    static = 3 * 4 * row["n_params"]  # fp32 weights + AdamW's two fp32 moments
+    row["dynamic_peak_bytes"] = row["peak_bytes"] - static
+
+    # utilisation of the measured matmul roof by the model's FLOP rate
+    roofs = ceil.get("matmul_flops") or {}
+    roof = roofs.get(point.dtype) if point.dtype != "fp32" else roofs.get("fp32")
+    row["matmul_roof_flops"] = _f(roof)
+    row["bandwidth_roof_Bps"] = _f(ceil.get("memory_bandwidth_Bps"))
+    row["model_flops_util_pct"] = 100.0 * row["model_flops_per_s"] / row["matmul_roof_flops"]
+
+    # the analytic model next to the measurement
+    model_cfg = (m.get("config") or {}).get("model")
+    if model_cfg:
+        est = estimate(
+            model_cfg,
+            batch=point.batch,
+            seq=point.seq,
+            dtype=point.dtype,
+            attention=point.attention,
+            device=dev.get("type") or "cuda",
+        )
+        row["model_peak_bytes"] = float(est.peak)
+        row["model_peak_phase"] = est.peak_phase
+        for c in CATEGORIES:
+            row[f"model_{c}_bytes"] = float(est.categories[c])
+        row["model_activations_per_layer_bytes"] = float(est.activations_per_layer)
+        row["model_attention_matrix_per_layer_bytes"] = float(est.attention_matrix_per_layer)
+        row["model_kv_cache_bytes"] = float(est.kv_cache_inference)
+        row["model_error_pct"] = 100.0 * (est.peak - row["peak_bytes"]) / row["peak_bytes"]
+
+    # the parsed trace: GPU idle share; classify's columns
+    row["gpu_idle_pct"] = math.nan
+    if with_trace and (m.get("artifacts") or {}).get("trace"):
+        from tracekit.parse import load
+
+        trace = load(run_dir)
+        row["gpu_idle_pct"] = gpu_idle_pct(trace.steps)
+        k = trace.kernels
+        row["kernels_per_step"] = float(len(k)) / max(1, len(trace.steps)) if len(k) else math.nan
+        ccols, note = classify_columns(trace, manifest)
+        row.update(ccols)
+        row["kernel_flops_util_pct"] = 100.0 * row["achieved_flops"] / row["matmul_roof_flops"]
+        if note:
+            notes.append(note)
+    row["notes"] = "; ".join(notes) or None
+    return row
+
+
+def _f(v: Any) -> float:
+    try:
+        return math.nan if v is None else float(v)
+    except (TypeError, ValueError):
+        return math.nan
