@@ -17,8 +17,12 @@ STAGES: dict[str, tuple[str, set[str]]] = {
     "tracekit/parse": ("tracekit.parse", set()),
     "tracekit/classify": ("tracekit.classify", {"tracekit.parse"}),
     "tracekit/xspace": ("tracekit.xspace", {"tracekit.parse"}),
+    "tracekit/summary": ("tracekit.summary", {"tracekit.parse", "tracekit.classify"}),
     "tracekit/sweep": ("tracekit.sweep", {"tracekit.parse", "tracekit.classify"}),
-    "reports": ("tracekit.reports", {"tracekit.parse", "tracekit.classify", "tracekit.sweep"}),
+    "reports": (
+        "tracekit.reports",
+        {"tracekit.parse", "tracekit.classify", "tracekit.summary", "tracekit.sweep"},
+    ),
 }
 
 
@@ -51,9 +55,21 @@ def test_stage_imports_only_earlier_stages(folder: str) -> None:
 
 
 def test_analysis_stages_never_load_torch() -> None:
+    # Bind tracekit.reports to this checkout (an editable install of another checkout would
+    # map it elsewhere); conftest is not imported, it also loads collectors (torch).
     code = (
-        "import sys, importlib\n"
-        "for m in ['tracekit.parse', 'tracekit.classify', 'tracekit.xspace', 'tracekit.reports',"
+        "import sys, importlib, importlib.util\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "import tracekit\n"
+        f"spec = importlib.util.spec_from_file_location('tracekit.reports', "
+        f"{str(ROOT / 'reports' / '__init__.py')!r}, "
+        f"submodule_search_locations=[{str(ROOT / 'reports')!r}])\n"
+        "mod = importlib.util.module_from_spec(spec)\n"
+        "sys.modules['tracekit.reports'] = mod\n"
+        "spec.loader.exec_module(mod)\n"
+        "assert mod.__file__.startswith(sys.path[0])\n"
+        "for m in ['tracekit.parse', 'tracekit.classify', 'tracekit.xspace', 'tracekit.summary',"
+        " 'tracekit.reports', 'tracekit.reports.plots', 'tracekit.reports.tensorboard',"
         " 'tracekit.sweep', 'tracekit.reports.sweep', 'tracekit.cli']:\n"
         "    try:\n"
         "        importlib.import_module(m)\n"
@@ -61,5 +77,6 @@ def test_analysis_stages_never_load_torch() -> None:
         "        pass\n"
         "print('torch' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=ROOT)
     assert out.stdout.strip() == "False"

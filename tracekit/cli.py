@@ -263,6 +263,56 @@ def classify(
     typer.echo(report)
 
 
+@app.command()
+def report(
+    trace: Annotated[
+        Path, typer.Argument(help="Trace file (.json/.json.gz), run folder or parsed folder.")
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("-o", "--out", help="Output folder (default: TRACE.report/ or RUN/report/)."),
+    ] = None,
+    format: Annotated[
+        str, typer.Option("--format", help="Terminal output: 'text' (tables) or 'json' (summary).")
+    ] = "text",
+    tensorboard: Annotated[
+        Path | None,
+        typer.Option("--tensorboard", help="TensorBoard logdir (default for a run folder: its "
+                     "tensorboard/ folder; for a trace file: none)."),
+    ] = None,
+    no_tensorboard: Annotated[
+        bool, typer.Option("--no-tensorboard", help="Write no TensorBoard output.")
+    ] = False,
+    peak_tflops: Annotated[
+        float | None,
+        typer.Option("--peak-tflops", help="Peak TFLOP/s, for a device tracekit does not know."),
+    ] = None,
+    bandwidth: Annotated[
+        float | None,
+        typer.Option("--bandwidth", help="Memory bandwidth in GB/s, for an unknown device."),
+    ] = None,
+) -> None:
+    """Report time per class, roofline, memory and GPU idle time: terminal, HTML, JSON,
+    plots, Parquet and TensorBoard."""
+    from tracekit.errors import UsageError
+
+    if format not in ("text", "json"):
+        raise UsageError(f"--format must be 'text' or 'json', not {format!r}")
+    from tracekit.reports import report as run_report
+    from tracekit.reports import summary_text
+
+    result = run_report(trace, out, tensorboard=tensorboard, no_tensorboard=no_tensorboard,
+                        peak_tflops=peak_tflops, bandwidth_gbs=bandwidth)
+    if format == "json":
+        typer.echo(summary_text(result), nl=False)
+        return
+    from rich.console import Console
+
+    from tracekit.reports import terminal
+
+    terminal.render(result.summary, Console(), result.describe())
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: one-line errors and exit codes, never a traceback for bad input."""
     try:

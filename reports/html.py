@@ -1,0 +1,376 @@
+"""``report.html``: one self-contained file (inline CSS, plots as base64 PNG ``<img>``s,
+no script, no external resource).
+
+Every string that comes from the trace, the manifest or the file system goes through
+:func:`esc` (``html.escape`` with quotes) exactly once, when it is placed into markup;
+nothing else is ever interpolated into the page. Markup is built only from the literal
+strings in this module.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import pandas as pd
+
+from tracekit.summary import Summary
+
+from . import fmt
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;
+ color:#1d1f23;background:#fff}
+main{max-width:1500px;margin:0 auto;padding:16px 20px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;
+ border-bottom:1px solid #dde;padding-bottom:4px}
+table{border-collapse:collapse;margin:6px 0 10px;font-variant-numeric:tabular-nums}
+th,td{padding:3px 6px;border-bottom:1px solid #eef;text-align:right;vertical-align:top;
+ white-space:nowrap}
+th{white-space:normal}table.wide{font-size:12.5px}table.wide td,table.wide th{padding:3px 4px}
+.scroll{overflow-x:auto;max-width:100%}
+th{background:#f4f5f9;font-weight:600}
+td.l,th.l,th.name,th.shape{text-align:left}td.name{min-width:120px}td.shape{min-width:120px}
+td.name,td.shape{text-align:left;max-width:420px;
+ white-space:normal;overflow-wrap:anywhere;font-family:ui-monospace,Menlo,Consolas,monospace;
+ font-size:12px}
+dl.kv{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:8px 0}
+dl.kv dt{font-weight:600}dl.kv dd{margin:0}
+.warn{background:#fff6e0;border-left:4px solid #e0a000;padding:6px 10px;margin:6px 0}
+.miss{color:#8a5a00}.note{color:#667;font-size:13px}
+.bar{display:inline-block;height:10px;background:#4a90d9;vertical-align:middle}
+img{max-width:100%;border:1px solid #eee;margin:6px 0}
+.muted{color:#667}
+"""
+
+
+# Defence in depth: even a markup bug could not run a script or reach the network.
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+
+
+def esc(v: Any) -> str:
+    """Text for HTML: every ``<``, ``>``, ``&``, ``"`` and ``'`` escaped."""
+    return html.escape("" if v is None else str(v), quote=True)
+
+
+def _img(png: bytes, alt: str) -> str:
+    b64 = base64.b64encode(png).decode("ascii")
+    return f'<img src="data:image/png;base64,{b64}" alt="{esc(alt)}">'
+
+
+Col = tuple[str, str, Callable[[Any], str]]  # header, css class, formatter (returns text)
+
+
+def _table(df: pd.DataFrame, cols: Iterable[Col], fields: Iterable[str], cls: str = "") -> str:
+    cols = list(cols)
+    fields = list(fields)
+    head = "".join(f'<th class="{c}">{esc(h)}</th>' for h, c, _ in cols)
+    rows = []
+    for rec in df.to_dict("records"):
+        cells = "".join(
+            f'<td class="{c}">{esc(f(rec.get(k)))}</td>'
+            for (_, c, f), k in zip(cols, fields, strict=True)
+        )
+        rows.append(f"<tr>{cells}</tr>")
+    return (
+        f"<div class='scroll'><table><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def _kv(items: Mapping[str, Any]) -> str:
+    body = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items.items())
+    return f'<dl class="kv">{body}</dl>'
+
+
+def _s(v: Any) -> str:
+    return "" if v is None else str(v)
+
+
+def header(sm: Summary) -> str:
+    h = sm.header
+    items: dict[str, Any] = {
+        "trace": h.source,
+        "device": h.device or sm.roofs.device or "unknown",
+        "CUDA runtime": h.cuda_runtime or "unknown",
+        "PyTorch": h.torch_version or "unknown (not recorded in a bare trace)",
+    }
+    if h.config:
+        items["config"] = ", ".join(f"{k}={v}" for k, v in h.config.items())
+    if h.n_params:
+        items["parameters"] = f"{h.n_params:,}"
+    items["steps analysed"] = (
+        f"{len(h.steps)}: "
+        + ", ".join(str(s) for s in h.steps[:20])
+        + (" …" if len(h.steps) > 20 else "")
+    )
+    st = f"{fmt.ms(h.step_time_ms)} in the trace (profiled)"
+    if h.measured_step_time_ms is not None:
+        st += f"; {fmt.ms(h.measured_step_time_ms)} measured without the profiler"
+    items["step time"] = st
+    tp = []
+    if h.tokens_per_s:
+        tp.append(f"{h.tokens_per_s:,.0f} tokens/s from the trace step time")
+    if h.measured_tokens_per_s:
+        tp.append(f"{h.measured_tokens_per_s:,.0f} tokens/s measured")
+    if tp:
+        items["throughput"] = "; ".join(tp)
+    items["profiler options"] = ", ".join(
+        f"{k} {'on' if v else 'off'}" for k, v in h.options.items()
+    )
+    out = [f"<h1>tracekit report: {esc(h.title)}</h1>", _kv(items)]
+    out += [f'<div class="miss">missing: {esc(m)}</div>' for m in h.missing]
+    out += [f'<div class="warn">{esc(w)}</div>' for w in sm.warnings]
+    return "\n".join(out)
+
+
+def _bar(p: Any) -> str:
+    try:
+        w = max(0.0, min(100.0, float(p)))
+    except (TypeError, ValueError):
+        return ""
+    return f'<span class="bar" style="width:{w * 2:.1f}px"></span>'
+
+
+def classes(sm: Summary, plots: Mapping[str, bytes]) -> str:
+    cl = sm.classes
+    head = (
+        "<tr><th class='l'>class</th><th>ms/step</th><th>GPU time</th><th></th>"
+        "<th>FLOPs</th><th>FLOPs/step</th><th>time with FLOP count</th>"
+        "<th>memory-bound</th><th>compute-bound</th><th>activities</th></tr>"
+    )
+    n = max(1, len(sm.steps))
+    rows = []
+    for r in cl.to_dict("records"):
+        rows.append(
+            f"<tr><td class='l'>{esc(r['class'])}</td><td>{esc(fmt.ms(r['ms_per_step']))}</td>"
+            f"<td>{esc(fmt.pct(r['time_share_pct']))}</td><td class='l'>"
+            f"{_bar(r['time_share_pct'])}</td><td>{esc(fmt.pct(r['flop_share_pct'], 2))}</td>"
+            f"<td>{esc(fmt.si(r['flops'] / n, 'FLOP'))}</td>"
+            f"<td>{esc(fmt.pct(r['flops_known_pct'], 0))}</td>"
+            f"<td>{esc(fmt.pct(r['memory_bound_pct'], 0))}</td>"
+            f"<td>{esc(fmt.pct(r['compute_bound_pct'], 0))}</td>"
+            f"<td>{esc(fmt.count(r['kernel_count']))}</td></tr>"
+        )
+    bound = " · ".join(f"{k}: {fmt.pct(v)}" for k, v in sm.bound.items())
+    src = ", ".join(f"{k} {fmt.pct(v, 0)}" for k, v in sm.flop_sources.items())
+    return "\n".join(
+        [
+            "<h2>GPU time and FLOPs per class</h2>",
+            "<p class='muted'>Share of summed GPU activity time (kernels + memcpy + memset) over "
+            "the analysed steps; FLOP share of the FLOPs counted. In BERT, tensor contractions "
+            "were 99.8 % of FLOPs but 61 % of runtime (Ivanov et al., <i>Data Movement Is All "
+            "You Need</i>, MLSys 2021).</p>",
+            f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>",
+            f"<p>GPU time by bound: {esc(bound)}</p>",
+            "<p class='note'>FLOP counts by source, as share of GPU time: "
+            f"{esc(src or 'none')}</p>",
+            _img(plots["time_share"], "GPU time and FLOP share per class")
+            if "time_share" in plots
+            else "",
+        ]
+    )
+
+
+def _roofs(sm: Summary) -> str:
+    """Peaks per pipe with ridge points; each distinct source listed once, numbered."""
+    r = sm.roofs
+    if not r.peaks and not r.bandwidth:
+        return "<p class='miss'>Device roofline unknown (see notes).</p>"
+    sources: list[str] = []
+
+    def ref(src: str) -> str:
+        if src not in sources:
+            sources.append(src)
+        return f"[{sources.index(src) + 1}]"
+
+    rows = []
+    for pipe, peak in sorted(r.peaks.items(), key=lambda kv: -kv[1]):
+        rows.append(
+            f"<tr><td class='l'>{esc(pipe)}</td><td>{esc(fmt.si(peak, 'FLOP/s'))}</td>"
+            f"<td>{esc(fmt.intensity(r.ridge(pipe)))}</td>"
+            f"<td class='l'>{esc(ref(r.peak_sources.get(pipe, '') or 'unknown'))}</td></tr>"
+        )
+    bw = (
+        f"<tr><td class='l'>memory bandwidth</td><td>{esc(fmt.si(r.bandwidth, 'B/s'))}</td>"
+        f"<td></td><td class='l'>{esc(ref(r.bandwidth_source or 'unknown'))}</td></tr>"
+        if r.bandwidth
+        else ""
+    )
+    notes = "".join(f"<li>{esc(s)}</li>" for s in sources)
+    return (
+        "<table><thead><tr><th class='l'>pipe</th><th>peak</th><th>ridge FLOP/byte</th>"
+        f"<th class='l'>source</th></tr></thead><tbody>{''.join(rows)}{bw}</tbody></table>"
+        f"<ol class='note'>{notes}</ol>"
+    )
+
+
+def roofline(sm: Summary, plots: Mapping[str, bytes], n: int = 25) -> str:
+    cols: list[Col] = [
+        ("operator", "name", _s),
+        ("class", "l", _s),
+        ("input shapes", "shape", fmt.shapes),
+        ("calls", "", fmt.count),
+        ("ms/step", "", fmt.ms),
+        ("GPU time", "", fmt.pct),
+        ("FLOPs", "", lambda v: fmt.si(v, "FLOP")),
+        ("bytes", "", fmt.nbytes),
+        ("FLOP/byte", "", fmt.intensity),
+        ("attained FLOP/s", "", lambda v: fmt.si(v, "")),
+        ("attained B/s", "", lambda v: fmt.si(v, "")),
+        ("pipe", "l", _s),
+        ("bound", "l", lambda v: str(v).replace("-bound", "") if v else ""),
+        ("% of roof", "", lambda v: fmt.pct(v, 1)),
+        ("FLOPs from", "l", _s),
+    ]
+    fields = [
+        "name",
+        "class",
+        "input_dims",
+        "calls",
+        "ms_per_step",
+        "time_share_pct",
+        "flops",
+        "bytes",
+        "intensity",
+        "attained_flops",
+        "attained_bw",
+        "pipe",
+        "bound",
+        "roof_pct",
+        "source",
+    ]
+    return "\n".join(
+        [
+            "<h2>Roofline</h2>",
+            _roofs(sm),
+            f"<p>Top {n} operators by GPU time (grouped by name, class and input shapes).</p>",
+            _table(sm.operators.head(n), cols, fields, "wide"),
+            _img(plots["roofline"], "roofline plot") if "roofline" in plots else "",
+        ]
+    )
+
+
+def memory(sm: Summary, plots: Mapping[str, bytes]) -> str:
+    m = sm.memory
+    out = ["<h2>Memory</h2>"]
+    if m is None:
+        out.append(
+            "<p class='miss'>No [memory] events in the trace and no measured figures "
+            "in a run manifest.</p>"
+        )
+    else:
+        items = {
+            "device": m.device,
+            "peak allocated": fmt.nbytes(m.peak_allocated_bytes),
+            "peak reserved": fmt.nbytes(m.peak_reserved_bytes),
+            "average allocated": fmt.nbytes(m.avg_allocated_bytes),
+            "average reserved": fmt.nbytes(m.avg_reserved_bytes),
+        }
+        if sm.bytes_per_token is not None:
+            items["peak allocated per token"] = (
+                f"{fmt.nbytes(sm.bytes_per_token)} ({sm.header.tokens_per_step} tokens/step)"
+            )
+        items["source"] = sm.memory_source or ""
+        out.append(_kv(items))
+    if "memory_timeline" in plots:
+        out.append(_img(plots["memory_timeline"], "memory timeline"))
+    if len(sm.allocators):
+        out.append("<p>Top allocating operators</p>")
+        cols: list[Col] = [
+            ("operator", "name", _s),
+            ("allocations", "", fmt.count),
+            ("bytes/step", "", fmt.nbytes),
+            ("largest", "", fmt.nbytes),
+            ("share", "", fmt.pct),
+        ]
+        out.append(
+            _table(
+                sm.allocators,
+                cols,
+                ["op_name", "allocations", "bytes_per_step", "largest_bytes", "pct"],
+            )
+        )
+    return "\n".join(out)
+
+
+def gpu(sm: Summary) -> str:
+    lc = sm.launch
+    items = {
+        "GPU idle": f"{fmt.pct(lc.gpu_idle_pct)} of step time (with the profiler)",
+        "GPU idle, unprofiled": (
+            f"{fmt.pct(lc.gpu_idle_unprofiled_pct)} of the step time measured without the "
+            "profiler (estimate: traced GPU busy time / unprofiled step time)"
+            if lc.gpu_idle_unprofiled_pct is not None
+            else "no unprofiled step time (run folder manifest) available"
+        ),
+        "host busy": f"{fmt.pct(lc.host_busy_pct, 0)} of step time",
+        "kernels per step": f"{lc.kernels_per_step:.0f}",
+        "median kernel": fmt.us(lc.median_kernel_us),
+        "median launch call": fmt.us(lc.median_launch_us),
+        "kernels shorter than their launch call": fmt.pct(lc.shorter_than_launch_pct, 0),
+        "launch-bound": "yes" if lc.launch_bound else "no",
+    }
+    cols: list[Col] = [
+        ("step", "", _s),
+        ("CPU", "", fmt.ms),
+        ("GPU span", "", fmt.ms),
+        ("GPU busy", "", fmt.ms),
+        ("step time", "", fmt.ms),
+        ("GPU idle", "", fmt.pct),
+        ("GPU activities", "", fmt.count),
+    ]
+    fields = [
+        "step",
+        "cpu_ms",
+        "gpu_span_ms",
+        "gpu_busy_ms",
+        "step_time_ms",
+        "gpu_idle_pct",
+        "kernel_count",
+    ]
+    return "\n".join(
+        ["<h2>GPU utilisation</h2>", _kv(items), _table(sm.step_table.head(50), cols, fields)]
+    )
+
+
+def kernels(sm: Summary, n: int = 20) -> str:
+    cols: list[Col] = [
+        ("kernel", "name", _s),
+        ("class", "l", _s),
+        ("kind", "l", _s),
+        ("calls", "", fmt.count),
+        ("ms/step", "", fmt.ms),
+        ("mean", "", fmt.us),
+        ("GPU time", "", fmt.pct),
+    ]
+    fields = ["name", "class", "kind", "calls", "ms_per_step", "mean_us", "time_share_pct"]
+    return "\n".join(
+        [f"<h2>Top {n} kernels by GPU time</h2>", _table(sm.kernels.head(n), cols, fields)]
+    )
+
+
+def render(sm: Summary, plots: Mapping[str, bytes]) -> str:
+    """The whole page."""
+    notes = "".join(f"<li>{esc(n)}</li>" for n in sm.notes)
+    body = "\n".join(
+        [
+            header(sm),
+            classes(sm, plots),
+            roofline(sm, plots),
+            memory(sm, plots),
+            gpu(sm),
+            kernels(sm),
+            f"<h2>Notes</h2><ul class='note'>{notes}</ul>" if notes else "",
+            "<p class='note'>Generated by tracekit. Numbers: summary.json; tables: *.parquet.</p>",
+        ]
+    )
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"
+        "<meta name='viewport' content='width=device-width,initial-scale=1'>"
+        f"<title>tracekit report: {esc(sm.header.title)}</title>"
+        f"<style>{CSS}</style></head><body><main>\n{body}\n</main></body></html>\n"
+    )

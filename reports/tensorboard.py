@@ -1,0 +1,145 @@
+"""TensorBoard output through tensorboard's own event writer (no torch, no TensorFlow).
+
+One event file per report, ``<logdir>/<run>/events.out.tfevents.<time>.<host>.<pid>.tracekit``:
+
+* scalars, x = profiler step number: ``time_share_pct/<class>``, ``gpu_ms/<class>``,
+  ``step_time_ms``, ``gpu_idle_pct``, ``tokens_per_s`` (batch × seq known),
+  ``memory/peak_allocated_bytes`` and ``memory/peak_reserved_bytes`` (per step);
+  ``measured/*`` (the run manifest's unprofiled figures) at the first step;
+* ``memory_timeline/allocated_bytes`` and ``memory_timeline/reserved_bytes``: the allocator
+  totals over time, x = microseconds since the trace start (at most
+  :data:`TIMELINE_POINTS` points, bucket maxima);
+* images ``plots/<name>`` (the PNGs) and text ``report/<table>`` (Markdown tables).
+
+The file is written beside the run folder under a temporary name and renamed into it;
+event files of an earlier tracekit report of the same run (suffix ``.tracekit``) are
+removed first, so re-running a report does not plot every point twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2
+from tensorboard.compat.proto import types_pb2 as types
+from tensorboard.plugins.text import metadata as text_metadata
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+from tracekit.summary import Summary
+from tracekit.summary import memory as M
+
+SUFFIX = ".tracekit"
+TIMELINE_POINTS = 1000  # TensorBoard keeps 1000 scalar points per tag by default
+
+
+class _Writer:
+    def __init__(self, logdir: Path) -> None:
+        self._w = EventFileWriter(
+            str(logdir), max_queue_size=1000, flush_secs=3600, filename_suffix=SUFFIX
+        )
+        self._t = 0.0
+
+    def _add(self, value: summary_pb2.Summary.Value, step: int, wall: float) -> None:
+        ev = event_pb2.Event(
+            wall_time=wall, step=int(step), summary=summary_pb2.Summary(value=[value])
+        )
+        self._w.add_event(ev)
+
+    def scalar(self, tag: str, value: float, step: int, wall: float) -> None:
+        if value is None or not math.isfinite(float(value)):
+            return
+        self._add(summary_pb2.Summary.Value(tag=tag, simple_value=float(value)), step, wall)
+
+    def image(self, tag: str, png: bytes, step: int, wall: float) -> None:
+        w, h = _png_size(png)
+        img = summary_pb2.Summary.Image(height=h, width=w, colorspace=4, encoded_image_string=png)
+        self._add(summary_pb2.Summary.Value(tag=tag, image=img), step, wall)
+
+    def text(self, tag: str, markdown: str, step: int, wall: float) -> None:
+        tensor = tensor_pb2.TensorProto(
+            dtype=types.DT_STRING,
+            string_val=[markdown.encode("utf-8")],
+            tensor_shape=tensor_shape_pb2.TensorShapeProto(),
+        )
+        meta = text_metadata.create_summary_metadata(display_name=tag, description="")
+        self._add(summary_pb2.Summary.Value(tag=tag, metadata=meta, tensor=tensor), step, wall)
+
+    def close(self) -> str:
+        self._w.close()
+        return str(self._w.get_logdir())
+
+
+def _png_size(png: bytes) -> tuple[int, int]:
+    # PNG: 8-byte signature, IHDR chunk: length, type, width (4 bytes BE), height.
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+
+
+def write_events(
+    sm: Summary,
+    plots: Mapping[str, bytes],
+    tables: Mapping[str, str],
+    run_dir: Path,
+    wall_time: float,
+) -> Path:
+    """Write the report's scalars, images and text into ``run_dir``; return the file."""
+    run_dir = Path(run_dir)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.", suffix=".tmp", dir=run_dir.parent))
+    try:
+        w = _Writer(tmp)
+        steps = sm.steps
+        first = steps[0] if steps else 0
+        t = wall_time
+        per = sm.class_per_step
+        for step, row in zip(per.index.tolist(), per.to_dict("records"), strict=True):
+            total = float(sum(row.values()))
+            for cls, ns in row.items():
+                w.scalar(f"gpu_ms/{cls}", float(ns) / 1e6, int(step), t)
+                if total > 0:
+                    w.scalar(f"time_share_pct/{cls}", 100.0 * float(ns) / total, int(step), t)
+        tokens = sm.header.tokens_per_step
+        for r in sm.step_table.to_dict("records"):
+            step, ms = int(r["step"]), float(r["step_time_ms"])
+            w.scalar("step_time_ms", ms, step, t)
+            w.scalar("gpu_idle_pct", float(r["gpu_idle_pct"]), step, t)
+            if tokens and ms > 0:
+                w.scalar("tokens_per_s", tokens / (ms / 1e3), step, t)
+        for r in sm.memory_per_step.to_dict("records"):
+            w.scalar("memory/peak_allocated_bytes", float(r["peak_allocated"]), int(r["step"]), t)
+            w.scalar("memory/peak_reserved_bytes", float(r["peak_reserved"]), int(r["step"]), t)
+        h = sm.header
+        if h.measured_step_time_ms is not None:
+            w.scalar("measured/step_time_ms", h.measured_step_time_ms, first, t)
+        if h.measured_tokens_per_s is not None:
+            w.scalar("measured/tokens_per_s", h.measured_tokens_per_s, first, t)
+        if sm.memory is not None and sm.memory.events == 0:  # manifest figures only
+            w.scalar("measured/peak_allocated_bytes", sm.memory.peak_allocated_bytes, first, t)
+            w.scalar("measured/peak_reserved_bytes", sm.memory.peak_reserved_bytes, first, t)
+        tl = M.thin(sm.memory_timeline, TIMELINE_POINTS)
+        for ts, a, r in zip(tl["ts"], tl["allocated"], tl["reserved"], strict=True):
+            us = int(ts) // 1000
+            w.scalar("memory_timeline/allocated_bytes", a, us, t)
+            w.scalar("memory_timeline/reserved_bytes", r, us, t)
+        for name, png in plots.items():
+            w.image(f"plots/{name}", png, first, t)
+        for name, md in tables.items():
+            w.text(f"report/{name}", md, first, t)
+        w.close()
+        written = [p for p in tmp.iterdir() if p.name.startswith("events.out.tfevents.")]
+        if len(written) != 1:
+            raise RuntimeError(f"expected one event file in {tmp}, found {len(written)}")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for old in run_dir.glob(f"events.out.tfevents.*{SUFFIX}"):
+            with contextlib.suppress(FileNotFoundError):
+                old.unlink()
+        final = run_dir / written[0].name
+        os.replace(written[0], final)
+        return final
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,304 @@
+"""The report in the terminal: rich tables that fit an 80-column terminal.
+
+Every string from the trace is passed to rich as a :class:`rich.text.Text`, never as a
+``str`` (which rich would parse as console markup: a kernel named ``[bold]x`` would
+change the styling, or raise on an unbalanced ``[/]``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from tracekit.summary import Summary
+
+from . import fmt
+
+BAR = 14  # width of the time-share bars
+
+
+def _t(v: Any, style: str = "") -> Text:
+    return Text(str(v), style=style)
+
+
+def _name(v: Any) -> Text:
+    """A name cell: one line, cut with an ellipsis when the column is narrowed."""
+    return Text(str(v), no_wrap=True, overflow="ellipsis")
+
+
+def _si(v: Any) -> str:
+    """Compact SI for narrow columns: 6.55e9 -> '6.55G'."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return fmt.DASH
+    f = float(v)
+    for p, e in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(f) >= e:
+            return f"{f / e:.3g}{p}"
+    return f"{f:.3g}"
+
+
+def _bar(p: Any) -> Text:
+    if p is None or not math.isfinite(float(p)):
+        return Text("")
+    n = float(p) / 100.0 * BAR
+    full = int(n)
+    half = "▌" if n - full >= 0.5 else ""
+    return Text("█" * full + half, style="cyan")
+
+
+def _table(title: str, cols: Iterable[tuple[str, str]], gap: int = 2) -> Table:
+    t = Table(
+        title=title,
+        title_justify="left",
+        title_style="bold",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=(0, gap - 1, 0, 1),
+        show_edge=False,
+        expand=False,
+    )
+    for name, justify in cols:
+        if justify == "name":
+            # the only column rich may narrow (wrapable); its cells cut themselves
+            t.add_column(name, justify="left", overflow="ellipsis", min_width=12)
+        elif justify == "short":
+            t.add_column(name, justify="left", no_wrap=True, max_width=11, overflow="ellipsis")
+        else:
+            t.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    return t
+
+
+def header(sm: Summary) -> RenderableType:
+    h = sm.header
+    g = Table.grid(padding=(0, 1))
+    g.add_column(style="bold", no_wrap=True)
+    g.add_column(overflow="fold")
+    dev = [h.device or sm.roofs.device or "unknown device"]
+    if h.cuda_runtime:
+        dev.append(f"CUDA {h.cuda_runtime}")
+    dev.append(f"PyTorch {h.torch_version}" if h.torch_version else "PyTorch version unknown")
+    g.add_row("device", _t(" · ".join(dev)))
+    if h.config:
+        g.add_row("config", _t(" ".join(f"{k}={v}" for k, v in h.config.items())))
+    steps = ", ".join(str(s) for s in h.steps[:8]) + (" …" if len(h.steps) > 8 else "")
+    g.add_row("steps", _t(f"{len(h.steps)} analysed ({steps})"))
+    st = f"{fmt.ms(h.step_time_ms)} in the trace (profiled)"
+    if h.measured_step_time_ms is not None:
+        st += f", {fmt.ms(h.measured_step_time_ms)} measured without profiler"
+    g.add_row("step time", _t(st))
+    if h.tokens_per_s or h.measured_tokens_per_s:
+        tp = []
+        if h.tokens_per_s:
+            tp.append(f"{h.tokens_per_s:,.0f} tokens/s (trace)")
+        if h.measured_tokens_per_s:
+            tp.append(f"{h.measured_tokens_per_s:,.0f} tokens/s (measured)")
+        g.add_row("throughput", _t(", ".join(tp)))
+    opts = " ".join(f"{k}{'✓' if v else '✗'}" for k, v in h.options.items())
+    g.add_row("profiler", _t(opts))
+    parts: list[RenderableType] = [Text(f"tracekit report: {h.title}", style="bold"), g]
+    for m in h.missing:
+        parts.append(Text(f"  missing: {m}", style="yellow"))
+    return Group(*parts)
+
+
+def classes(sm: Summary) -> RenderableType:
+    gpu_ms = float(sm.classes["ms_per_step"].sum()) if len(sm.classes) else 0.0
+    t = _table(
+        f"GPU time per class ({fmt.ms(gpu_ms)} of GPU activity per step)",
+        [
+            ("class", "left"),
+            ("ms/step", "right"),
+            ("time", "right"),
+            ("", "left"),
+            ("FLOPs", "right"),
+            ("mem-bound", "right"),
+        ],
+    )
+    for r in sm.classes.itertuples(index=False):
+        t.add_row(
+            _t(r[0]),
+            fmt.ms(r.ms_per_step),
+            fmt.pct(r.time_share_pct),
+            _bar(r.time_share_pct),
+            fmt.pct(r.flop_share_pct),
+            fmt.pct(r.memory_bound_pct, 0),
+        )
+    b = sm.bound
+    line = " · ".join(f"{k} {fmt.pct(v)}" for k, v in b.items())
+    return Group(t, Text(f"GPU time by bound: {line}"))
+
+
+SOURCES = {
+    "measured": "msr",
+    "modelled": "mod",
+    "profiler": "prf",
+    "none": fmt.DASH,
+    "mixed": "mix",
+}
+BOUNDS = {"memory-bound": "mem", "compute-bound": "cmp"}
+
+
+def operators(sm: Summary, n: int = 12) -> RenderableType:
+    t = _table(
+        "Roofline: top operators by GPU time",
+        [
+            ("operator", "name"),
+            ("class", "short"),
+            ("ms/st", "right"),
+            ("%", "right"),
+            ("FLOP/B", "right"),
+            ("FLOP/s", "right"),
+            ("B/s", "right"),
+            ("bnd", "left"),
+            ("roof", "right"),
+            ("src", "left"),
+        ],
+        gap=1,
+    )
+    for r in sm.operators.head(n).itertuples(index=False):
+        sig = fmt.shapes(r.input_dims)
+        t.add_row(
+            _name(f"{r.name} {sig}" if sig else r.name),
+            _name(r[1]),
+            fmt.num(r.ms_per_step, 3),
+            fmt.num(r.time_share_pct, 1),
+            fmt.intensity(r.intensity),
+            _si(r.attained_flops),
+            _si(r.attained_bw),
+            BOUNDS.get(str(r.bound), "?"),
+            fmt.pct(r.roof_pct, 0).replace(" ", ""),
+            SOURCES.get(str(r.source), str(r.source)[:3]),
+        )
+    legend = Text(
+        "ms/st: ms per step; %: of GPU time; FLOP/B: arithmetic intensity; roof: "
+        "attained share of the roof; src: FLOP count msr measured, mod modelled, "
+        "prf profiler (with_flops)",
+        style="dim",
+    )
+    return Group(t, legend)
+
+
+def memory(sm: Summary) -> RenderableType:
+    m = sm.memory
+    if m is None:
+        return Text(
+            "Memory: no [memory] events in the trace and no measured figures.", style="yellow"
+        )
+    g = Table.grid(padding=(0, 1))
+    g.add_column(style="bold", no_wrap=True)
+    g.add_column(overflow="fold")
+    g.add_row(
+        "peak",
+        _t(
+            f"{fmt.nbytes(m.peak_allocated_bytes)} allocated, "
+            f"{fmt.nbytes(m.peak_reserved_bytes)} reserved ({m.device})"
+        ),
+    )
+    g.add_row(
+        "average",
+        _t(
+            f"{fmt.nbytes(m.avg_allocated_bytes)} allocated, "
+            f"{fmt.nbytes(m.avg_reserved_bytes)} reserved"
+        ),
+    )
+    if sm.bytes_per_token is not None:
+        g.add_row(
+            "per token",
+            _t(
+                f"{fmt.nbytes(sm.bytes_per_token)} peak allocated per "
+                f"token ({sm.header.tokens_per_step} tokens per step)"
+            ),
+        )
+    g.add_row("source", _t(sm.memory_source or ""))
+    parts: list[RenderableType] = [Text("Memory", style="bold"), g]
+    if len(sm.allocators):
+        t = _table(
+            "Top allocating operators",
+            [
+                ("operator", "name"),
+                ("allocs", "right"),
+                ("per step", "right"),
+                ("largest", "right"),
+                ("share", "right"),
+            ],
+        )
+        for r in sm.allocators.itertuples(index=False):
+            t.add_row(
+                _name(r.op_name),
+                fmt.count(r.allocations),
+                fmt.nbytes(r.bytes_per_step),
+                fmt.nbytes(r.largest_bytes),
+                fmt.pct(r.pct),
+            )
+        parts.append(t)
+    return Group(*parts)
+
+
+def gpu(sm: Summary) -> RenderableType:
+    lc = sm.launch
+    unprof = (
+        f" ({fmt.pct(lc.gpu_idle_unprofiled_pct)} of the unprofiled step)"
+        if lc.gpu_idle_unprofiled_pct is not None
+        else ""
+    )
+    txt = (
+        f"GPU idle {fmt.pct(lc.gpu_idle_pct)} of step time{unprof}; host busy "
+        f"{fmt.pct(lc.host_busy_pct, 0)}; {lc.kernels_per_step:.0f} kernels per step, "
+        f"median {fmt.us(lc.median_kernel_us)} (launch call {fmt.us(lc.median_launch_us)})"
+    )
+    parts: list[RenderableType] = [Text("GPU utilisation", style="bold"), Text(txt)]
+    return Group(*parts)
+
+
+def kernels(sm: Summary, n: int = 10) -> RenderableType:
+    t = _table(
+        "Top kernels by GPU time",
+        [
+            ("kernel", "name"),
+            ("class", "left"),
+            ("calls", "right"),
+            ("ms/step", "right"),
+            ("mean", "right"),
+            ("time", "right"),
+        ],
+    )
+    for r in sm.kernels.head(n).itertuples(index=False):
+        t.add_row(
+            _name(r.name),
+            _t(r[1]),
+            fmt.count(r.calls),
+            fmt.ms(r.ms_per_step),
+            fmt.us(r.mean_us),
+            fmt.pct(r.time_share_pct),
+        )
+    return t
+
+
+def render(sm: Summary, console: Console, outputs: Iterable[str] = ()) -> None:
+    """Print every section to ``console``."""
+    console.print(header(sm))
+    for w in sm.warnings:
+        console.print(Text(f"warning: {w}", style="bold yellow"))
+    console.print()
+    console.print(classes(sm))
+    console.print()
+    console.print(operators(sm))
+    console.print()
+    console.print(memory(sm))
+    console.print()
+    console.print(gpu(sm))
+    console.print()
+    console.print(kernels(sm))
+    for note in sm.notes:
+        console.print(Text(f"note: {note}", style="dim"))
+    outs = list(outputs)
+    if outs:
+        console.print()
+        for o in outs:
+            console.print(Text(o, style="green"))

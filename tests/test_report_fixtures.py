@@ -1,0 +1,95 @@
+"""tracekit report on the real fixtures (H200 GPT-2-small runs and a CPU run).
+
+Time shares are checked against an independent per-row sum of the classified kernels and
+against the classify stage's own class table; the memory peak against the raw JSON.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from tracekit.parse import find_trace, load
+from tracekit.reports import report, terminal
+
+classify_mod = pytest.importorskip("tracekit.classify")
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = sorted(p.parent for p in (ROOT / "fixtures").glob("*/manifest.json"))
+FILES = {
+    "summary.json",
+    "report.html",
+    "plots/time_share.png",
+    "plots/roofline.png",
+    "plots/memory_timeline.png",
+    "classes.parquet",
+    "operators.parquet",
+    "kernels.parquet",
+    "steps.parquet",
+}
+
+
+def _raw_peak(trace: Path) -> int | None:
+    with gzip.open(trace, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    vals = [
+        e["args"]["Total Allocated"]
+        for e in events
+        if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 1
+    ]
+    return max(vals) if vals else None
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[r.name for r in RUNS])
+def test_fixture_report(run: Path, tmp_path: Path) -> None:
+    res = report(run, tmp_path / "out", tensorboard=tmp_path / "tb")
+    out = tmp_path / "out"
+    assert {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()} == FILES
+    assert res.events is not None and res.plugin_trace is not None
+    doc = json.loads((out / "summary.json").read_text())
+    assert {"softmax", "layernorm", "gemm"} <= set(doc["time_share_pct"])
+
+    trace = load(run)
+    cls = classify_mod.classify(trace, manifest=trace.manifest)
+    per: dict[str, int] = defaultdict(int)
+    for c, d, s in zip(cls.kernels["class"], cls.kernels["dur"], cls.kernels["step"], strict=True):
+        if int(s) in doc["steps"]:
+            per[str(c)] += int(d)
+    total = sum(per.values())
+    if total == 0:  # the CPU run: no GPU activity
+        assert all(v is None for v in doc["time_share_pct"].values())
+        assert doc["gpu_idle_pct"] is None and not doc["launch_bound"]
+    else:
+        for c, d in per.items():
+            assert doc["time_share_pct"][c] == pytest.approx(100 * d / total, abs=0.1)
+        own = cls.classes.set_index("class")["time_share_pct"]
+        for c, v in doc["time_share_pct"].items():
+            assert v == pytest.approx(float(own.get(c, 0.0)), abs=0.1), c
+        assert doc["gpu_time_ms_per_step"] == pytest.approx(total / 1e6 / len(doc["steps"]))
+
+    peak = _raw_peak(find_trace(run)[0])
+    if peak is not None:
+        assert doc["memory"]["peak_allocated_bytes"] == peak
+        assert doc["memory"]["bytes_per_token"] == pytest.approx(peak / 1024)  # b8 x s128
+
+    c = Console(width=80, record=True, color_system=None)
+    terminal.render(res.summary, c)
+    assert max(len(line) for line in c.export_text().splitlines()) <= 80
+
+
+def test_stack_fixture_has_aligned_category_timeline(tmp_path: Path) -> None:
+    run = ROOT / "fixtures" / "h200-gpt2s-b8-s128-fp32-naive-stack"
+    res = report(run, tmp_path / "out", no_tensorboard=True)
+    cat = res.summary.categories
+    assert cat is not None and cat.offset_ns is not None
+    t_ms = (cat.timeline.times_us * 1e3 + cat.offset_ns) / 1e6
+    step = res.summary.step_table.iloc[0]
+    start = res.summary.step_starts_ns[0] / 1e6
+    # the export covers the profiled step (allow 1 ms either side)
+    assert t_ms.min() >= start - 1 and t_ms.max() <= start + step.step_time_ms + 1
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["memory"]["categories"]
