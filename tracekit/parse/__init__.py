@@ -19,7 +19,7 @@ from tracekit.errors import TraceError
 from tracekit.io import atomic_dir, atomic_write_json
 from tracekit.parse.build import Tables, build
 from tracekit.parse.columns import Accumulator
-from tracekit.parse.reader import TraceStream
+from tracekit.parse.reader import CHUNK, TraceStream
 from tracekit.schema import ARROW, SCHEMA_VERSION, TABLES
 
 if TYPE_CHECKING:
@@ -82,10 +82,13 @@ def find_trace(run_dir: Path) -> tuple[Path, dict[str, Any] | None]:
     return found[-1], manifest
 
 
-def parse_tables(path: Path | str) -> Tables:
-    """Parse one trace file into Arrow tables (streaming; bounded memory)."""
+def parse_tables(path: Path | str, *, chunk: int = CHUNK) -> Tables:
+    """Parse one trace file into Arrow tables (streaming; bounded memory).
+
+    ``chunk`` is the target size in bytes of the pieces the events array is cut into.
+    """
     path = Path(path)
-    stream = TraceStream(path)
+    stream = TraceStream(path, chunk=chunk)
     acc = Accumulator()
     # Millions of small objects are created and freed chunk by chunk; none form cycles, and
     # the cyclic collector rescanning them would triple the parse time.
