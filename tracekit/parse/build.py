@@ -115,13 +115,16 @@ def enclosing(
     big = np.int64(1) << np.int64(62)
     base = key_s.min()
     span = max(int(key_s.max() - base), int(q_time.max() - base) if m else 0) + 1
-    if span < (1 << 40) and int(key_t.max()) < (1 << 20):
+    if (int(key_t.max()) + 2) * span < (1 << 62):
         comb = key_t.astype(np.int64) * np.int64(span) + (key_s - base)
         q = q_thread.astype(np.int64) * np.int64(span) + np.clip(q_time - base, -1, span - 1)
         k = np.searchsorted(comb, q, side="right") - 1
-    else:  # pragma: no cover - enormous spans: per-query fallback
-        k = np.array([t_lo[i] + np.searchsorted(key_s[t_lo[i]:t_hi[i]], q_time[i], "right") - 1
-                      for i in range(m)], dtype=np.int64)
+    else:  # enormous spans x many threads: one search per thread (not per query)
+        k = np.full(m, -1, dtype=np.int64)
+        for t in np.unique(q_thread[has]):
+            sel = np.flatnonzero(q_thread == t)
+            lo, hi = int(t_lo[sel[0]]), int(t_hi[sel[0]])
+            k[sel] = lo + np.searchsorted(key_s[lo:hi], q_time[sel], side="right") - 1
     del big
     ok = has & (k >= t_lo) & (k < t_hi)
     cand = np.where(ok, order[np.clip(k, 0, len(order) - 1)], -1)
