@@ -178,16 +178,28 @@ def _arr(acc: C.Accumulator, kind: int, name: str, n: int, dtype: Any = np.int64
 def _take(col: Any, idx: I64) -> Any:
     if isinstance(col, np.ndarray):
         return col[idx]
+    col = _dense(col)
     return col.take(pa.array(idx)) if len(idx) else col.slice(0, 0)
 
 
 def _take_nullable(col: Any, idx: I64) -> Any:
     """Take with -1 meaning null."""
-    safe = np.maximum(idx, 0)
-    out = col.take(pa.array(safe)) if len(col) else pa.nulls(len(idx), col.type)
-    if (idx < 0).any():
-        out = pc.if_else(pa.array(idx >= 0), out, pa.scalar(None, out.type))
-    return out
+    if len(col) == 0:
+        return pa.nulls(len(idx), col.type)
+    return col.take(pa.array(idx, mask=idx < 0))
+
+
+def _dense(col: Any) -> Any:
+    """One contiguous array (dictionary chunks are unified)."""
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def _str_test(col: Any, fn: Any) -> B:
+    """Boolean numpy result of a string predicate, evaluated once per distinct value for
+    dictionary arrays; null is False."""
+    arr = _dense(col)
+    res = fn(arr.dictionary).take(arr.indices) if pa.types.is_dictionary(arr.type) else fn(arr)
+    return np.asarray(pc.fill_null(res, False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _steps_of(ts: I64, s_start: I64, s_end: I64, s_num: I64) -> npt.NDArray[np.int32]:
@@ -232,7 +244,7 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
     o_pid = _arr(acc, C.OP, "pid", 0)
     o_tid = _arr(acc, C.OP, "tid", 0)
     o_cat = _arr(acc, C.OP, "category", 0, np.int8)
-    o_name = acc.column(C.OP, "name") if n_op else pa.chunked_array([], pa.string())
+    o_name = _dense(acc.column(C.OP, "name")) if n_op else pa.array([], pa.string())
     # op_id order: start time, longest first (a parent precedes its children).
     perm = np.lexsort((-o_dur, o_ts)) if n_op else np.zeros(0, dtype=np.int64)
     o_ts, o_dur, o_pid, o_tid, o_cat = (a[perm] for a in (o_ts, o_dur, o_pid, o_tid, o_cat))
@@ -260,8 +272,8 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
     o_end = o_ts + o_dur
 
     # Steps (CPU spans of ProfilerStep#N).
-    is_step = np.asarray(pc.fill_null(pc.match_substring_regex(o_name, _STEP.pattern), False)
-                         .to_numpy(zero_copy_only=False), dtype=bool) if n_op else np.zeros(0, bool)
+    is_step = (_str_test(o_name, lambda a: pc.match_substring_regex(a, _STEP.pattern))
+               if n_op else np.zeros(0, bool))
     si = np.flatnonzero(is_step & (o_cat == C.ANNOT))
     if len(si):
         s_names_all = o_name.take(pa.array(si)).to_pylist()
@@ -290,10 +302,11 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
             paths[j] = f"{paths[p]}.{m_names[j]}" if p >= 0 else m_names[j]
         enc = enclosing(m_order, m_thr, m_ts, m_ts + m_dur, m_parent, o_thr, o_ts)
         o_module = pa.array([paths[j] if j >= 0 else None for j in enc], type=pa.string())
+        o_module = o_module.dictionary_encode()
 
     # Backward flag: autograd engine frames, fwdbwd flow ends, and their descendants.
-    bwd = (np.array(pc.fill_null(pc.starts_with(o_name, _BWD), False).to_numpy(
-        zero_copy_only=False), dtype=bool) if n_op else np.zeros(0, dtype=bool))
+    bwd = (_str_test(o_name, lambda a: pc.starts_with(a, _BWD))
+           if n_op else np.zeros(0, dtype=bool))
     if acc.count(C.FLOW_END) and n_op:
         f_ts = acc.column(C.FLOW_END, "ts") - t0
         f_thr = thr["FLOW_END"]
@@ -325,6 +338,8 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
     c = acc.column(C.OP, "flops")
     ops_cols["flops"] = _take(c, perm) if c is not None else pa.nulls(n_op, pa.float64())
     ops = _table("ops", ops_cols)
+    # The ops' string columns before the final cast: dictionary takes move only indices.
+    o_src = {k: _dense(ops_cols[k]) for k in ("name", "input_dims", "input_types", "module")}
 
     # ---- runtime ----
     if n_rt:
@@ -418,12 +433,12 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
             "step": k_step.astype(np.int32),
             "runtime_id": rt_id,
             "op_id": k_op,
-            "op_name": _take_nullable(ops.column("name").combine_chunks(), k_op),
-            "op_input_dims": _take_nullable(ops.column("input_dims").combine_chunks(), k_op),
-            "op_input_types": _take_nullable(ops.column("input_types").combine_chunks(), k_op),
+            "op_name": _take_nullable(o_src["name"], k_op),
+            "op_input_dims": _take_nullable(o_src["input_dims"], k_op),
+            "op_input_types": _take_nullable(o_src["input_types"], k_op),
             "top_op_id": k_top,
-            "top_op_name": _take_nullable(ops.column("name").combine_chunks(), k_top),
-            "module": _take_nullable(ops.column("module").combine_chunks(), k_op),
+            "top_op_name": _take_nullable(o_src["name"], k_top),
+            "module": _take_nullable(o_src["module"], k_op),
         })
     else:
         kernels = ARROW["kernels"].empty_table()
@@ -448,7 +463,7 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
             "total_allocated": _take(acc.column(C.MEMORY, "total_allocated"), mp),
             "total_reserved": _take(acc.column(C.MEMORY, "total_reserved"), mp),
             "op_id": m_op,
-            "op_name": _take_nullable(ops.column("name").combine_chunks(), m_op),
+            "op_name": _take_nullable(o_src["name"], m_op),
             "step": (_steps_of(m_ts, s_start, s_end, s_num) if has_steps
                      else np.zeros(n_m, dtype=np.int32)),
         })

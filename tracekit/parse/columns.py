@@ -357,7 +357,8 @@ class Accumulator:
         dur, dok = to_ns(ev("dur"))
         dur[~dok] = 0
         cols["dur"] = np.maximum(dur, 0)
-        cols["name"] = strings(ev("name"))
+        # Repeated strings travel and accumulate dictionary-encoded (a fraction of the bytes).
+        cols["name"] = strings(ev("name")).dictionary_encode()
         if kind in (KERNEL, MEMCPY, MEMSET):
             dev = _col(args, "device")
             stream = _col(args, "stream")
@@ -384,10 +385,10 @@ class Accumulator:
                 external_id=ints(_col(args, "external_id")),
                 sequence_number=ints(_col(args, "seq")),
                 fwd_thread_id=ints(_col(args, "fwd_tid")),
-                input_dims=raws(_col(args, "input_dims")),
-                input_types=raws(_col(args, "input_types")),
-                input_strides=raws(_col(args, "input_strides")),
-                concrete_inputs=raws(_col(args, "concrete")),
+                input_dims=raws(_col(args, "input_dims")).dictionary_encode(),
+                input_types=raws(_col(args, "input_types")).dictionary_encode(),
+                input_strides=raws(_col(args, "input_strides")).dictionary_encode(),
+                concrete_inputs=raws(_col(args, "concrete")).dictionary_encode(),
                 flops=floats(_col(args, "flops")),
             )
             kind = OP  # cpu_op and user_annotation share one table
