@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,6 +57,33 @@ class Trace:
             if isinstance(p, dict) and (not devs or p.get("id") in devs):
                 name = p.get("name")
                 return str(name) if name is not None else None
+        return None
+
+
+def skip_pandas_probe() -> None:
+    """Stop pyarrow from importing pandas (~0.3 s) on its first array conversion.
+
+    pyarrow probes for pandas the first time it converts Python objects; if the probe
+    fails it records "no pandas" but still imports pandas later when a conversion really
+    needs it (``to_pandas``), so this only saves the import in processes that never use
+    pandas, such as ``tracekit parse``. A no-op when pandas is already imported.
+    """
+    if "pandas" in sys.modules:
+        return
+    blocker = _NoPandas()
+    sys.meta_path.insert(0, blocker)
+    try:
+        pa.array([0])
+    finally:
+        sys.meta_path.remove(blocker)
+
+
+class _NoPandas:
+    """A meta-path finder that makes ``import pandas`` fail (see skip_pandas_probe)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 
 

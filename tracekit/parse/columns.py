@@ -7,6 +7,7 @@ time only where it occurs and never a crash.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from decimal import Decimal
 from operator import attrgetter
@@ -65,7 +66,12 @@ def _col(objs: Sequence[Any], attr: str) -> list[Any]:
 
 
 _INT64 = pa.int64()
-_THOUSAND = pa.scalar(Decimal(1000), pa.decimal128(4, 0))
+
+
+@functools.cache
+def _thousand() -> pa.Scalar:
+    # Built on first use, not at import: pyarrow's first conversion probes for (imports) pandas.
+    return pa.scalar(Decimal(1000), pa.decimal128(4, 0))
 
 
 def to_ns(values: list[Any]) -> tuple[I64, npt.NDArray[np.bool_]]:
@@ -91,7 +97,7 @@ def to_ns(values: list[Any]) -> tuple[I64, npt.NDArray[np.bool_]]:
                 for v in values]
     arr = pa.array(text, type=pa.string())
     try:
-        ns = pc.cast(pc.multiply(pc.cast(arr, pa.decimal128(21, 3)), _THOUSAND), pa.int64())
+        ns = pc.cast(pc.multiply(pc.cast(arr, pa.decimal128(21, 3)), _thousand()), pa.int64())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         try:
             f = pc.cast(arr, pa.float64())

@@ -16,6 +16,8 @@ cut) or raises the usual one-line :class:`~tracekit.errors.TraceError`.
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import multiprocessing as mp
 import os
 import re
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pyarrow as pa
 
 from tracekit.errors import TraceError
 from tracekit.parse.columns import Accumulator
@@ -60,6 +63,26 @@ class ChunkResult:
     acc: Accumulator | None = None
     events: int = 0
     rest: dict[str, Any] = field(default_factory=dict)
+
+
+def _init_worker() -> None:
+    """Keep freed memory in the worker's heap instead of returning it to the kernel.
+
+    Each chunk allocates and frees a few hundred MB; with glibc's defaults the large
+    blocks are unmapped and every page of the next chunk faults in again, which costs
+    ~25% of a worker's time on VMs where page faults are expensive. Workers are ours
+    and short-lived, so trading returned memory for speed is safe here.
+    """
+    gc.disable()
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_MMAP_THRESHOLD, 1 << 30)
+        libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30)
+    except (OSError, AttributeError):  # not glibc: defaults are fine
+        pass
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc <malloc.h>
 
 
 def _work(task: Task) -> ChunkResult:
@@ -178,9 +201,12 @@ def parse_parallel(path: Path, chunk: int, workers: int) -> ParallelParse | None
         tasks = _plain_tasks(path, start, size, chunk, stream.header.array_format)
     acc = Accumulator()
     header = dict(stream.header.fields)
+    pa.array([0])  # pyarrow's one-time pandas probe, done once here rather than per worker
     n_events = 0
     inflight: deque[Future[ChunkResult]] = deque()
-    with ProcessPoolExecutor(max_workers=workers, mp_context=_context()) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=_context(), initializer=_init_worker
+    ) as pool:
         try:
             for task in tasks:
                 inflight.append(pool.submit(_work, task))
