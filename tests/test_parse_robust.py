@@ -24,7 +24,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def _real_traces() -> list[Path]:
-    found = sorted(FIXTURES.glob("*.pt.trace.json.gz"))
+    found = sorted(FIXTURES.rglob("*.pt.trace.json.gz"))
     if EXTERNAL.is_dir():
         found += sorted(EXTERNAL.glob("*.json.gz"))
     return found
@@ -44,7 +44,11 @@ def raw_counts(doc: dict[str, Any]) -> Counter[str]:
     return c
 
 
-@pytest.mark.parametrize("path", _real_traces(), ids=lambda p: p.name)
+def _id(p: Path) -> str:
+    return p.name if p.parent == EXTERNAL else p.parent.name
+
+
+@pytest.mark.parametrize("path", _real_traces(), ids=_id)
 def test_counts_equal_raw_event_counts(path: Path) -> None:
     doc = json.loads(gzip.decompress(path.read_bytes()))
     want = raw_counts(doc)

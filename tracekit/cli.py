@@ -13,7 +13,7 @@ try:  # typer >= 0.20 vendors click
 except ImportError:  # pragma: no cover
     from click import exceptions as click_exc  # type: ignore[no-redef]
 
-from tracekit.errors import TracekitError
+from tracekit.errors import TracekitError, UsageError
 
 app = typer.Typer(
     name="tracekit",
@@ -43,6 +43,134 @@ def parse(
     skip_pandas_probe()  # the command never needs pandas
     result = parse_to_dir(trace, out)
     typer.echo(result.describe())
+
+
+@app.command()
+def collect(
+    preset: Annotated[
+        str, typer.Option(help="Model: tiny, gpt2-small, gpt2-medium, gpt2-large.")
+    ] = "gpt2-small",
+    device: Annotated[str, typer.Option(help="cuda or cpu.")] = "cuda",
+    dtype: Annotated[str, typer.Option(help="fp32, bf16 or fp16 (autocast).")] = "fp32",
+    attention: Annotated[str, typer.Option(help="naive (explicit softmax) or sdpa.")] = "naive",
+    compile: Annotated[bool, typer.Option("--compile", help="torch.compile the model.")] = False,
+    batch: Annotated[int, typer.Option(help="Sequences per step.")] = 8,
+    seq: Annotated[int, typer.Option(help="Tokens per sequence (<= the preset's context).")] = 128,
+    layers: Annotated[
+        int | None, typer.Option(help="Override the preset's number of layers.")
+    ] = None,
+    steps: Annotated[int, typer.Option(help="Timed (unprofiled) steps for the metrics.")] = 20,
+    warmup: Annotated[int, typer.Option(help="Untimed warm-up steps first.")] = 5,
+    seed: Annotated[int, typer.Option(help="Seed of the weights and the data.")] = 0,
+    data: Annotated[
+        Path | None, typer.Option(help="Train on this text file (bytes as tokens).")
+    ] = None,
+    lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 3e-4,
+    tf32: Annotated[bool, typer.Option("--tf32", help="Allow TF32 for fp32 matmuls.")] = False,
+    profile_wait: Annotated[int, typer.Option(help="Profiler schedule: wait steps.")] = 1,
+    profile_warmup: Annotated[int, typer.Option(help="Profiler schedule: warm-up steps.")] = 1,
+    profile_active: Annotated[int, typer.Option(help="Profiler schedule: recorded steps.")] = 2,
+    profile_repeat: Annotated[int, typer.Option(help="Profiler schedule: cycles.")] = 1,
+    record_shapes: Annotated[bool, typer.Option(help="Record operator input shapes.")] = True,
+    profile_memory: Annotated[bool, typer.Option(help="Record allocations.")] = True,
+    with_flops: Annotated[bool, typer.Option(help="Profiler FLOP estimates.")] = True,
+    with_stack: Annotated[
+        bool, typer.Option(help="Record Python stacks (needed for the memory timeline).")
+    ] = False,
+    with_modules: Annotated[bool, typer.Option(help="Record the module hierarchy.")] = False,
+    memory_timeline: Annotated[
+        bool, typer.Option(help="Export the per-category memory timeline (needs --with-stack).")
+    ] = True,
+    memory_snapshot: Annotated[
+        bool, typer.Option(help="Record a CUDA memory snapshot (pickle; CUDA only).")
+    ] = True,
+    snapshot_steps: Annotated[int, typer.Option(help="Steps in the memory snapshot.")] = 1,
+    ceilings: Annotated[
+        bool, typer.Option(help="Measure copy bandwidth and matmul FLOP/s first.")
+    ] = True,
+    out: Annotated[
+        Path | None,
+        typer.Option("-o", "--out", help="Run folder (default: runs/<preset>-b<B>-s<S>-...)."),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress display.")] = False,
+    xspace: Annotated[
+        bool, typer.Option("--xspace", help="Also export the trace for TensorBoard's PROFILE tab.")
+    ] = False,
+    counters: Annotated[
+        bool,
+        typer.Option("--counters", help="Replay one step under Nsight Compute (ncu) for measured "
+                     "FLOPs and DRAM/L2 bytes per kernel (CUDA only)."),
+    ] = False,
+) -> None:
+    """Train a GPT under torch.profiler and write a run folder (trace, memory, manifest)."""
+    from tracekit.collectors import CollectConfig, ProfilerConfig, collect_run, summary
+
+    cfg = CollectConfig(
+        preset=preset, device=device, dtype=dtype, attention=attention, compile=compile,
+        batch=batch, seq=seq, layers=layers, steps=steps, warmup=warmup, seed=seed, data=data,
+        lr=lr, tf32=tf32, memory_snapshot=memory_snapshot, snapshot_steps=snapshot_steps,
+        ceilings=ceilings, out=out, quiet=quiet,
+        profiler=ProfilerConfig(
+            wait=profile_wait, warmup=profile_warmup, active=profile_active,
+            repeat=profile_repeat, record_shapes=record_shapes, profile_memory=profile_memory,
+            with_flops=with_flops, with_stack=with_stack, with_modules=with_modules,
+            memory_timeline=memory_timeline,
+        ),
+    )  # fmt: skip
+    if counters and device != "cuda":
+        raise UsageError("--counters needs --device cuda (Nsight Compute replays CUDA kernels)")
+    run_dir = collect_run(cfg)
+    if counters:
+        from tracekit.collectors.replay import run_counters
+
+        entry = run_counters(run_dir)
+        typer.echo(f"counters: {entry['profiled_launches']} launch configurations replayed "
+                   f"in {entry['replay_seconds']:.1f} s -> {run_dir / entry['csv']}")
+    typer.echo(summary(run_dir))
+    if xspace:
+        _export_xspace_of(run_dir, None, None, None)
+
+
+@app.command("export-xspace")
+def export_xspace_cmd(
+    trace: Annotated[
+        Path, typer.Argument(help="Trace file (.json or .json.gz), run folder or parsed folder.")
+    ],
+    logdir: Annotated[
+        Path | None,
+        typer.Option(
+            "--logdir", help="TensorBoard log folder (default: tensorboard/ beside the trace)."
+        ),
+    ] = None,
+    run: Annotated[
+        str | None, typer.Option("--run", help="Run name (default: the run folder or trace name).")
+    ] = None,
+    host: Annotated[
+        str | None,
+        typer.Option("--host", help="Host name (default: rank<N> if distributed, else localhost)."),
+    ] = None,
+) -> None:
+    """Write the trace as XSpace for TensorBoard's PROFILE tab (xprof)."""
+    _export_xspace_of(trace, logdir, run, host)
+
+
+def _export_xspace_of(trace: Path, logdir: Path | None, run: str | None, host: str | None) -> None:
+    from tracekit.parse import load
+    from tracekit.xspace import export_xspace, line_summary, read_xspace
+
+    if logdir is None:
+        logdir = (trace if trace.is_dir() else trace.parent) / "tensorboard"
+    parsed = load(trace)
+    path = export_xspace(parsed, logdir, run=run, host=host)
+    lines = line_summary(read_xspace(path))
+    devices = lines[lines["plane"].str.startswith("/device:")]
+    typer.echo(f"wrote {path}")
+    typer.echo(
+        f"  {len(devices)} GPU stream line(s) with {int(devices['events'].sum())} GPU events, "
+        f"{len(lines) - len(devices)} host line(s) with "
+        f"{int(lines['events'].sum() - devices['events'].sum())} events"
+    )
+    typer.echo(f"view: tensorboard --logdir {logdir}   (then open the PROFILE tab)")
 
 
 def main(argv: list[str] | None = None) -> int:

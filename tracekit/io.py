@@ -12,6 +12,17 @@ from pathlib import Path
 from typing import Any
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode a new file gets under the current umask (mkstemp's 0600 is too strict)."""
+    return 0o666 & ~_umask()
+
+
 @contextlib.contextmanager
 def atomic_dir(final: Path, *, replace: bool = True) -> Iterator[Path]:
     """Yield a temporary folder beside ``final``; rename it into place on success.
@@ -23,6 +34,7 @@ def atomic_dir(final: Path, *, replace: bool = True) -> Iterator[Path]:
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; outputs get the usual mode
     try:
         yield tmp
         if final.exists():
@@ -45,6 +57,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, file_mode())  # mkstemp makes 0600
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

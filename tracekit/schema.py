@@ -72,8 +72,13 @@ KERNELS: list[Column] = [
     Column("op_input_types", STR, "JSON", "Its input dtypes."),
     Column("top_op_id", I64, "", "Outermost operator (cpu_op) enclosing the launch (-1: none)."),
     Column("top_op_name", STR, "", "Name of that operator."),
-    Column("module", STR, "", "nn.Module path of the launch where the trace has it (with_stack/"
-           "with_modules), e.g. 'GPT_0.Block_3.MLP_0.Linear_1'; null otherwise."),
+    Column(
+        "module",
+        STR,
+        "",
+        "nn.Module path of the launch where the trace has it (with_stack/"
+        "with_modules), e.g. 'GPT_0.Block_3.MLP_0.Linear_1'; null otherwise.",
+    ),
 ]
 
 OPS: list[Column] = [
@@ -94,8 +99,13 @@ OPS: list[Column] = [
     Column("input_strides", STR, "JSON", "Input strides."),
     Column("concrete_inputs", STR, "JSON", "Scalar inputs as recorded."),
     Column("flops", F64, "FLOP", "Profiler's own FLOP estimate (with_flops; null if absent)."),
-    Column("is_backward", BOOL, "", "True for backward-pass work: on the autograd thread, under "
-           "an autograd node, or the end of a 'fwdbwd' flow."),
+    Column(
+        "is_backward",
+        BOOL,
+        "",
+        "True for backward-pass work: on the autograd thread, under "
+        "an autograd node, or the end of a 'fwdbwd' flow.",
+    ),
     Column("step", I32, "", "Step whose CPU span holds the op (-1: none)."),
     Column("module", STR, "", "Innermost nn.Module path enclosing the op (null if not traced)."),
 ]

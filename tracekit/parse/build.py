@@ -224,6 +224,13 @@ def _table(name: str, cols: dict[str, Any]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+def _options(header: dict[str, Any], seen: dict[str, bool]) -> dict[str, bool]:
+    """Profiler options: as declared in the trace header (PyTorch >= 2.4 writes
+    record_shapes/profile_memory/with_flops there), else as seen in the events."""
+    return {k: bool(header[k]) if isinstance(header.get(k), (int, bool)) else v
+            for k, v in seen.items()}
+
+
 def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
     n_op = acc.count(C.OP)
     n_k = sum(acc.count(k) for k in (C.KERNEL, C.MEMCPY, C.MEMSET))
@@ -521,7 +528,14 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
         "trace_start_ns": t0,
         "device_properties": devprops if isinstance(devprops, list) else [],
         "devices": sorted({int(d) for d in kernels.column("device").to_numpy()}) if n_k else [],
-        "options": {
+        "options": _options(header, {
+            "record_shapes": bool(n_op and dims.null_count < len(dims)),
+            "profile_memory": n_m > 0,
+            "with_stack": acc.python_events > 0,
+            "with_modules": with_modules,
+            "with_flops": bool(n_op and ops.column("flops").null_count < n_op),
+        }),
+        "options_in_data": {
             "record_shapes": bool(n_op and dims.null_count < len(dims)),
             "profile_memory": n_m > 0,
             "with_stack": acc.python_events > 0,

@@ -1,0 +1,232 @@
+"""A decoder-only GPT (nanoGPT-style) in one readable module.
+
+The model is the workload that ``tracekit collect`` profiles, so it is written
+to make the interesting kernels visible rather than to be fast:
+
+* ``attention="naive"`` computes ``softmax(mask(Q Kᵀ / √d)) V`` explicitly: the
+  trace shows two batched GEMMs, a masked fill, a softmax kernel and a
+  ``(B, H, T, T)`` attention matrix held for backward (O(T²) memory).
+* ``attention="sdpa"`` calls ``F.scaled_dot_product_attention(is_causal=True)``,
+  which dispatches to flash / memory-efficient kernels where available.
+
+Shapes in comments use B = batch, T = sequence length, C = n_embd,
+H = n_head, D = C / H (head size), V = vocab size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tracekit.errors import UsageError
+
+Attention = Literal["naive", "sdpa"]
+ATTENTIONS: tuple[str, ...] = ("naive", "sdpa")
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Model hyper-parameters; invalid combinations raise :class:`UsageError`."""
+
+    vocab_size: int = 50304
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    block_size: int = 1024
+    mlp_ratio: float = 4.0
+    dropout: float = 0.0
+    tie_embeddings: bool = True
+    bias: bool = True
+    attention: Attention = "naive"
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "n_layer", "n_head", "n_embd", "block_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise UsageError(f"GPTConfig.{name} must be a positive integer, got {v!r}")
+        if self.n_embd % self.n_head:
+            raise UsageError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if not (self.mlp_ratio > 0 and self.mlp_hidden >= 1):
+            raise UsageError(f"mlp_ratio must be > 0, got {self.mlp_ratio!r}")
+        if not (0.0 <= self.dropout < 1.0):
+            raise UsageError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if self.attention not in ATTENTIONS:
+            raise UsageError(
+                f"attention must be one of {', '.join(ATTENTIONS)}, got {self.attention!r}"
+            )
+
+    @property
+    def head_size(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def mlp_hidden(self) -> int:
+        return round(self.mlp_ratio * self.n_embd)
+
+    def replace(self, **changes: Any) -> GPTConfig:
+        """A copy with ``changes`` applied (and validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+PRESETS: dict[str, GPTConfig] = {
+    # For CPU tests: builds and runs a step in milliseconds.
+    "tiny": GPTConfig(vocab_size=512, n_layer=2, n_head=4, n_embd=64, block_size=128),
+    # GPT-2 sizes (Radford et al. 2019, table 2); vocab padded 50257 -> 50304
+    # (a multiple of 64) as nanoGPT does, for GEMM-friendly shapes.
+    "gpt2-small": GPTConfig(n_layer=12, n_head=12, n_embd=768),
+    "gpt2-medium": GPTConfig(n_layer=24, n_head=16, n_embd=1024),
+    "gpt2-large": GPTConfig(n_layer=36, n_head=20, n_embd=1280),
+}
+
+
+def preset(name: str) -> GPTConfig:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise UsageError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None
+
+
+def count_params(cfg: GPTConfig) -> int:
+    """Analytic parameter count (equals ``sum(p.numel() for p in GPT(cfg).parameters())``)."""
+    C, V, hid, b = cfg.n_embd, cfg.vocab_size, cfg.mlp_hidden, int(cfg.bias)
+    ln = C + b * C  # LayerNorm weight (+ bias)
+    attn = (C * 3 * C + b * 3 * C) + (C * C + b * C)  # c_attn + c_proj
+    mlp = (C * hid + b * hid) + (hid * C + b * C)  # c_fc + c_proj
+    block = 2 * ln + attn + mlp
+    emb = V * C + cfg.block_size * C  # wte + wpe
+    head = 0 if cfg.tie_embeddings else V * C  # lm_head has no bias
+    return emb + cfg.n_layer * block + ln + head
+
+
+def train_flops_per_token(cfg: GPTConfig, seq: int) -> int:
+    """Training FLOPs per token: 6·N (forward + backward GEMMs, N = non-embedding
+    parameters incl. the output projection) + 12·L·C·T (attention scores and
+    PV), following Kaplan et al. 2020 and Chowdhery et al. 2022, appendix B."""
+    # Embedding lookups do no matmul: drop wpe, and wte unless it doubles as lm_head.
+    n = count_params(cfg) - cfg.block_size * cfg.n_embd
+    if not cfg.tie_embeddings:
+        n -= cfg.vocab_size * cfg.n_embd
+    return 6 * n + 12 * cfg.n_layer * cfg.n_embd * seq
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.n_head, self.n_embd, self.attention = cfg.n_head, cfg.n_embd, cfg.attention
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.dropout = cfg.dropout
+        self.attn_dropout = nn.Dropout(cfg.dropout)
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+        if cfg.attention == "naive":
+            # (1, 1, block, block) lower-triangular mask, True = may attend.
+            mask = torch.ones(cfg.block_size, cfg.block_size, dtype=torch.bool).tril()
+            self.register_buffer(
+                "mask", mask.view(1, 1, cfg.block_size, cfg.block_size), persistent=False
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        H, D = self.n_head, C // self.n_head
+        q, k, v = self.c_attn(x).split(C, dim=2)  # 3 × (B, T, C)
+        q = q.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+        v = v.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+        if self.attention == "naive":
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))  # (B, H, T, T)
+            mask: torch.Tensor = self.mask  # type: ignore[assignment]
+            att = att.masked_fill(~mask[:, :, :T, :T], float("-inf"))  # causal
+            att = F.softmax(att, dim=-1)  # (B, H, T, T), rows sum to 1
+            att = self.attn_dropout(att)
+            y = att @ v  # (B, H, T, T) @ (B, H, T, D) -> (B, H, T, D)
+        else:
+            y = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
+            )  # (B, H, T, D)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # heads side by side: (B, T, C)
+        out: torch.Tensor = self.resid_dropout(self.c_proj(y))  # (B, T, C)
+        return out
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=cfg.bias)
+        self.gelu = nn.GELU(approximate="tanh")
+        self.c_proj = nn.Linear(cfg.mlp_hidden, cfg.n_embd, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.gelu(self.c_fc(x))  # (B, T, C) -> (B, T, mlp_hidden)
+        out: torch.Tensor = self.dropout(self.c_proj(h))  # (B, T, C)
+        return out
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))  # (B, T, C)
+        out: torch.Tensor = x + self.mlp(self.ln_2(x))  # (B, T, C)
+        return out
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token embedding (V, C)
+        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)  # position embedding (block, C)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.wte.weight  # one (V, C) matrix, counted once
+        self.apply(self._init_weights)
+        # GPT-2 scales the residual projections by 1/sqrt(2·L).
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, T, V) for token ids ``idx`` (B, T); with ``targets`` (B, T),
+        the mean next-token cross-entropy loss (a scalar) instead."""
+        B, T = idx.shape
+        if idx.shape[1] > self.config.block_size:
+            raise UsageError(f"sequence length {T} exceeds block_size {self.config.block_size}")
+        pos = torch.arange(T, device=idx.device)  # (T,)
+        x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C) + (T, C) -> (B, T, C)
+        for block in self.blocks:
+            x = block(x)  # (B, T, C)
+        x = self.ln_f(x)  # (B, T, C)
+        logits: torch.Tensor = self.lm_head(x)  # (B, T, V)
+        if targets is None:
+            return logits
+        # Cross-entropy over B·T positions: (B·T, V) logits vs (B·T,) targets.
+        return F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))

@@ -1,0 +1,364 @@
+"""A thin, typed wrapper around ``torch.profiler.profile`` (after torchtitan's).
+
+``Profiler(config, out_dir, device=...)`` is a context manager with ``step()``; it
+adds nothing to the profiled steps themselves (the benchmark
+``benchmarks/profiler_overhead.py`` checks that), and at the end of each active
+window it writes:
+
+* the Kineto trace, gzipped, as ``<out_dir>/<worker>.<ts>.pt.trace.json.gz`` (the
+  layout TensorBoard's PyTorch profiler plugin and Perfetto open; ``<ts>`` is
+  ``time.time_ns()``), through a temporary name and a rename, so an interrupted
+  export never leaves a half-written trace;
+* where PyTorch supports it, the per-category memory timeline as
+  ``<worker>.<ts>.memory_timeline.json.gz`` (format: :func:`write_memory_timeline`).
+
+:func:`record_memory_snapshot` captures a CUDA caching-allocator snapshot (a pickle
+that https://pytorch.org/memory_viz opens). **Snapshots are pickles: load them only
+from sources you trust** (unpickling can run arbitrary code).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gzip
+import json
+import os
+import socket
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from tracekit.errors import UsageError
+from tracekit.io import file_mode
+
+MEMORY_TIMELINE_FORMAT = "tracekit.memory_timeline"
+
+
+@dataclass(frozen=True)
+class ProfilerConfig:
+    """Schedule and options of ``torch.profiler.profile``.
+
+    Each cycle skips ``wait`` steps, runs ``warmup`` steps with the profiler on but
+    discarding results, then records ``active`` steps; ``repeat`` cycles in all.
+    """
+
+    wait: int = 1
+    warmup: int = 1
+    active: int = 2
+    repeat: int = 1
+    record_shapes: bool = True
+    profile_memory: bool = True
+    with_flops: bool = True
+    with_stack: bool = False
+    with_modules: bool = False
+    memory_timeline: bool = True
+
+    def __post_init__(self) -> None:
+        for name, low in (("wait", 0), ("warmup", 0), ("active", 1), ("repeat", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise UsageError(f"profiler {name} must be an integer >= {low}, got {v!r}")
+        for f in dataclasses.fields(self):
+            if f.type in ("bool", bool) and not isinstance(getattr(self, f.name), bool):
+                raise UsageError(f"profiler option {f.name} must be true or false")
+
+    @property
+    def cycle(self) -> int:
+        return self.wait + self.warmup + self.active
+
+    @property
+    def steps(self) -> int:
+        """Steps to run so that every cycle completes (and its trace is written)."""
+        return self.cycle * self.repeat
+
+    def is_active(self, step: int) -> bool:
+        """Whether 0-based ``step`` is recorded."""
+        return 0 <= step < self.steps and step % self.cycle >= self.wait + self.warmup
+
+    def memory_timeline_absent_reason(self) -> str | None:
+        """Why the memory timeline cannot be exported with these options (None: it can)."""
+        if not self.memory_timeline:
+            return "disabled (memory_timeline=False)"
+        # torch.profiler.profile._memory_profile() raises unless all three are on
+        # (torch 2.1 - 2.13).
+        needed = ("record_shapes", "profile_memory", "with_stack")
+        missing = [n for n in needed if not getattr(self, n)]
+        if missing:
+            return (
+                "torch's export_memory_timeline needs record_shapes, profile_memory and "
+                f"with_stack; off here: {', '.join(missing)} (collect with --with-stack)"
+            )
+        return None
+
+    def torch_kwargs(self) -> dict[str, bool]:
+        """The option keywords for ``torch.profiler.profile``."""
+        return {
+            "record_shapes": self.record_shapes,
+            "profile_memory": self.profile_memory,
+            "with_flops": self.with_flops,
+            "with_stack": self.with_stack,
+            "with_modules": self.with_modules,
+        }
+
+    def schedule(self) -> Callable[[int], Any]:
+        return torch.profiler.schedule(
+            wait=self.wait, warmup=self.warmup, active=self.active, repeat=self.repeat
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def activities(device: torch.device) -> list[torch.profiler.ProfilerActivity]:
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    return acts
+
+
+def default_worker_name() -> str:
+    """``<hostname>_<pid>``, as torch's tensorboard_trace_handler names workers."""
+    return f"{socket.gethostname()}_{os.getpid()}"
+
+
+@contextlib.contextmanager
+def _temporary_beside(final: Path, suffix: str) -> Any:
+    """Yield a temporary path beside ``final`` (ending in ``suffix``); on success
+    rename it to ``final``, on any exception (Ctrl-C included) delete it."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix, dir=final.parent)
+    os.fchmod(fd, file_mode())
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_trace(prof: torch.profiler.profile, path: Path) -> Path:
+    """Export ``prof``'s Chrome trace to ``path`` (gzipped when it ends in .gz), atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # torch gzips when the name ends in ".gz"; keep that ending on the temporary name.
+    with _temporary_beside(path, ".tmp.json.gz" if path.suffix == ".gz" else ".tmp.json") as t:
+        prof.export_chrome_trace(str(t))
+    return path
+
+
+PROFILER_FLOPS_FORMAT = "tracekit.profiler_flops"
+
+
+def write_profiler_flops(prof: torch.profiler.profile, path: Path) -> Path:
+    """Write torch's own FLOP estimates per (operator, input shapes) as gzipped JSON.
+
+    ``{"format": "tracekit.profiler_flops", "version": 1, "rows": [{"name", "input_shapes",
+    "count", "flops"}]}``: ``flops`` is the total over ``count`` calls (torch's
+    ``FunctionEventAvg.flops``), only for operators torch has a formula for.
+    """
+    rows = [
+        {"name": e.key, "input_shapes": e.input_shapes, "count": int(e.count),
+         "flops": int(e.flops)}
+        for e in prof.key_averages(group_by_input_shape=True)
+        if getattr(e, "flops", 0)
+    ]
+    doc = {"format": PROFILER_FLOPS_FORMAT, "version": 1, "rows": rows}
+    with _temporary_beside(path, ".tmp.json.gz") as t, gzip.open(t, "wt") as f:
+        json.dump(doc, f)
+    return path
+
+
+def _category_names() -> list[str]:
+    """Names of the category columns of torch's ``export_memory_timeline`` JSON, in order.
+
+    torch writes ``[times, sizes]`` where each row of ``sizes`` is ``[0, *per-category]``
+    in the order of ``torch.profiler._memory_profiler._CATEGORY_TO_INDEX`` (the last,
+    ``None``, is memory that the profiler could not attribute).
+    """
+    from torch.profiler import _memory_profiler as mp
+
+    order = sorted(mp._CATEGORY_TO_INDEX.items(), key=lambda kv: kv[1])
+    return [c.name.lower() if c is not None else "unknown" for c, _ in order]
+
+
+def write_memory_timeline(prof: torch.profiler.profile, path: Path, device: str) -> Path:
+    """Write the per-category memory timeline of ``device`` to ``path`` (gzipped JSON).
+
+    Format (``format`` = ``tracekit.memory_timeline``, ``version`` 1)::
+
+        {"format": "tracekit.memory_timeline", "version": 1, "device": "cuda:0",
+         "time_unit": "us", "categories": ["parameter", "optimizer_state", "input",
+         "temporary", "activation", "gradient", "autograd_detail", "unknown"],
+         "times_us": [t0, t1, ...],             # profiler clock, as the trace's "ts"
+         "bytes": [[b_cat0, b_cat1, ...], ...]}  # live bytes per category after t_i
+
+    Built from ``torch.profiler.profile.export_memory_timeline`` (deprecated in torch
+    2.13 in favour of memory snapshots, but still the only per-category breakdown).
+    """
+    categories = _category_names()
+    with tempfile.TemporaryDirectory() as d:
+        raw = Path(d) / "timeline.json"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # the deprecation notice
+            prof.export_memory_timeline(str(raw), device=device)
+        times, sizes = json.loads(raw.read_text())
+    rows = [list(map(int, r[1:])) for r in sizes]
+    if any(len(r) != len(categories) for r in rows):
+        raise ValueError(
+            f"memory timeline rows have {len(rows[0]) if rows else 0} categories, "
+            f"expected {len(categories)}"
+        )
+    doc = {
+        "format": MEMORY_TIMELINE_FORMAT,
+        "version": 1,
+        "device": device,
+        "time_unit": "us",
+        "categories": categories,
+        "times_us": [int(t) for t in times],
+        "bytes": rows,
+    }
+    data = gzip.compress(json.dumps(doc, separators=(",", ":")).encode(), mtime=0)
+    with _temporary_beside(Path(path), ".tmp") as t:
+        t.write_bytes(data)
+    return Path(path)
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}".strip()
+
+
+class Profiler:
+    """Context manager around ``torch.profiler.profile``; call :meth:`step` after
+    every training step. Written files are listed in :attr:`traces` and
+    :attr:`memory_timelines`; :attr:`memory_timeline_absent` says why there is none."""
+
+    def __init__(
+        self,
+        config: ProfilerConfig,
+        out_dir: Path,
+        *,
+        device: torch.device,
+        worker_name: str | None = None,
+        on_export: Callable[[str], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.out_dir = Path(out_dir)
+        self.device = device
+        self.worker_name = worker_name or default_worker_name()
+        self.on_export = on_export
+        self.traces: list[Path] = []
+        self.memory_timelines: list[Path] = []
+        self.flops_tables: list[Path] = []
+        self.memory_timeline_absent: str | None = config.memory_timeline_absent_reason()
+        self._prof: torch.profiler.profile | None = None
+        self._aborting = False
+
+    def build(self) -> torch.profiler.profile:
+        """The configured (not yet started) ``torch.profiler.profile``."""
+        return torch.profiler.profile(
+            activities=activities(self.device),
+            schedule=self.config.schedule(),
+            on_trace_ready=self._trace_ready,
+            record_shapes=self.config.record_shapes,
+            profile_memory=self.config.profile_memory,
+            with_flops=self.config.with_flops,
+            with_stack=self.config.with_stack,
+            with_modules=self.config.with_modules,
+        )
+
+    def __enter__(self) -> Profiler:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._prof = self.build()
+        self._prof.__enter__()  # type: ignore[no-untyped-call]
+        return self
+
+    def step(self) -> None:
+        assert self._prof is not None, "Profiler.step() outside its with-block"
+        self._prof.step()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        prof, self._prof = self._prof, None
+        # torch exports the open window when the with-block ends, also on an exception
+        # (Ctrl-C): skip that export, the run is being abandoned.
+        self._aborting = exc_type is not None
+        if prof is not None:
+            prof.__exit__(exc_type, exc, tb)  # type: ignore[no-untyped-call]
+
+    def _trace_ready(self, prof: torch.profiler.profile) -> None:
+        if self._aborting:
+            return
+        stem = f"{self.worker_name}.{time.time_ns()}"
+        if self.on_export:
+            self.on_export("trace")
+        self.traces.append(write_trace(prof, self.out_dir / f"{stem}.pt.trace.json.gz"))
+        if self.config.with_flops and self.config.record_shapes:
+            # Since torch 2.4 the Chrome trace no longer carries per-op "flops"; the
+            # profiler's own estimate is kept beside it so the roofline can check its model.
+            self.flops_tables.append(
+                write_profiler_flops(prof, self.out_dir / f"{stem}.profiler_flops.json.gz")
+            )
+        if self.memory_timeline_absent is None:
+            if self.on_export:
+                self.on_export("memory timeline")
+            device = f"cuda:{self.device.index or 0}" if self.device.type == "cuda" else "cpu"
+            path = self.out_dir / f"{stem}.memory_timeline.json.gz"
+            try:
+                self.memory_timelines.append(write_memory_timeline(prof, path, device))
+            except Exception as e:  # a torch-internal analysis; the trace is still good
+                self.memory_timeline_absent = f"export_memory_timeline failed: {_one_line(e)}"
+
+
+SNAPSHOT_MAX_ENTRIES = 200_000
+
+
+def memory_snapshot_absent_reason(device: torch.device) -> str | None:
+    if device.type != "cuda":
+        return (
+            "CUDA memory snapshots record the CUDA caching allocator "
+            f"(torch.cuda.memory._record_memory_history); this run is on {device.type}"
+        )
+    return None
+
+
+def record_memory_snapshot(
+    device: torch.device,
+    path: Path,
+    run: Callable[[], None],
+    *,
+    max_entries: int = SNAPSHOT_MAX_ENTRIES,
+) -> Path:
+    """Run ``run()`` with the CUDA allocator's history recorded, then dump the snapshot
+    pickle to ``path`` atomically (open it at https://pytorch.org/memory_viz).
+
+    Snapshots are pickles: only load them from sources you trust.
+    """
+    reason = memory_snapshot_absent_reason(device)
+    if reason:
+        raise ValueError(reason)
+    memory = torch.cuda.memory
+    memory._record_memory_history(
+        enabled="all", context="all", stacks="python", max_entries=max_entries
+    )
+    try:
+        run()
+        torch.cuda.synchronize(device)
+        with _temporary_beside(Path(path), ".tmp") as t:
+            memory._dump_snapshot(str(t))  # type: ignore[no-untyped-call]
+    finally:
+        memory._record_memory_history(enabled=None)
+    return Path(path)

@@ -1,0 +1,407 @@
+"""``collect(config) -> Path``: one profiled training run, written as one run folder.
+
+Phases: device ceilings -> build -> warm-up -> timed (unprofiled) steps ->
+profiled steps (trace + memory timeline) -> CUDA memory snapshot -> manifest.
+
+The folder appears only complete (``tracekit.io.atomic_dir``); ``manifest.json``
+inside it is written last. Ctrl-C or a failure before the workload starts leaves
+nothing. A CUDA out-of-memory error leaves a folder whose manifest has status
+``oom`` and raises :class:`tracekit.errors.OutOfMemoryError` (exit 3); another
+error during the workload leaves status ``error`` and is raised again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import tracekit
+from tracekit.collectors.ceilings import measure_ceilings
+from tracekit.collectors.config import CollectConfig, resolve_device
+from tracekit.collectors.gpt import count_params, train_flops_per_token
+from tracekit.collectors.profiler import (
+    Profiler,
+    memory_snapshot_absent_reason,
+    record_memory_snapshot,
+)
+from tracekit.collectors.train import StepTimer, Workload, build_workload, run_steps, summarize_ms
+from tracekit.errors import OutOfMemoryError, TracekitError
+from tracekit.io import atomic_dir, atomic_write_json
+
+MANIFEST = "manifest.json"
+SNAPSHOT = "memory_snapshot.pickle"
+TENSORBOARD = "tensorboard"
+SCHEMA_VERSION = 1
+
+
+# --------------------------------------------------------------------------- display
+
+
+class Display:
+    """A rich progress display on a terminal; silent otherwise or when ``quiet``."""
+
+    def __init__(self, quiet: bool) -> None:
+        from rich.console import Console
+
+        self.console = Console(stderr=True)
+        self.enabled = not quiet and self.console.is_terminal
+        self._progress: Any = None
+        self._task: Any = None
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Display]:
+        if not self.enabled:
+            yield self
+            return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+        ) as progress:
+            self._progress = progress
+            try:
+                yield self
+            finally:
+                self._progress = None
+
+    def phase(self, description: str, total: int | None = None) -> None:
+        if self._progress is None:
+            return
+        if self._task is not None:
+            self._progress.update(self._task, visible=False)
+        self._task = self._progress.add_task(description, total=total)
+
+    def advance(self) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.advance(self._task)
+
+    def note(self, text: str) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, description=text)
+
+
+# ------------------------------------------------------------------- environment
+
+
+def _driver_version() -> str | None:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.splitlines()[0].strip() if out else None
+
+
+def versions(device: torch.device) -> dict[str, Any]:
+    cudnn = torch.backends.cudnn.version() if device.type == "cuda" else None  # type: ignore[no-untyped-call]
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": cudnn,
+        "driver": _driver_version() if device.type == "cuda" else None,
+        "python": platform.python_version(),
+        "tracekit": tracekit.__version__,
+    }
+
+
+def device_info(device: torch.device) -> dict[str, Any]:
+    if device.type == "cuda":
+        p = torch.cuda.get_device_properties(device)
+        return {
+            "type": "cuda",
+            "name": p.name,
+            "index": device.index,
+            "total_memory": int(p.total_memory),
+            "sm_count": int(p.multi_processor_count),
+            "capability": [int(p.major), int(p.minor)],
+        }
+    total = None
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return {
+        "type": "cpu",
+        "name": platform.processor() or platform.machine(),
+        "index": None,
+        "total_memory": total,
+        "sm_count": None,
+        "capability": None,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def precisions_used(cfg: CollectConfig) -> list[str]:
+    """Matmul precisions this run uses: fp32 always (the reference), tf32 if enabled,
+    and the autocast dtype."""
+    used = ["fp32"]
+    if cfg.tf32:
+        used.append("tf32")
+    if cfg.dtype != "fp32":
+        used.append(cfg.dtype)
+    return used
+
+
+def _one_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0] if lines else ''}".strip()
+
+
+def _is_oom(e: BaseException) -> bool:
+    return isinstance(e, torch.OutOfMemoryError)
+
+
+# ------------------------------------------------------------------------ collect
+
+
+def _metrics(
+    cfg: CollectConfig,
+    wl: Workload,
+    timed_ms: list[float],
+    profiled_ms: list[float],
+    peak_alloc: int | None,
+    peak_reserved: int | None,
+    avg_alloc: float | None,
+    final_loss: float,
+) -> dict[str, Any]:
+    step = summarize_ms(timed_ms)
+    median_s = float(step["median"]) / 1e3
+    prof = summarize_ms(profiled_ms)
+    flops_per_step = train_flops_per_token(cfg.model_config(), cfg.seq) * cfg.batch * cfg.seq
+    return {
+        "step_time_ms": step,
+        "samples_per_s": cfg.batch / median_s,
+        "tokens_per_s": cfg.batch * cfg.seq / median_s,
+        "model_flops_per_s": flops_per_step / median_s,
+        "peak_allocated_bytes": peak_alloc,
+        "peak_reserved_bytes": peak_reserved,
+        "avg_allocated_bytes": avg_alloc,
+        "profiled_step_time_ms": prof["median"],
+        "profiled_step_time": prof,
+        "profiler_overhead_pct": (float(prof["median"]) / float(step["median"]) - 1.0) * 100,
+        "final_loss": final_loss,
+        "memory_method": (
+            "peak: torch.cuda.max_memory_allocated/reserved over the timed steps after "
+            "reset_peak_memory_stats; avg: mean of torch.cuda.memory_allocated sampled at "
+            "step start, after forward, after backward and after the optimizer step"
+            if wl.device.type == "cuda"
+            else "not measured on CPU (no caching-allocator counters)"
+        ),
+    }
+
+
+def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Display,
+              manifest: dict[str, Any]) -> None:  # fmt: skip
+    """Run every phase, filling ``manifest`` in place (so a failure keeps what was done)."""
+    arts = manifest["artifacts"]
+    if cfg.ceilings:
+        ui.phase("measuring device ceilings")
+        manifest["ceilings"] = measure_ceilings(device, precisions_used(cfg)).to_dict()
+
+    ui.phase("building model" + (" (torch.compile happens in warm-up)" if cfg.compile else ""))
+    wl = build_workload(cfg, device)
+    n = 0  # global step counter: every phase continues the same training run
+
+    ui.phase("warm-up", cfg.warmup)
+    run_steps(wl.step, cfg.warmup, start=n, on_step=ui.advance)
+    n += cfg.warmup
+
+    ui.phase("timed steps (unprofiled)", cfg.steps)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    wl.probe.samples.clear()
+    timer = StepTimer(device)
+    loss = run_steps(wl.step, cfg.steps, start=n, timer=timer, on_step=ui.advance)
+    n += cfg.steps
+    timed_ms = timer.millis()  # synchronises once, after the last timed step
+    peak_alloc = peak_reserved = None
+    avg_alloc: float | None = None
+    if device.type == "cuda":
+        peak_alloc = int(torch.cuda.max_memory_allocated(device))
+        peak_reserved = int(torch.cuda.max_memory_reserved(device))
+        avg_alloc = sum(wl.probe.samples) / len(wl.probe.samples)
+    assert loss is not None
+    final_loss = float(loss)
+    if not math.isfinite(final_loss):
+        raise TracekitError(f"the training loss is {final_loss} after {n} steps")
+
+    pcfg = cfg.profiler
+    ui.phase("profiling", pcfg.steps)
+    ptimer = StepTimer(device)
+    profiler = Profiler(pcfg, run_dir, device=device, on_export=lambda what: ui.note(
+        f"exporting {what}"))  # fmt: skip
+    with profiler:
+        run_steps(wl.step, pcfg.steps, start=n, timer=ptimer, stepper=profiler,
+                  on_step=ui.advance)  # fmt: skip
+    n += pcfg.steps
+    all_ms = ptimer.millis()
+    profiled_ms = [t for i, t in enumerate(all_ms) if pcfg.is_active(i)]
+    arts["trace"] = profiler.traces[0].name if profiler.traces else None
+    arts["traces"] = [p.name for p in profiler.traces]
+    arts["memory_timeline"] = (
+        profiler.memory_timelines[0].name if profiler.memory_timelines else None
+    )
+    arts["memory_timeline_absent"] = profiler.memory_timeline_absent
+    arts["profiler_flops"] = profiler.flops_tables[0].name if profiler.flops_tables else None
+    manifest["metrics"] = _metrics(
+        cfg, wl, timed_ms, profiled_ms, peak_alloc, peak_reserved, avg_alloc, final_loss
+    )
+
+    if cfg.memory_snapshot:
+        reason = memory_snapshot_absent_reason(device)
+        if reason is None:
+            ui.phase("recording CUDA memory snapshot", cfg.snapshot_steps)
+            start = n
+            record_memory_snapshot(
+                device,
+                run_dir / SNAPSHOT,
+                lambda: run_steps(wl.step, cfg.snapshot_steps, start=start, on_step=ui.advance),
+            )
+            n += cfg.snapshot_steps
+            arts["memory_snapshot"] = SNAPSHOT
+        else:
+            arts["memory_snapshot_absent"] = reason
+    else:
+        arts["memory_snapshot_absent"] = "disabled (--no-memory-snapshot)"
+    manifest["total_steps"] = n
+
+
+def base_manifest(cfg: CollectConfig, device: torch.device) -> dict[str, Any]:
+    mcfg = cfg.model_config()
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "status": "error",  # until the run completes
+        "error": None,
+        "config": cfg.to_dict(),
+        "model": {
+            "n_params": count_params(mcfg),
+            "train_flops_per_token": train_flops_per_token(mcfg, cfg.seq),
+            "flops_formula": "6*N_matmul_params + 12*n_layer*n_embd*seq (Kaplan 2020; PaLM app. B)",
+            **mcfg.to_dict(),
+        },
+        "versions": versions(device),
+        "device": device_info(device),
+        "metrics": None,
+        "ceilings": None,
+        "profiler": {
+            **cfg.profiler.to_dict(),
+            "activities": ["cpu", "cuda"] if device.type == "cuda" else ["cpu"],
+            "steps": cfg.profiler.steps,
+        },
+        "artifacts": {
+            "trace": None,
+            "traces": [],
+            "memory_timeline": None,
+            "memory_timeline_absent": None,
+            "memory_snapshot": None,
+            "memory_snapshot_absent": None,
+            "profiler_flops": None,
+            "tensorboard": TENSORBOARD,
+        },
+        "command": sys.argv if Path(sys.argv[0]).name == "tracekit" else None,
+    }
+
+
+def collect(cfg: CollectConfig) -> Path:
+    """Run ``cfg`` and write its run folder; returns the folder's path."""
+    device = resolve_device(cfg)  # DeviceError / UsageError before anything is written
+    out: Path = cfg.out_dir()
+    ui = Display(cfg.quiet)
+    failure: BaseException | None = None
+    with ui.running(), atomic_dir(out) as tmp:
+        (tmp / TENSORBOARD).mkdir()
+        manifest = base_manifest(cfg, device)
+        try:
+            _workload(cfg, device, tmp, ui, manifest)
+            manifest["status"] = "ok"
+        except Exception as e:  # recorded in the manifest, raised again below
+            failure = e
+            manifest["status"] = "oom" if _is_oom(e) else "error"
+            manifest["error"] = _one_line(e)
+        ui.phase("writing manifest")
+        atomic_write_json(tmp / MANIFEST, manifest)
+    if failure is None:
+        return out
+    if _is_oom(failure):
+        raise OutOfMemoryError(
+            f"CUDA out of memory with --preset {cfg.preset} --batch {cfg.batch} --seq {cfg.seq} "
+            f"--dtype {cfg.dtype} --attention {cfg.attention}; {out}/{MANIFEST} has status "
+            "'oom' (try a smaller --batch or --seq, --attention sdpa or --dtype bf16)"
+        ) from failure
+    if isinstance(failure, TracekitError):
+        raise failure
+    if isinstance(failure, RuntimeError):  # torch's errors: one line, manifest says more
+        raise TracekitError(
+            f"collect failed: {_one_line(failure)} ({out}/{MANIFEST} has status 'error')"
+        ) from failure
+    raise failure  # anything else is a bug: keep its traceback
+
+
+def _bytes(n: float | None) -> str:
+    return "n/a" if n is None else f"{n / 2**30:.2f} GiB"
+
+
+def summary(run_dir: Path) -> str:
+    """A few lines describing a finished run folder (what the CLI prints)."""
+    import json
+
+    m = json.loads((Path(run_dir) / MANIFEST).read_text())
+    lines = [f"run folder: {run_dir}  (status {m['status']})"]
+    met = m.get("metrics")
+    if met:
+        st = met["step_time_ms"]
+        lines.append(
+            f"step time: {st['median']:.2f} ms median (p10 {st['p10']:.2f}, p90 {st['p90']:.2f}, "
+            f"n={st['n']}); {met['tokens_per_s']:,.0f} tokens/s, "
+            f"{met['samples_per_s']:,.1f} samples/s"
+        )
+        lines.append(
+            f"profiled step: {met['profiled_step_time_ms']:.2f} ms "
+            f"(profiler overhead {met['profiler_overhead_pct']:+.1f} %)"
+        )
+        lines.append(
+            f"memory: peak allocated {_bytes(met['peak_allocated_bytes'])}, peak reserved "
+            f"{_bytes(met['peak_reserved_bytes'])}, average allocated "
+            f"{_bytes(met['avg_allocated_bytes'])}"
+        )
+    c = m.get("ceilings")
+    if c:
+        rates = ", ".join(
+            f"{k} {v / 1e12:.1f} TFLOP/s" if v >= 1e11 else f"{k} {v / 1e9:.1f} GFLOP/s"
+            for k, v in c["matmul_flops"].items()
+            if v is not None
+        )
+        lines.append(f"ceilings: copy {c['memory_bandwidth_Bps'] / 1e9:.0f} GB/s; matmul {rates}")
+    arts = m["artifacts"]
+    lines.append(f"trace: {arts['trace']}")
+    for key in ("memory_timeline", "memory_snapshot"):
+        lines.append(
+            f"{key.replace('_', ' ')}: {arts[key] or 'none (' + str(arts[key + '_absent']) + ')'}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,64 @@
+"""Data flows one way: each stage imports only earlier stages; only collectors import torch."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = {"tracekit", "tracekit.errors", "tracekit.io", "tracekit.schema"}
+# stage folder -> (module prefix, tracekit modules it may import besides SHARED)
+STAGES: dict[str, tuple[str, set[str]]] = {
+    "collectors": ("tracekit.collectors", set()),
+    "tracekit/parse": ("tracekit.parse", set()),
+    "tracekit/classify": ("tracekit.classify", {"tracekit.parse"}),
+    "tracekit/xspace": ("tracekit.xspace", {"tracekit.parse"}),
+    "reports": ("tracekit.reports", {"tracekit.parse", "tracekit.classify"}),
+}
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+@pytest.mark.parametrize("folder", sorted(STAGES))
+def test_stage_imports_only_earlier_stages(folder: str) -> None:
+    base = ROOT / folder
+    if not base.is_dir():
+        pytest.skip(f"{folder} not present")
+    own, allowed = STAGES[folder]
+    for f in base.rglob("*.py"):
+        for mod in _imports(f):
+            root = mod.split(".")[0]
+            if root == "torch":
+                assert folder == "collectors", f"{f} imports torch"
+            if root != "tracekit" or mod in SHARED or mod.startswith(own):
+                continue
+            assert any(mod == a or mod.startswith(a + ".") for a in allowed), (
+                f"{f.relative_to(ROOT)} imports {mod}: stage {own} may only use {allowed or 'none'}"
+            )
+
+
+def test_analysis_stages_never_load_torch() -> None:
+    code = (
+        "import sys, importlib\n"
+        "for m in ['tracekit.parse', 'tracekit.classify', 'tracekit.xspace', 'tracekit.reports',"
+        " 'tracekit.cli']:\n"
+        "    try:\n"
+        "        importlib.import_module(m)\n"
+        "    except ModuleNotFoundError:\n"
+        "        pass\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
