@@ -3,13 +3,15 @@ exactly what the first (single-process, unoptimised) parser produced.
 
 ``tests/data/parse_golden.json`` holds, per trace, the row count and a SHA-256 of
 every column's values (as JSON text of ``to_pylist()``) and the full ``meta`` (less
-the file path). It was computed with the original implementation (commit 27d9521);
+the file path). It was computed with the original implementation (commit 27d9521; after
+merging main's header-declared options: main's parser at 49e7a1f, via `git archive`);
 regenerate it only for an intended output change:
 ``python -m tests.test_parse_golden --write``.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import importlib.util
 import json
@@ -62,6 +64,13 @@ CASES: dict[str, tuple[Path, Callable[[Path], Path]]] = {
     "a100_alexnet": (A100, lambda _t: A100),
     "a100_alexnet_x3": (A100, _copies(A100, 0.8)),
 }
+FIXTURES = sorted((ROOT / "fixtures").rglob("*.pt.trace.json.gz"))
+for _f in FIXTURES:
+    CASES[f"fixture_{_f.parent.name}"] = (_f, lambda _t, f=_f: f)
+if FIXTURES:
+    _big = max(FIXTURES, key=lambda p: p.stat().st_size)
+    _mb = 2.0 * len(gzip.decompress(_big.read_bytes())) / 1e6  # 2-3 copies
+    CASES[f"fixture_{_big.parent.name}_copies"] = (_big, _copies(_big, _mb))
 
 
 def digest(t: Tables) -> dict[str, Any]:
@@ -128,8 +137,6 @@ if __name__ == "__main__":
 def test_parallel_path_is_taken_and_matches(gz: bool, tmp_path: Path) -> None:
     """The worker path itself (not its serial fallback) reproduces the golden tables, for
     gzip input (main process decompresses) and plain files (workers read byte ranges)."""
-    import gzip
-
     from tracekit.parse.build import build
     from tracekit.parse.parallel import parse_parallel
 
