@@ -24,7 +24,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def _real_traces() -> list[Path]:
-    found = sorted(FIXTURES.rglob("*.pt.trace.json.gz"))
+    found = sorted(FIXTURES.glob("*/*.pt.trace.json.gz"))  # run folders, not copies
     if EXTERNAL.is_dir():
         found += sorted(EXTERNAL.glob("*.json.gz"))
     return found

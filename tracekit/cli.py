@@ -38,8 +38,9 @@ def parse(
     ] = None,
 ) -> None:
     """Parse a trace into Parquet tables (kernels, ops, memory, steps, runtime) + meta.json."""
-    from tracekit.parse import parse_to_dir
+    from tracekit.parse import parse_to_dir, skip_pandas_probe
 
+    skip_pandas_probe()  # the command never needs pandas
     result = parse_to_dir(trace, out)
     typer.echo(result.describe())
 

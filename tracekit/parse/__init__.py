@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import gc
 import json
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +21,8 @@ from tracekit.errors import TraceError
 from tracekit.io import atomic_dir, atomic_write_json
 from tracekit.parse.build import Tables, build
 from tracekit.parse.columns import Accumulator
-from tracekit.parse.reader import TraceStream
+from tracekit.parse.parallel import parse_parallel
+from tracekit.parse.reader import CHUNK, TraceStream
 from tracekit.schema import ARROW, SCHEMA_VERSION, TABLES
 
 if TYPE_CHECKING:
@@ -57,6 +60,33 @@ class Trace:
         return None
 
 
+def skip_pandas_probe() -> None:
+    """Stop pyarrow from importing pandas (~0.3 s) on its first array conversion.
+
+    pyarrow probes for pandas the first time it converts Python objects; if the probe
+    fails it records "no pandas" but still imports pandas later when a conversion really
+    needs it (``to_pandas``), so this only saves the import in processes that never use
+    pandas, such as ``tracekit parse``. A no-op when pandas is already imported.
+    """
+    if "pandas" in sys.modules:
+        return
+    blocker = _NoPandas()
+    sys.meta_path.insert(0, blocker)
+    try:
+        pa.array([0])
+    finally:
+        sys.meta_path.remove(blocker)
+
+
+class _NoPandas:
+    """A meta-path finder that makes ``import pandas`` fail (see skip_pandas_probe)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
 def find_trace(run_dir: Path) -> tuple[Path, dict[str, Any] | None]:
     """The trace file of a run folder (its manifest's, else the newest *.pt.trace.json[.gz])."""
     manifest: dict[str, Any] | None = None
@@ -82,40 +112,79 @@ def find_trace(run_dir: Path) -> tuple[Path, dict[str, Any] | None]:
     return found[-1], manifest
 
 
-def parse_tables(path: Path | str) -> Tables:
-    """Parse one trace file into Arrow tables (streaming; bounded memory)."""
+def default_workers() -> int:
+    """Worker processes for parsing: one per usable core (``TRACEKIT_WORKERS`` overrides)."""
+    env = os.environ.get("TRACEKIT_WORKERS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 8))
+
+
+def parse_tables(path: Path | str, *, chunk: int = CHUNK, workers: int | None = None) -> Tables:
+    """Parse one trace file into Arrow tables (streaming; bounded memory).
+
+    ``chunk`` is the target size in bytes of the pieces the events array is cut into;
+    ``workers`` the number of processes decoding them (default: one per core). Traces
+    smaller than two chunks are parsed in this process.
+    """
     path = Path(path)
-    stream = TraceStream(path)
-    acc = Accumulator()
+    if workers is None:
+        workers = default_workers()
     # Millions of small objects are created and freed chunk by chunk; none form cycles, and
     # the cyclic collector rescanning them would triple the parse time.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        for events in stream:
-            acc.add(events)
-            del events
-        tables = build(acc, stream.header.fields, str(path))
+        par = None
+        if workers > 1 and _worth_parallel(path, chunk):
+            par = parse_parallel(path, chunk, workers)
+        if par is not None:
+            header, array_format = par.header, par.array_format
+            bytes_read, n_events = par.bytes_read, par.events
+            acc = par.acc
+            del par
+        else:
+            stream = TraceStream(path, chunk=chunk)
+            acc = Accumulator()
+            for events in stream:
+                acc.add(events)
+                del events
+            header, array_format = stream.header.fields, stream.header.array_format
+            bytes_read, n_events = stream.bytes_read, stream.events
+        tables = build(acc, header, str(path))
     finally:
         if gc_was_enabled:
             gc.enable()
     tables.meta["source"] = {
         "path": str(path),
         "bytes_on_disk": path.stat().st_size,
-        "bytes_json": stream.bytes_read,
-        "events": stream.events,
-        "format": "array" if stream.header.array_format else "object",
+        "bytes_json": bytes_read,
+        "events": n_events,
+        "format": "array" if array_format else "object",
     }
     return tables
 
 
-def _to_trace(
-    tables: Tables, path: Path, manifest: dict[str, Any] | None, run_dir: Path | None
-) -> Trace:
+def _worth_parallel(path: Path, chunk: int) -> bool:
+    """At least two chunks' worth of JSON (gzip: assume >= 8x compression)."""
+    try:
+        with path.open("rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+        size = path.stat().st_size
+    except OSError:
+        return False  # the serial reader reports the problem
+    return size * (8 if gz else 1) > 2 * chunk
+
+
+def _to_trace(tables: Tables, path: Path, manifest: dict[str, Any] | None,
+              run_dir: Path | None) -> Trace:
     dfs = {name: t.to_pandas() for name, t in tables.items()}
-    return Trace(
-        meta=tables.meta, path=path, manifest=manifest, run_dir=run_dir, tables=tables, **dfs
-    )
+    return Trace(meta=tables.meta, path=path, manifest=manifest, run_dir=run_dir, tables=tables,
+                 **dfs)
 
 
 def _read_dir(d: Path) -> Tables:
@@ -124,10 +193,8 @@ def _read_dir(d: Path) -> Tables:
     except (OSError, ValueError) as e:
         raise TraceError(f"{d}: unreadable meta.json ({e})") from None
     if meta.get("schema_version") != SCHEMA_VERSION:
-        raise TraceError(
-            f"{d}: tables of schema version {meta.get('schema_version')}, "
-            f"this tracekit reads {SCHEMA_VERSION}: parse the trace again"
-        )
+        raise TraceError(f"{d}: tables of schema version {meta.get('schema_version')}, "
+                         f"this tracekit reads {SCHEMA_VERSION}: parse the trace again")
     tabs: dict[str, pa.Table] = {}
     for name in TABLES:
         try:
@@ -194,3 +261,5 @@ def parse_to_dir(path: Path | str, out: Path | str | None = None) -> ParseResult
     dest = Path(out) if out is not None else default
     write_tables(tables, dest)
     return ParseResult(out=dest, meta=tables.meta)
+
+

@@ -37,17 +37,11 @@ class Tables:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def items(self) -> list[tuple[str, pa.Table]]:
-        return [
-            ("kernels", self.kernels),
-            ("ops", self.ops),
-            ("memory", self.memory),
-            ("steps", self.steps),
-            ("runtime", self.runtime),
-        ]
+        return [("kernels", self.kernels), ("ops", self.ops), ("memory", self.memory),
+                ("steps", self.steps), ("runtime", self.runtime)]
 
 
 # -- interval helpers ---------------------------------------------------------------------------
-
 
 def thread_key(pid: I64, tid: I64) -> I64:
     """One int64 per (pid, tid) pair, order-preserving within a pid."""
@@ -121,18 +115,16 @@ def enclosing(
     big = np.int64(1) << np.int64(62)
     base = key_s.min()
     span = max(int(key_s.max() - base), int(q_time.max() - base) if m else 0) + 1
-    if span < (1 << 40) and int(key_t.max()) < (1 << 20):
+    if (int(key_t.max()) + 2) * span < (1 << 62):
         comb = key_t.astype(np.int64) * np.int64(span) + (key_s - base)
         q = q_thread.astype(np.int64) * np.int64(span) + np.clip(q_time - base, -1, span - 1)
         k = np.searchsorted(comb, q, side="right") - 1
-    else:  # pragma: no cover - enormous spans: per-query fallback
-        k = np.array(
-            [
-                t_lo[i] + np.searchsorted(key_s[t_lo[i] : t_hi[i]], q_time[i], "right") - 1
-                for i in range(m)
-            ],
-            dtype=np.int64,
-        )
+    else:  # enormous spans x many threads: one search per thread (not per query)
+        k = np.full(m, -1, dtype=np.int64)
+        for t in np.unique(q_thread[has]):
+            sel = np.flatnonzero(q_thread == t)
+            lo, hi = int(t_lo[sel[0]]), int(t_hi[sel[0]])
+            k[sel] = lo + np.searchsorted(key_s[lo:hi], q_time[sel], side="right") - 1
     del big
     ok = has & (k >= t_lo) & (k < t_hi)
     cand = np.where(ok, order[np.clip(k, 0, len(order) - 1)], -1)
@@ -176,7 +168,6 @@ def climb_top(parent: I64, ok_parent: B) -> I64:
 
 # -- build ----------------------------------------------------------------------------------------
 
-
 def _arr(acc: C.Accumulator, kind: int, name: str, n: int, dtype: Any = np.int64) -> Any:
     col = acc.column(kind, name)
     if col is None:
@@ -187,16 +178,28 @@ def _arr(acc: C.Accumulator, kind: int, name: str, n: int, dtype: Any = np.int64
 def _take(col: Any, idx: I64) -> Any:
     if isinstance(col, np.ndarray):
         return col[idx]
+    col = _dense(col)
     return col.take(pa.array(idx)) if len(idx) else col.slice(0, 0)
 
 
 def _take_nullable(col: Any, idx: I64) -> Any:
     """Take with -1 meaning null."""
-    safe = np.maximum(idx, 0)
-    out = col.take(pa.array(safe)) if len(col) else pa.nulls(len(idx), col.type)
-    if (idx < 0).any():
-        out = pc.if_else(pa.array(idx >= 0), out, pa.scalar(None, out.type))
-    return out
+    if len(col) == 0:
+        return pa.nulls(len(idx), col.type)
+    return col.take(pa.array(idx, mask=idx < 0))
+
+
+def _dense(col: Any) -> Any:
+    """One contiguous array (dictionary chunks are unified)."""
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def _str_test(col: Any, fn: Any) -> B:
+    """Boolean numpy result of a string predicate, evaluated once per distinct value for
+    dictionary arrays; null is False."""
+    arr = _dense(col)
+    res = fn(arr.dictionary).take(arr.indices) if pa.types.is_dictionary(arr.type) else fn(arr)
+    return np.asarray(pc.fill_null(res, False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _steps_of(ts: I64, s_start: I64, s_end: I64, s_num: I64) -> npt.NDArray[np.int32]:
@@ -224,9 +227,8 @@ def _table(name: str, cols: dict[str, Any]) -> pa.Table:
 def _options(header: dict[str, Any], seen: dict[str, bool]) -> dict[str, bool]:
     """Profiler options: as declared in the trace header (PyTorch >= 2.4 writes
     record_shapes/profile_memory/with_flops there), else as seen in the events."""
-    return {
-        k: bool(header[k]) if isinstance(header.get(k), (int, bool)) else v for k, v in seen.items()
-    }
+    return {k: bool(header[k]) if isinstance(header.get(k), (int, bool)) else v
+            for k, v in seen.items()}
 
 
 def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
@@ -239,10 +241,8 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
         )
 
     # Trace start: earliest timestamp of any timed event.
-    starts = [
-        acc.column(k, "ts")
-        for k in (C.OP, C.KERNEL, C.MEMCPY, C.MEMSET, C.RUNTIME, C.MEMORY, C.PYMODULE, C.GPU_ANNOT)
-    ]
+    starts = [acc.column(k, "ts") for k in (C.OP, C.KERNEL, C.MEMCPY, C.MEMSET, C.RUNTIME,
+                                            C.MEMORY, C.PYMODULE, C.GPU_ANNOT)]
     t0 = int(min(int(s.min()) for s in starts if s is not None and len(s)))
 
     # ---- ops ----
@@ -251,7 +251,7 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
     o_pid = _arr(acc, C.OP, "pid", 0)
     o_tid = _arr(acc, C.OP, "tid", 0)
     o_cat = _arr(acc, C.OP, "category", 0, np.int8)
-    o_name = acc.column(C.OP, "name") if n_op else pa.chunked_array([], pa.string())
+    o_name = _dense(acc.column(C.OP, "name")) if n_op else pa.array([], pa.string())
     # op_id order: start time, longest first (a parent precedes its children).
     perm = np.lexsort((-o_dur, o_ts)) if n_op else np.zeros(0, dtype=np.int64)
     o_ts, o_dur, o_pid, o_tid, o_cat = (a[perm] for a in (o_ts, o_dur, o_pid, o_tid, o_cat))
@@ -259,9 +259,8 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
     all_pid = [o_pid]
     all_tid = [o_tid]
     thr_names = ("RUNTIME", "MEMORY", "PYMODULE", "FLOW_END")
-    extra = {
-        k: (acc.column(getattr(C, k), "pid"), acc.column(getattr(C, k), "tid")) for k in thr_names
-    }
+    extra = {k: (acc.column(getattr(C, k), "pid"), acc.column(getattr(C, k), "tid"))
+             for k in thr_names}
     for p, t in extra.values():
         if p is not None:
             all_pid.append(p)
@@ -280,23 +279,13 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
     o_end = o_ts + o_dur
 
     # Steps (CPU spans of ProfilerStep#N).
-    is_step = (
-        np.asarray(
-            pc.fill_null(pc.match_substring_regex(o_name, _STEP.pattern), False).to_numpy(
-                zero_copy_only=False
-            ),
-            dtype=bool,
-        )
-        if n_op
-        else np.zeros(0, bool)
-    )
+    is_step = (_str_test(o_name, lambda a: pc.match_substring_regex(a, _STEP.pattern))
+               if n_op else np.zeros(0, bool))
     si = np.flatnonzero(is_step & (o_cat == C.ANNOT))
     if len(si):
         s_names_all = o_name.take(pa.array(si)).to_pylist()
-        s_num = np.asarray(
-            [int(_STEP.match(nm).group(1)) for nm in s_names_all],  # type: ignore[union-attr]
-            dtype=np.int64,
-        )
+        s_num = np.asarray([int(_STEP.match(nm).group(1)) for nm in s_names_all],  # type: ignore[union-attr]
+                           dtype=np.int64)
         so = np.argsort(o_ts[si], kind="stable")
         si, s_num = si[so], s_num[so]
         s_start, s_end = o_ts[si], o_end[si]
@@ -312,7 +301,7 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
         m_ts = acc.column(C.PYMODULE, "ts") - t0
         m_dur = acc.column(C.PYMODULE, "dur")
         m_thr = thr["PYMODULE"]
-        m_names = [n[len("nn.Module: ") :] for n in acc.column(C.PYMODULE, "name").to_pylist()]
+        m_names = [n[len("nn.Module: "):] for n in acc.column(C.PYMODULE, "name").to_pylist()]
         m_order, m_parent, m_depth = nest(m_thr, m_ts, m_dur)
         paths: list[str] = [""] * len(m_names)
         for j in np.argsort(m_depth, kind="stable"):
@@ -320,16 +309,11 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
             paths[j] = f"{paths[p]}.{m_names[j]}" if p >= 0 else m_names[j]
         enc = enclosing(m_order, m_thr, m_ts, m_ts + m_dur, m_parent, o_thr, o_ts)
         o_module = pa.array([paths[j] if j >= 0 else None for j in enc], type=pa.string())
+        o_module = o_module.dictionary_encode()
 
     # Backward flag: autograd engine frames, fwdbwd flow ends, and their descendants.
-    bwd = (
-        np.array(
-            pc.fill_null(pc.starts_with(o_name, _BWD), False).to_numpy(zero_copy_only=False),
-            dtype=bool,
-        )
-        if n_op
-        else np.zeros(0, dtype=bool)
-    )
+    bwd = (_str_test(o_name, lambda a: pc.starts_with(a, _BWD))
+           if n_op else np.zeros(0, dtype=bool))
     if acc.count(C.FLOW_END) and n_op:
         f_ts = acc.column(C.FLOW_END, "ts") - t0
         f_thr = thr["FLOW_END"]
@@ -339,23 +323,16 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
         for d in range(1, int(depth.max()) + 1):
             sel = np.flatnonzero((depth == d) & (parent >= 0))
             bwd[sel] |= bwd[parent[sel]]
-    o_step = _steps_of(o_ts, s_start, s_end, s_num) if has_steps else np.zeros(n_op, dtype=np.int32)
+    o_step = (_steps_of(o_ts, s_start, s_end, s_num) if has_steps
+              else np.zeros(n_op, dtype=np.int32))
 
     ops_cols = {
         "op_id": np.arange(n_op, dtype=np.int64),
-        "category": pa.array(
-            np.where(o_cat == C.ANNOT, "user_annotation", "cpu_op")
-            if n_op
-            else np.zeros(0, dtype=str),
-            type=pa.string(),
-        ),
+        "category": pa.array(np.where(o_cat == C.ANNOT, "user_annotation", "cpu_op")
+                             if n_op else np.zeros(0, dtype=str), type=pa.string()),
         "name": o_name,
-        "pid": o_pid,
-        "tid": o_tid,
-        "ts": o_ts,
-        "dur": o_dur,
-        "parent": parent,
-        "depth": depth.astype(np.int32),
+        "pid": o_pid, "tid": o_tid, "ts": o_ts, "dur": o_dur,
+        "parent": parent, "depth": depth.astype(np.int32),
         "step": o_step,
         "is_backward": bwd,
         "module": o_module,
@@ -368,6 +345,8 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
     c = acc.column(C.OP, "flops")
     ops_cols["flops"] = _take(c, perm) if c is not None else pa.nulls(n_op, pa.float64())
     ops = _table("ops", ops_cols)
+    # The ops' string columns before the final cast: dictionary takes move only indices.
+    o_src = {k: _dense(ops_cols[k]) for k in ("name", "input_dims", "input_types", "module")}
 
     # ---- runtime ----
     if n_rt:
@@ -379,29 +358,20 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
         r_corr = acc.column(C.RUNTIME, "correlation")[r_perm]
         r_cat = acc.column(C.RUNTIME, "category")[r_perm]
         r_op = enclosing(order, o_thr, o_ts, o_end, parent, r_thr, r_ts)
-        runtime = _table(
-            "runtime",
-            {
-                "runtime_id": np.arange(n_rt, dtype=np.int64),
-                "category": pa.array(
-                    np.where(r_cat == C.DRIVER, "cuda_driver", "cuda_runtime"), type=pa.string()
-                ),
-                "name": _take(acc.column(C.RUNTIME, "name"), r_perm),
-                "pid": acc.column(C.RUNTIME, "pid")[r_perm],
-                "tid": acc.column(C.RUNTIME, "tid")[r_perm],
-                "ts": r_ts,
-                "dur": r_dur,
-                "correlation": r_corr,
-                "external_id": acc.column(C.RUNTIME, "external_id")[r_perm],
-                "cbid": acc.column(C.RUNTIME, "cbid")[r_perm],
-                "op_id": r_op,
-                "step": (
-                    _steps_of(r_ts, s_start, s_end, s_num)
-                    if has_steps
-                    else np.zeros(n_rt, dtype=np.int32)
-                ),
-            },
-        )
+        runtime = _table("runtime", {
+            "runtime_id": np.arange(n_rt, dtype=np.int64),
+            "category": pa.array(np.where(r_cat == C.DRIVER, "cuda_driver", "cuda_runtime"),
+                                 type=pa.string()),
+            "name": _take(acc.column(C.RUNTIME, "name"), r_perm),
+            "pid": acc.column(C.RUNTIME, "pid")[r_perm],
+            "tid": acc.column(C.RUNTIME, "tid")[r_perm],
+            "ts": r_ts, "dur": r_dur, "correlation": r_corr,
+            "external_id": acc.column(C.RUNTIME, "external_id")[r_perm],
+            "cbid": acc.column(C.RUNTIME, "cbid")[r_perm],
+            "op_id": r_op,
+            "step": (_steps_of(r_ts, s_start, s_end, s_num) if has_steps
+                     else np.zeros(n_rt, dtype=np.int32)),
+        })
     else:
         r_corr = r_op = np.zeros(0, dtype=np.int64)
         r_cat = np.zeros(0, dtype=np.int8)
@@ -450,58 +420,33 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
         if n_op:
             k_top = np.where((k_top >= 0) & is_op[np.maximum(k_top, 0)], k_top, -1)
         if has_steps:
-            k_step = np.where(
-                rt_id >= 0,
-                r_step[np.maximum(rt_id, 0)],
-                np.where(k_op >= 0, o_step[np.maximum(k_op, 0)], -1),
-            )
+            k_step = np.where(rt_id >= 0, r_step[np.maximum(rt_id, 0)],
+                              np.where(k_op >= 0, o_step[np.maximum(k_op, 0)], -1))
         else:
             k_step = np.zeros(n_k, dtype=np.int64)
         kind_codes = kcol("kind")[k_perm]
-        kernels = _table(
-            "kernels",
-            {
-                "kernel_id": np.arange(n_k, dtype=np.int64),
-                "kind": pa.array(
-                    np.select(
-                        [kind_codes == C.KERNEL, kind_codes == C.MEMCPY],
-                        ["kernel", "memcpy"],
-                        "memset",
-                    ),
-                    type=pa.string(),
-                ),
-                "name": _take(kcol("name"), k_perm),
-                "device": k_dev[k_perm].astype(np.int32),
-                "stream": k_stream[k_perm],
-                "ts": k_ts,
-                "dur": kcol("dur")[k_perm],
-                "correlation": k_corr,
-                "external_id": k_ext,
-                **{
-                    c: _take(kcol(c), k_perm)
-                    for c in (
-                        "grid_x",
-                        "grid_y",
-                        "grid_z",
-                        "block_x",
-                        "block_y",
-                        "block_z",
-                        "registers_per_thread",
-                        "shared_memory",
-                        "bytes",
-                    )
-                },
-                "step": k_step.astype(np.int32),
-                "runtime_id": rt_id,
-                "op_id": k_op,
-                "op_name": _take_nullable(ops.column("name").combine_chunks(), k_op),
-                "op_input_dims": _take_nullable(ops.column("input_dims").combine_chunks(), k_op),
-                "op_input_types": _take_nullable(ops.column("input_types").combine_chunks(), k_op),
-                "top_op_id": k_top,
-                "top_op_name": _take_nullable(ops.column("name").combine_chunks(), k_top),
-                "module": _take_nullable(ops.column("module").combine_chunks(), k_op),
-            },
-        )
+        kernels = _table("kernels", {
+            "kernel_id": np.arange(n_k, dtype=np.int64),
+            "kind": pa.array(np.select([kind_codes == C.KERNEL, kind_codes == C.MEMCPY],
+                                       ["kernel", "memcpy"], "memset"), type=pa.string()),
+            "name": _take(kcol("name"), k_perm),
+            "device": k_dev[k_perm].astype(np.int32),
+            "stream": k_stream[k_perm],
+            "ts": k_ts, "dur": kcol("dur")[k_perm],
+            "correlation": k_corr, "external_id": k_ext,
+            **{c: _take(kcol(c), k_perm) for c in ("grid_x", "grid_y", "grid_z", "block_x",
+                                                   "block_y", "block_z", "registers_per_thread",
+                                                   "shared_memory", "bytes")},
+            "step": k_step.astype(np.int32),
+            "runtime_id": rt_id,
+            "op_id": k_op,
+            "op_name": _take_nullable(o_src["name"], k_op),
+            "op_input_dims": _take_nullable(o_src["input_dims"], k_op),
+            "op_input_types": _take_nullable(o_src["input_types"], k_op),
+            "top_op_id": k_top,
+            "top_op_name": _take_nullable(o_src["name"], k_top),
+            "module": _take_nullable(o_src["module"], k_op),
+        })
     else:
         kernels = ARROW["kernels"].empty_table()
         rt_id = k_op = np.zeros(0, dtype=np.int64)
@@ -516,25 +461,19 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
         m_op = enclosing(order, o_thr, o_ts, o_end, parent, m_thr, m_ts)
         dtype_ = acc.column(C.MEMORY, "device_type")[mp]
         dev = acc.column(C.MEMORY, "device")[mp]
-        memory = _table(
-            "memory",
-            {
-                "ts": m_ts,
-                "device_type": dtype_.astype(np.int32),
-                "device": np.where(dtype_ == 0, -1, dev).astype(np.int32),
-                "addr": acc.column(C.MEMORY, "addr")[mp],
-                "bytes": acc.column(C.MEMORY, "bytes")[mp],
-                "total_allocated": _take(acc.column(C.MEMORY, "total_allocated"), mp),
-                "total_reserved": _take(acc.column(C.MEMORY, "total_reserved"), mp),
-                "op_id": m_op,
-                "op_name": _take_nullable(ops.column("name").combine_chunks(), m_op),
-                "step": (
-                    _steps_of(m_ts, s_start, s_end, s_num)
-                    if has_steps
-                    else np.zeros(n_m, dtype=np.int32)
-                ),
-            },
-        )
+        memory = _table("memory", {
+            "ts": m_ts,
+            "device_type": dtype_.astype(np.int32),
+            "device": np.where(dtype_ == 0, -1, dev).astype(np.int32),
+            "addr": acc.column(C.MEMORY, "addr")[mp],
+            "bytes": acc.column(C.MEMORY, "bytes")[mp],
+            "total_allocated": _take(acc.column(C.MEMORY, "total_allocated"), mp),
+            "total_reserved": _take(acc.column(C.MEMORY, "total_reserved"), mp),
+            "op_id": m_op,
+            "op_name": _take_nullable(o_src["name"], m_op),
+            "step": (_steps_of(m_ts, s_start, s_end, s_num) if has_steps
+                     else np.zeros(n_m, dtype=np.int32)),
+        })
     else:
         memory = ARROW["memory"].empty_table()
 
@@ -547,15 +486,11 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
     else:
         ends = [o_end.max() if n_op else 0, k_end_all.max() if n_k else 0]
         if n_rt:
-            ends.append(
-                int((runtime.column("ts").to_numpy() + runtime.column("dur").to_numpy()).max())
-            )
+            ends.append(int((runtime.column("ts").to_numpy() + runtime.column("dur").to_numpy())
+                            .max()))
         nums = np.zeros(1, dtype=np.int64)
-        names, c_ts, c_dur = (
-            ["(whole trace)"],
-            np.zeros(1, dtype=np.int64),
-            np.asarray([max(int(e) for e in ends)], dtype=np.int64),
-        )
+        names, c_ts, c_dur = ["(whole trace)"], np.zeros(1, dtype=np.int64), np.asarray(
+            [max(int(e) for e in ends)], dtype=np.int64)
     g_ts: list[int | None] = []
     g_dur: list[int | None] = []
     g_busy: list[int] = []
@@ -573,19 +508,13 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
             g_ts.append(None)
             g_dur.append(None)
             g_busy.append(0)
-    steps = _table(
-        "steps",
-        {
-            "step": nums.astype(np.int32),
-            "name": pa.array(names, type=pa.string()),
-            "cpu_ts": np.asarray(c_ts, dtype=np.int64),
-            "cpu_dur": np.asarray(c_dur, dtype=np.int64),
-            "gpu_ts": pa.array(g_ts, type=pa.int64()),
-            "gpu_dur": pa.array(g_dur, type=pa.int64()),
-            "gpu_busy": np.asarray(g_busy, dtype=np.int64),
-            "kernel_count": np.asarray(g_cnt, dtype=np.int64),
-        },
-    )
+    steps = _table("steps", {
+        "step": nums.astype(np.int32), "name": pa.array(names, type=pa.string()),
+        "cpu_ts": np.asarray(c_ts, dtype=np.int64), "cpu_dur": np.asarray(c_dur, dtype=np.int64),
+        "gpu_ts": pa.array(g_ts, type=pa.int64()), "gpu_dur": pa.array(g_dur, type=pa.int64()),
+        "gpu_busy": np.asarray(g_busy, dtype=np.int64),
+        "kernel_count": np.asarray(g_cnt, dtype=np.int64),
+    })
 
     # ---- meta ----
     with_launch = int((rt_id >= 0).sum())
@@ -599,16 +528,13 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
         "trace_start_ns": t0,
         "device_properties": devprops if isinstance(devprops, list) else [],
         "devices": sorted({int(d) for d in kernels.column("device").to_numpy()}) if n_k else [],
-        "options": _options(
-            header,
-            {
-                "record_shapes": bool(n_op and dims.null_count < len(dims)),
-                "profile_memory": n_m > 0,
-                "with_stack": acc.python_events > 0,
-                "with_modules": with_modules,
-                "with_flops": bool(n_op and ops.column("flops").null_count < n_op),
-            },
-        ),
+        "options": _options(header, {
+            "record_shapes": bool(n_op and dims.null_count < len(dims)),
+            "profile_memory": n_m > 0,
+            "with_stack": acc.python_events > 0,
+            "with_modules": with_modules,
+            "with_flops": bool(n_op and ops.column("flops").null_count < n_op),
+        }),
         "options_in_data": {
             "record_shapes": bool(n_op and dims.null_count < len(dims)),
             "profile_memory": n_m > 0,
@@ -616,18 +542,10 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
             "with_modules": with_modules,
             "with_flops": bool(n_op and ops.column("flops").null_count < n_op),
         },
-        "versions": {
-            k: header[k]
-            for k in (
-                "schemaVersion",
-                "cupti_version",
-                "cuda_runtime_version",
-                "cuda_driver_version",
-                "roctracer_version",
-                "hip_runtime_version",
-            )
-            if k in header
-        },
+        "versions": {k: header[k] for k in ("schemaVersion", "cupti_version",
+                                             "cuda_runtime_version", "cuda_driver_version",
+                                             "roctracer_version", "hip_runtime_version")
+                     if k in header},
         "distributed_info": header.get("distributedInfo"),
         "trace_name": header.get("traceName"),
         "display_time_unit": header.get("displayTimeUnit"),
@@ -648,4 +566,5 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
         "dropped_events": dict(acc.dropped),
         "link_rate": (linked / with_launch) if with_launch else None,
     }
-    return Tables(kernels=kernels, ops=ops, memory=memory, steps=steps, runtime=runtime, meta=meta)
+    return Tables(kernels=kernels, ops=ops, memory=memory, steps=steps, runtime=runtime,
+                  meta=meta)

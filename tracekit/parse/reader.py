@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -114,7 +114,7 @@ def _open(path: Path) -> tuple[BinaryIO, bool]:
     return f, magic == b"\x1f\x8b"
 
 
-def iter_bytes(path: Path, block: int = BLOCK) -> Iterator[bytes]:
+def iter_bytes(path: Path, block: int = BLOCK) -> Generator[bytes, None, None]:
     """Yield the file's (decompressed) bytes in blocks; gzip is detected by its magic."""
     f, gz = _open(path)
     with f:
