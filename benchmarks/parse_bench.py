@@ -110,7 +110,7 @@ def run(name: str, cmd: list[str], env: dict[str, str] | None = None) -> Result:
 
 
 def default_src() -> Path | None:
-    found = sorted((ROOT / "fixtures").glob("*.json*"), key=lambda p: p.stat().st_size)
+    found = sorted((ROOT / "fixtures").glob("*/*.pt.trace.json.gz"), key=lambda p: p.stat().st_size)
     return found[-1] if found else None
 
 
