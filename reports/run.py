@@ -8,6 +8,7 @@ copy in ``<logdir>/<run>/``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -17,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from tracekit.errors import TracekitError, UsageError
+from tracekit.errors import TraceError, TracekitError, UsageError
 from tracekit.io import atomic_dir, atomic_write_json, atomic_write_text
 from tracekit.parse import TRACE_SUFFIXES, Trace, find_trace, load
 from tracekit.summary import Summary, summarize
@@ -121,6 +122,20 @@ def write_outputs(sm: Summary, out: Path, pngs: dict[str, bytes]) -> list[Path]:
     return [out / n for n in names]
 
 
+def plugin_dir_of(target: tuple[Path, Path | None]) -> Path:
+    """The folder the plugin copy is written into (``tbtrace.plugin_copy``'s dest_dir)."""
+    return target[0]
+
+
+def _remove_empty(*dirs: Path) -> None:
+    """Remove folders a failed report created, if they stayed empty."""
+    for d in dirs:
+        with contextlib.suppress(OSError):
+            d.rmdir()
+        with contextlib.suppress(OSError):
+            d.parent.rmdir()
+
+
 def report(
     path: Path | str,
     out: Path | str | None = None,
@@ -161,6 +176,8 @@ def report(
                 done = copy.exception() is None and copy.result()
                 if done:  # a report that failed leaves no half of its outputs behind
                     done.path.unlink(missing_ok=True)
+            if target is not None and target[1] is not None:
+                _remove_empty(target[0], plugin_dir_of(target))
             raise
     timings["total"] = time.perf_counter() - t0
     return result
@@ -178,6 +195,11 @@ def _run(
     t = time.perf_counter()
     trace = load(path)
     timings["parse"] = time.perf_counter() - t
+    if len(trace.kernels) == 0:
+        raise TraceError(
+            f"{trace.path}: a CPU-only trace (no kernel, memcpy or memset events): nothing "
+            "to report on the GPU; `tracekit parse` writes its CPU tables"
+        )
     t = time.perf_counter()
     cls = (
         classification

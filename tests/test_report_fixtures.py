@@ -20,7 +20,7 @@ from tracekit.reports import report, terminal
 classify_mod = pytest.importorskip("tracekit.classify")
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = sorted(p.parent for p in (ROOT / "fixtures").glob("*/manifest.json"))
+RUNS = sorted(p.parent for p in (ROOT / "fixtures").glob("h200-*/manifest.json"))  # GPU runs
 FILES = {
     "summary.json",
     "report.html",
@@ -93,3 +93,15 @@ def test_stack_fixture_has_aligned_category_timeline(tmp_path: Path) -> None:
     # the export covers the profiled step (allow 1 ms either side)
     assert t_ms.min() >= start - 1 and t_ms.max() <= start + step.step_time_ms + 1
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["memory"]["categories"]
+
+
+def test_cpu_only_trace_is_a_one_line_error(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from tracekit.cli import main
+
+    out = tmp_path / "rep"
+    cpu = ROOT / "fixtures" / "cpu-tiny-fp32-naive"
+    rc = main(["report", str(cpu), "-o", str(out), "--no-tensorboard"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "CPU-only trace" in err and err.count("\n") == 1
+    assert not out.exists()
