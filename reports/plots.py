@@ -13,16 +13,18 @@ escapes ``$`` so that mathtext never interprets them (``usetex`` is never used).
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 
 import numpy as np
+import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tracekit.summary import Summary
+from tracekit.summary import Roofs, Summary
 
 from . import fmt
 
@@ -135,16 +137,37 @@ def time_share(sm: Summary) -> bytes:
     return _png(fig)
 
 
+def roofline_points(ops: pd.DataFrame, max_points: int = 400) -> pd.DataFrame:
+    """The operator groups a roofline can place: positive, finite intensity and FLOP/s."""
+    x = ops["intensity"].to_numpy(dtype=float)
+    y = ops["attained_flops"].to_numpy(dtype=float)
+    frame: pd.DataFrame = ops[np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)].head(max_points)
+    return frame
+
+
+def roof_lines(ax: Any, roofs: Roofs, xs: np.ndarray, ls: str = "-", prefix: str = "") -> None:
+    """One roof per precision pipe (min of peak and bandwidth × intensity) on ``ax``."""
+    if not roofs.bandwidth:
+        return
+    pipes = sorted(roofs.peaks.items(), key=lambda kv: -kv[1])
+    for i, (pipe, peak) in enumerate(pipes):
+        ys = np.minimum(peak, roofs.bandwidth * xs)
+        ax.plot(
+            xs,
+            ys,
+            color=matplotlib.colormaps["Dark2"](i % 8),
+            lw=1.4,
+            ls=ls,
+            label=_plain(f"{prefix}{pipe}: {fmt.si(peak, 'FLOP/s')}"),
+        )
+    ax.plot([], [], " ", label=_plain(f"{prefix}memory: {fmt.si(roofs.bandwidth, 'B/s')}"))
+
+
 def roofline(sm: Summary, max_points: int = 400) -> bytes:
     ops = sm.operators
     fig = Figure(figsize=(9, 6))
     fig.subplots_adjust(left=0.1, right=0.97, top=0.93, bottom=0.09)
-    pts = ops[
-        np.isfinite(ops["intensity"].to_numpy(dtype=float))
-        & np.isfinite(ops["attained_flops"].to_numpy(dtype=float))
-        & (ops["intensity"].to_numpy(dtype=float) > 0)
-        & (ops["attained_flops"].to_numpy(dtype=float) > 0)
-    ].head(max_points)
+    pts = roofline_points(ops, max_points)
     roofs = sm.roofs
     if pts.empty and not roofs.known:
         return _message(
@@ -159,18 +182,7 @@ def roofline(sm: Summary, max_points: int = 400) -> bytes:
     lo = min([0.01, *x.tolist()]) / 2
     hi = max([1e4, *x.tolist()]) * 2
     xs = np.logspace(np.log10(lo), np.log10(hi), 256)
-    if roofs.bandwidth:
-        pipes = sorted(roofs.peaks.items(), key=lambda kv: -kv[1])
-        for i, (pipe, peak) in enumerate(pipes):
-            ys = np.minimum(peak, roofs.bandwidth * xs)
-            ax.plot(
-                xs,
-                ys,
-                color=matplotlib.colormaps["Dark2"](i % 8),
-                lw=1.4,
-                label=_plain(f"{pipe}: {fmt.si(peak, 'FLOP/s')}"),
-            )
-        ax.plot([], [], " ", label=f"memory: {fmt.si(roofs.bandwidth, 'B/s')}")
+    roof_lines(ax, roofs, xs)
     if len(pts):
         t = pts["gpu_time_ns"].to_numpy(dtype=float)
         size = 20 + 600 * np.sqrt(t / t.max())

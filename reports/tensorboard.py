@@ -23,7 +23,7 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2
@@ -88,11 +88,8 @@ def write_events(
     wall_time: float,
 ) -> Path:
     """Write the report's scalars, images and text into ``run_dir``; return the file."""
-    run_dir = Path(run_dir)
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.", suffix=".tmp", dir=run_dir.parent))
-    try:
-        w = _Writer(tmp)
+
+    def fill(w: _Writer) -> None:
         steps = sm.steps
         first = steps[0] if steps else 0
         t = wall_time
@@ -130,6 +127,19 @@ def write_events(
             w.image(f"plots/{name}", png, first, t)
         for name, md in tables.items():
             w.text(f"report/{name}", md, first, t)
+
+    return write_event_file(run_dir, fill)
+
+
+def write_event_file(run_dir: Path, fill: Callable[[_Writer], None]) -> Path:
+    """One event file in ``run_dir`` with what ``fill`` writes, renamed into place; earlier
+    tracekit event files there are removed first. Returns the file."""
+    run_dir = Path(run_dir)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.", suffix=".tmp", dir=run_dir.parent))
+    try:
+        w = _Writer(tmp)
+        fill(w)
         w.close()
         written = [p for p in tmp.iterdir() if p.name.startswith("events.out.tfevents.")]
         if len(written) != 1:

@@ -19,9 +19,19 @@ STAGES: dict[str, tuple[str, set[str]]] = {
     "tracekit/xspace": ("tracekit.xspace", {"tracekit.parse"}),
     "tracekit/summary": ("tracekit.summary", {"tracekit.parse", "tracekit.classify"}),
     "tracekit/sweep": ("tracekit.sweep", {"tracekit.parse", "tracekit.classify"}),
+    "tracekit/compare": (
+        "tracekit.compare",
+        {"tracekit.parse", "tracekit.classify", "tracekit.summary"},
+    ),
     "reports": (
         "tracekit.reports",
-        {"tracekit.parse", "tracekit.classify", "tracekit.summary", "tracekit.sweep"},
+        {
+            "tracekit.parse",
+            "tracekit.classify",
+            "tracekit.summary",
+            "tracekit.sweep",
+            "tracekit.compare",
+        },
     ),
 }
 
@@ -70,7 +80,7 @@ def test_analysis_stages_never_load_torch() -> None:
         "assert mod.__file__.startswith(sys.path[0])\n"
         "for m in ['tracekit.parse', 'tracekit.classify', 'tracekit.xspace', 'tracekit.summary',"
         " 'tracekit.reports', 'tracekit.reports.plots', 'tracekit.reports.tensorboard',"
-        " 'tracekit.sweep', 'tracekit.reports.sweep', 'tracekit.cli']:\n"
+        " 'tracekit.sweep', 'tracekit.reports.sweep', 'tracekit.compare', 'tracekit.cli']:\n"
         "    try:\n"
         "        importlib.import_module(m)\n"
         "    except ModuleNotFoundError:\n"

@@ -98,8 +98,11 @@ def collect(
     ] = False,
     counters: Annotated[
         bool,
-        typer.Option("--counters", help="Replay one step under Nsight Compute (ncu) for measured "
-                     "FLOPs and DRAM/L2 bytes per kernel (CUDA only)."),
+        typer.Option(
+            "--counters",
+            help="Replay one step under Nsight Compute (ncu) for measured "
+            "FLOPs and DRAM/L2 bytes per kernel (CUDA only).",
+        ),
     ] = False,
 ) -> None:
     """Train a GPT under torch.profiler and write a run folder (trace, memory, manifest)."""
@@ -124,8 +127,10 @@ def collect(
         from tracekit.collectors.replay import run_counters
 
         entry = run_counters(run_dir)
-        typer.echo(f"counters: {entry['profiled_launches']} launch configurations replayed "
-                   f"in {entry['replay_seconds']:.1f} s -> {run_dir / entry['csv']}")
+        typer.echo(
+            f"counters: {entry['profiled_launches']} launch configurations replayed "
+            f"in {entry['replay_seconds']:.1f} s -> {run_dir / entry['csv']}"
+        )
     typer.echo(summary(run_dir))
     if xspace:
         _export_xspace_of(run_dir, None, None, None)
@@ -278,8 +283,11 @@ def report(
     ] = "text",
     tensorboard: Annotated[
         Path | None,
-        typer.Option("--tensorboard", help="TensorBoard logdir (default for a run folder: its "
-                     "tensorboard/ folder; for a trace file: none)."),
+        typer.Option(
+            "--tensorboard",
+            help="TensorBoard logdir (default for a run folder: its "
+            "tensorboard/ folder; for a trace file: none).",
+        ),
     ] = None,
     no_tensorboard: Annotated[
         bool, typer.Option("--no-tensorboard", help="Write no TensorBoard output.")
@@ -302,8 +310,14 @@ def report(
     from tracekit.reports import report as run_report
     from tracekit.reports import summary_text
 
-    result = run_report(trace, out, tensorboard=tensorboard, no_tensorboard=no_tensorboard,
-                        peak_tflops=peak_tflops, bandwidth_gbs=bandwidth)
+    result = run_report(
+        trace,
+        out,
+        tensorboard=tensorboard,
+        no_tensorboard=no_tensorboard,
+        peak_tflops=peak_tflops,
+        bandwidth_gbs=bandwidth,
+    )
     if format == "json":
         typer.echo(summary_text(result), nl=False)
         return
@@ -312,6 +326,34 @@ def report(
     from tracekit.reports import terminal
 
     terminal.render(result.summary, Console(), result.describe())
+
+
+@app.command()
+def compare(
+    a: Annotated[Path, typer.Argument(help="Run A: trace file, run folder or parsed folder.")],
+    b: Annotated[Path, typer.Argument(help="Run B, compared against A.")],
+    out: Annotated[
+        Path | None,
+        typer.Option("-o", "--out", help="Output folder (default: compare-A-vs-B/ beside A)."),
+    ] = None,
+    format: Annotated[
+        str, typer.Option("--format", help="Terminal output: 'text' (tables) or 'json'.")
+    ] = "text",
+) -> None:
+    """What changed from run A to run B, per step: time, classes, operators, kernels."""
+    from tracekit.errors import UsageError
+
+    if format not in ("text", "json"):
+        raise UsageError(f"--format must be 'text' or 'json', not {format!r}")
+    from tracekit.reports import compare as cmp
+
+    result = cmp.run_compare(a, b, out)
+    if format == "json":
+        typer.echo(cmp.json_text(result), nl=False)
+        return
+    from rich.console import Console
+
+    cmp.render(result.comparison, Console(), result.describe())
 
 
 def main(argv: list[str] | None = None) -> int:
