@@ -149,3 +149,20 @@ def test_real_ncu_counters_join(name: str, profiled: int, extrapolated: int,
     assert agree.loc["gemm", "flops_ratio"] == pytest.approx(gemm_ratio, abs=5e-4)
     k = in_step(r)
     assert (k.loc[k["class"] == "gemm", "source"] == "measured").mean() > 0.9
+
+
+@pytest.mark.parametrize("name", ["h200-gpt2s-b8-s128-bf16-sdpa", "h200-gpt2s-b8-s128-bf16-naive",
+                                  "h200-gpt2s-b8-s128-fp32-naive"])
+def test_gemm_model_agrees_with_torchs_own_flops(name: str) -> None:
+    """The issue's check: GEMM FLOPs of the model vs the profiler's (profiler_flops table)."""
+    from tracekit.classify.flops import model_ops
+    from tracekit.classify.roofline import _run_profiler_flops, _with_profiler_flops
+    from tracekit.parse import load
+
+    t = load(FIX / name)
+    gem = t.ops["name"].isin(["aten::mm", "aten::addmm", "aten::bmm"]) & (t.ops["step"] >= 0)
+    prof = _with_profiler_flops(t.ops, _run_profiler_flops(t), [])["flops"][gem].astype(float)
+    model = model_ops(t.ops)["flops_model"][gem]
+    assert prof.notna().all() and len(prof) > 100
+    assert model.sum() / prof.sum() == pytest.approx(1.0, abs=0.01)  # 1.00011 measured
+    assert ((model / prof - 1).abs() < 0.001).all()  # addmm: the model adds the bias
