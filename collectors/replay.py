@@ -38,6 +38,10 @@ SIMT_METRICS = [f"sm__sass_thread_inst_executed_op_{p}{op}_pred_on.sum"
                 for p in ("f", "h", "d") for op in ("add", "mul", "fma")]
 MEMORY_METRICS = ["dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum"]
 TIME_METRIC = "gpu__time_duration.sum"
+# Device constants (no extra replay passes) that give the L2 and DRAM roofs of the
+# hierarchical roofline: bytes per cycle at peak times cycles per second.
+PEAK_METRICS = ["lts__t_bytes.sum.peak_sustained", "lts__cycles_elapsed.avg.per_second",
+                "dram__bytes.sum.peak_sustained", "dram__cycles_elapsed.avg.per_second"]
 # Tensor-pipe operation counters differ by chip (e.g. ..._op_hgmma_... on Hopper); the ones
 # the device has are picked from `ncu --query-metrics` (see available_tensor_metrics).
 TENSOR_PREFIX = "sm__ops_path_tensor"
@@ -58,7 +62,8 @@ def available_tensor_metrics(ncu: str) -> list[str]:
 
 
 def default_metrics(ncu: str) -> list[str]:
-    return [*available_tensor_metrics(ncu), *SIMT_METRICS, *MEMORY_METRICS, TIME_METRIC]
+    return [*available_tensor_metrics(ncu), *SIMT_METRICS, *MEMORY_METRICS, TIME_METRIC,
+            *PEAK_METRICS]
 
 
 def ncu_command(run_dir: Path, metrics: Sequence[str], ncu: str = "ncu") -> list[str]:
