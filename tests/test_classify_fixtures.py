@@ -149,6 +149,9 @@ def test_real_ncu_counters_join(name: str, profiled: int, extrapolated: int,
     assert agree.loc["gemm", "flops_ratio"] == pytest.approx(gemm_ratio, abs=5e-4)
     k = in_step(r)
     assert (k.loc[k["class"] == "gemm", "source"] == "measured").mean() > 0.9
+    # the replay recorded the L2/DRAM peak constants: both roofs are known (hierarchical)
+    assert "L2 roof unknown" not in notes
+    assert set(k["bound_level"].dropna()) >= {"dram", "compute"}
 
 
 @pytest.mark.parametrize("name", ["h200-gpt2s-b8-s128-bf16-sdpa", "h200-gpt2s-b8-s128-bf16-naive",
