@@ -25,32 +25,13 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from tracekit.summary import Roofs, Summary
+from tracekit.summary.classes import ORDER as CLASS_ORDER
 
 from . import fmt
 
 DPI = 100
 _CMAP = matplotlib.colormaps["tab20"]
-CLASS_COLORS = {
-    c: _CMAP(i % 20)
-    for i, c in enumerate(
-        (
-            "softmax",
-            "layernorm",
-            "gemm",
-            "attention",
-            "activation",
-            "elementwise",
-            "reduction",
-            "embedding",
-            "loss",
-            "optimizer",
-            "memcpy",
-            "memset",
-            "communication",
-            "other",
-        )
-    )
-}
+CLASS_COLORS = {c: _CMAP(i % 20) for i, c in enumerate(CLASS_ORDER)}
 
 
 def _color(cls: str) -> tuple[float, float, float, float]:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tracekit.classify.classes import CLASSES
 from tracekit.sweep.memory_model import CATEGORIES, estimate
 from tracekit.sweep.plan import Point
 
@@ -35,23 +36,7 @@ TIMELINE_TO_CATEGORY = {
 }
 TIMELINE_CATEGORIES = tuple(TIMELINE_TO_CATEGORY)
 
-# Columns the classify stage fills (tracekit.classify, CLASSIFY_CONTRACT.md).
-CLASSES = (
-    "gemm",
-    "attention",
-    "softmax",
-    "layernorm",
-    "activation",
-    "elementwise",
-    "reduction",
-    "embedding",
-    "loss",
-    "optimizer",
-    "memcpy",
-    "memset",
-    "communication",
-    "other",
-)
+# Columns the classify stage fills: one time share per class.
 CLASSIFY_COLUMNS = (
     *(f"time_share_{c}_pct" for c in CLASSES),
     "memory_bound_time_pct",
