@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from tracekit.schema import markdown
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,3 +25,15 @@ def test_ci_runs_readme_commands() -> None:
     setup = re.search(r"```bash\n(.+?)\s+#", readme).group(1)  # type: ignore[union-attr]
     assert setup in ci
     assert "python3 -m pytest" in readme and "python3 -m pytest" in ci
+
+
+def test_every_package_is_in_the_wheel() -> None:
+    """pyproject lists packages explicitly (package-dir mapping): a new subpackage must be
+    listed or a non-editable install misses it."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+                 ["packages"])
+    found = {"tracekit." + ".".join(p.parent.relative_to(ROOT / "tracekit").parts)
+             for p in (ROOT / "tracekit").rglob("__init__.py")}
+    found = {f.rstrip(".") for f in found} | {"tracekit.collectors", "tracekit.reports"}
+    assert found == listed
