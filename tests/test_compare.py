@@ -164,6 +164,7 @@ def test_fused_groups_and_config_diff() -> None:
     g = D.fused_groups(fused, eager, 2, 1).iloc[0]
     assert (g["kernels"], g["calls"], g["ms"], g["other_ms"]) == (1, 1.0, 0.002, 0.03)
     assert D.fused_total(fused, eager, 2, 1)["other_calls"] == 2
+    assert D.config_diff(None, {"a": 1}) == []  # no manifest: the notes say so, no key list
     cfg = D.config_diff({"a": 1, "out": "x", "p": {"q": 1}}, {"a": 1, "out": "y", "p": {"q": 2}})
     assert cfg == [{"key": "p.q", "a": 1, "b": 2}]
 

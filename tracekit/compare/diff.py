@@ -288,7 +288,10 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 def config_diff(config_a: Any, config_b: Any) -> list[dict[str, Any]]:
     """Manifest ``config`` keys (nested keys dotted: ``profiler.active``) whose values
     differ, as ``{"key", "a", "b"}`` (a missing key is ``None``); :data:`IGNORED_CONFIG`
-    keys are left out."""
+    keys are left out. Without both configs there is nothing to compare key by key (the
+    comparison notes that a run has no manifest), so the list is empty."""
+    if not config_a or not config_b:
+        return []
     fa, fb = _flatten(config_a), _flatten(config_b)
     out = []
     for k in sorted(set(fa) | set(fb)):
