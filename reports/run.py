@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from tracekit.errors import TraceError, TracekitError, UsageError
+from tracekit.errors import TraceError, UsageError
 from tracekit.io import atomic_dir, atomic_write_json, atomic_write_text
 from tracekit.parse import TRACE_SUFFIXES, Trace, find_trace, load
 from tracekit.summary import Summary, summarize
@@ -92,10 +92,8 @@ def _tb_target(path: Path, logdir: Path | None, enabled: bool) -> tuple[Path, Pa
 
 def classify_trace(trace: Trace, peak_tflops: float | None, bandwidth_gbs: float | None) -> Any:
     """Run the classify stage (``tracekit.classify``) on a parsed trace."""
-    try:
-        from tracekit.classify import classify  # type: ignore[attr-defined]
-    except ImportError as e:
-        raise TracekitError(f"the classify stage is not installed ({e})") from None
+    from tracekit.classify import classify
+
     return classify(
         trace, manifest=trace.manifest, peak_tflops=peak_tflops, bandwidth_gbs=bandwidth_gbs
     )

@@ -99,18 +99,14 @@ def _nan_row() -> dict[str, Any]:
 def classify_columns(
     trace: Any, manifest: Mapping[str, Any] | None
 ) -> tuple[dict[str, float], str | None]:
-    """TODO(classify): the classify stage's per-configuration figures.
+    """The classify stage's per-configuration figures, as (columns, note).
 
-    Returns (columns, note). Until ``tracekit.classify`` is importable every column is NaN
-    and the note says so. The mapping follows CLASSIFY_CONTRACT.md: ``classes`` gives
-    ``time_share_pct`` per class; ``steps`` gives bandwidth/FLOP/s achieved and their
-    utilisation, the memory-/compute-bound time shares and the analytic traffic.
+    ``classes`` gives ``time_share_pct`` per class; ``steps`` gives bandwidth/FLOP/s
+    achieved and their utilisation, the memory-/compute-bound time shares and the
+    analytic traffic.
     """
-    cols = {c: math.nan for c in CLASSIFY_COLUMNS}
-    try:
-        from tracekit.classify import classify
-    except ImportError:
-        return cols, "tracekit.classify is not installed: classify columns are NaN"
+    from tracekit.classify import classify
+
     result = classify(trace, manifest=dict(manifest) if manifest else None)
     return classify_frames_to_columns(result.classes, getattr(result, "steps", None)), None
 
