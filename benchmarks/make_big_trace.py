@@ -20,8 +20,14 @@ from pathlib import Path
 from typing import Any
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
-_ID_ARGS = ("External id", "correlation", "Python id", "Python parent id", "Record function id",
-            "Sequence number")
+_ID_ARGS = (
+    "External id",
+    "correlation",
+    "Python id",
+    "Python parent id",
+    "Record function id",
+    "Sequence number",
+)
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -91,8 +97,9 @@ def main() -> None:
     p.add_argument("--mb", type=float, default=508.0, help="approximate size in MB")
     a = p.parse_args()
     n = build(a.src, a.dst, a.mb)
-    print(f"{a.dst}: {a.dst.stat().st_size / 1e6:.0f} MB, {n} copies of {a.src.name}",
-          file=sys.stderr)
+    print(
+        f"{a.dst}: {a.dst.stat().st_size / 1e6:.0f} MB, {n} copies of {a.src.name}", file=sys.stderr
+    )
 
 
 if __name__ == "__main__":

@@ -28,8 +28,12 @@ def main(out: Path) -> None:
         p = Point(int(r["batch"]), int(r["seq"]), str(r["dtype"]), str(r["attention"]))
         d = out / str(r["run_dir"])
         if r["status"] == "ok" and (d / "manifest.json").is_file():
-            new = run_row(p, d, json.loads((d / "manifest.json").read_text()),
-                          ceilings=_ceilings_for(ceilings, p))
+            new = run_row(
+                p,
+                d,
+                json.loads((d / "manifest.json").read_text()),
+                ceilings=_ceilings_for(ceilings, p),
+            )
             new.update({k: r[k] for k in KEEP})
             rows.append(new)
         else:

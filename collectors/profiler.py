@@ -166,8 +166,12 @@ def write_profiler_flops(prof: torch.profiler.profile, path: Path) -> Path:
     ``FunctionEventAvg.flops``), only for operators torch has a formula for.
     """
     rows = [
-        {"name": e.key, "input_shapes": e.input_shapes, "count": int(e.count),
-         "flops": int(e.flops)}
+        {
+            "name": e.key,
+            "input_shapes": e.input_shapes,
+            "count": int(e.count),
+            "flops": int(e.flops),
+        }
         for e in prof.key_averages(group_by_input_shape=True)
         if getattr(e, "flops", 0)
     ]

@@ -34,14 +34,21 @@ from tracekit.io import atomic_write_bytes, atomic_write_json
 COUNTERS_CSV = "counters.csv"
 
 # SIMT floating-point instructions (an FMA is two FLOPs), memory traffic and duration.
-SIMT_METRICS = [f"sm__sass_thread_inst_executed_op_{p}{op}_pred_on.sum"
-                for p in ("f", "h", "d") for op in ("add", "mul", "fma")]
+SIMT_METRICS = [
+    f"sm__sass_thread_inst_executed_op_{p}{op}_pred_on.sum"
+    for p in ("f", "h", "d")
+    for op in ("add", "mul", "fma")
+]
 MEMORY_METRICS = ["dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum"]
 TIME_METRIC = "gpu__time_duration.sum"
 # Device constants (no extra replay passes) that give the L2 and DRAM roofs of the
 # hierarchical roofline: bytes per cycle at peak times cycles per second.
-PEAK_METRICS = ["lts__t_bytes.sum.peak_sustained", "lts__cycles_elapsed.avg.per_second",
-                "dram__bytes.sum.peak_sustained", "dram__cycles_elapsed.avg.per_second"]
+PEAK_METRICS = [
+    "lts__t_bytes.sum.peak_sustained",
+    "lts__cycles_elapsed.avg.per_second",
+    "dram__bytes.sum.peak_sustained",
+    "dram__cycles_elapsed.avg.per_second",
+]
 # Tensor-pipe operation counters differ by chip (e.g. ..._op_hgmma_... on Hopper); the ones
 # the device has are picked from `ncu --query-metrics` (see available_tensor_metrics).
 TENSOR_PREFIX = "sm__ops_path_tensor"
@@ -62,8 +69,13 @@ def available_tensor_metrics(ncu: str) -> list[str]:
 
 
 def default_metrics(ncu: str) -> list[str]:
-    return [*available_tensor_metrics(ncu), *SIMT_METRICS, *MEMORY_METRICS, TIME_METRIC,
-            *PEAK_METRICS]
+    return [
+        *available_tensor_metrics(ncu),
+        *SIMT_METRICS,
+        *MEMORY_METRICS,
+        TIME_METRIC,
+        *PEAK_METRICS,
+    ]
 
 
 def ncu_command(run_dir: Path, metrics: Sequence[str], ncu: str = "ncu") -> list[str]:
@@ -104,7 +116,7 @@ def run_counters(run_dir: Path, metrics: Sequence[str] | None = None, *,
         "metrics": list(metrics),
         "command": " ".join(cmd),
         "method": "one step replayed; first launch of each distinct launch configuration "
-                  "(ncu --filter-mode per-launch-config --launch-count 1)",
+        "(ncu --filter-mode per-launch-config --launch-count 1)",
     }
     mpath = run_dir / "manifest.json"
     manifest = json.loads(mpath.read_text())
@@ -132,8 +144,9 @@ def replay(run_dir: Path) -> None:
     c = dict(manifest["config"])
     for key in ("model", "out"):
         c.pop(key, None)
-    c["profiler"] = ProfilerConfig(**{k: v for k, v in c["profiler"].items()
-                                      if k in ProfilerConfig.__dataclass_fields__})
+    c["profiler"] = ProfilerConfig(
+        **{k: v for k, v in c["profiler"].items() if k in ProfilerConfig.__dataclass_fields__}
+    )
     c["data"] = Path(c["data"]) if c.get("data") else None
     cfg = CollectConfig(**{k: v for k, v in c.items() if k in CollectConfig.__dataclass_fields__})
     device = torch.device("cuda")

@@ -134,12 +134,16 @@ def test_cpu_fixture_has_nothing_to_classify() -> None:
     assert any("no GPU activity" in n for n in r.notes)
 
 
-@pytest.mark.parametrize(("name", "profiled", "extrapolated", "gemm_ratio"), [
-    ("h200-gpt2s-b8-s128-fp32-naive", 51, 678, 0.9652),
-    ("h200-gpt2s-b8-s128-bf16-sdpa", 54, 694, 1.0261),
-])
-def test_real_ncu_counters_join(name: str, profiled: int, extrapolated: int,
-                                gemm_ratio: float) -> None:
+@pytest.mark.parametrize(
+    ("name", "profiled", "extrapolated", "gemm_ratio"),
+    [
+        ("h200-gpt2s-b8-s128-fp32-naive", 51, 678, 0.9652),
+        ("h200-gpt2s-b8-s128-bf16-sdpa", 54, 694, 1.0261),
+    ],
+)
+def test_real_ncu_counters_join(
+    name: str, profiled: int, extrapolated: int, gemm_ratio: float
+) -> None:
     """counters.csv from a real ncu replay (H200) joins the trace's kernels by signature."""
     r, _ = run(name)
     notes = " | ".join(r.notes)
@@ -154,8 +158,14 @@ def test_real_ncu_counters_join(name: str, profiled: int, extrapolated: int,
     assert set(k["bound_level"].dropna()) >= {"dram", "compute"}
 
 
-@pytest.mark.parametrize("name", ["h200-gpt2s-b8-s128-bf16-sdpa", "h200-gpt2s-b8-s128-bf16-naive",
-                                  "h200-gpt2s-b8-s128-fp32-naive"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "h200-gpt2s-b8-s128-bf16-sdpa",
+        "h200-gpt2s-b8-s128-bf16-naive",
+        "h200-gpt2s-b8-s128-fp32-naive",
+    ],
+)
 def test_gemm_model_agrees_with_torchs_own_flops(name: str) -> None:
     """The issue's check: GEMM FLOPs of the model vs the profiler's (profiler_flops table)."""
     from tracekit.classify.flops import model_ops

@@ -400,9 +400,27 @@ def test_profiler_flops_table_beside_the_trace(tmp_path: Path) -> None:
     from tracekit.cli import main
 
     out = tmp_path / "run"
-    rc = main(["collect", "--device", "cpu", "--preset", "tiny", "--steps", "1", "--warmup", "1",
-               "--profile-active", "1", "--no-ceilings", "--no-memory-snapshot", "-q", "--xspace",
-               "-o", str(out)])
+    rc = main(
+        [
+            "collect",
+            "--device",
+            "cpu",
+            "--preset",
+            "tiny",
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+            "--profile-active",
+            "1",
+            "--no-ceilings",
+            "--no-memory-snapshot",
+            "-q",
+            "--xspace",
+            "-o",
+            str(out),
+        ]
+    )
     assert rc == 0
     manifest = json.loads((out / "manifest.json").read_text())
     doc = json.loads(gzip.decompress((out / manifest["artifacts"]["profiler_flops"]).read_bytes()))

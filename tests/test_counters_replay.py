@@ -11,9 +11,11 @@ import pytest
 from tracekit.collectors.replay import COUNTERS_CSV, _csv_part, ncu_command, run_counters
 from tracekit.errors import DeviceError, TracekitError
 
-CSV = ('"ID","Kernel Name","Block Size","Grid Size","gpu__time_duration.sum"\n'
-       '"","","","","nsecond"\n'
-       '"0","ampere_sgemm_64x32_nn","(128, 1, 1)","(4, 2, 1)","5120"\n')
+CSV = (
+    '"ID","Kernel Name","Block Size","Grid Size","gpu__time_duration.sum"\n'
+    '"","","","","nsecond"\n'
+    '"0","ampere_sgemm_64x32_nn","(128, 1, 1)","(4, 2, 1)","5120"\n'
+)
 
 
 def _fake_ncu(tmp: Path, body: str) -> Path:
@@ -26,8 +28,14 @@ def _fake_ncu(tmp: Path, body: str) -> Path:
 def test_command_profiles_each_launch_configuration_once(tmp_path: Path) -> None:
     cmd = ncu_command(tmp_path, ["a.sum", "b.sum"])
     joined = " ".join(cmd)
-    for flag in ("--profile-from-start off", "--clock-control none", "--filter-mode "
-                 "per-launch-config", "--launch-count 1", "--csv", "--metrics a.sum,b.sum"):
+    for flag in (
+        "--profile-from-start off",
+        "--clock-control none",
+        "--filter-mode per-launch-config",
+        "--launch-count 1",
+        "--csv",
+        "--metrics a.sum,b.sum",
+    ):
         assert flag in joined
     assert cmd[-3:] == ["-m", "tracekit.collectors.replay", str(tmp_path)]
 

@@ -31,9 +31,12 @@ def test_every_package_is_in_the_wheel() -> None:
     """pyproject lists packages explicitly (package-dir mapping): a new subpackage must be
     listed or a non-editable install misses it."""
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
-    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-                 ["packages"])
-    found = {"tracekit." + ".".join(p.parent.relative_to(ROOT / "tracekit").parts)
-             for p in (ROOT / "tracekit").rglob("__init__.py")}
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        "tracekit." + ".".join(p.parent.relative_to(ROOT / "tracekit").parts)
+        for p in (ROOT / "tracekit").rglob("__init__.py")
+    }
     found = {f.rstrip(".") for f in found} | {"tracekit.collectors", "tracekit.reports"}
     assert found == listed

@@ -27,7 +27,13 @@ def test_gpu_fixture_golden(name: str) -> None:
     kern, cpy, mset, ops, rt, mem, unlaunched, gpu_ns, bwd = GOLDEN[name]
     c = t.meta["counts"]
     assert (c["kernels"], c["memcpy"], c["memset"], c["ops"], c["runtime"], c["memory"]) == (
-        kern, cpy, mset, ops, rt, mem)
+        kern,
+        cpy,
+        mset,
+        ops,
+        rt,
+        mem,
+    )
     assert len(t.kernels) == kern + cpy + mset
     no_launch = int((t.kernels.runtime_id < 0).sum())
     assert no_launch == unlaunched

@@ -87,6 +87,7 @@ def test_analysis_stages_never_load_torch() -> None:
         "        pass\n"
         "print('torch' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
     assert out.stdout.strip() == "False"

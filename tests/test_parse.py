@@ -38,8 +38,10 @@ def test_ops_nesting_and_flags(small: Path) -> None:
     assert not linear.is_backward and not ops.loc["aten::add_"].is_backward
     assert linear.step == 1 and ops.loc["aten::add_"].step == 2
     assert linear.module == "Model_0.Linear_0" and addmm.module == "Model_0.Linear_0"
-    assert ops.loc["aten::copy_"].module is None or ops.loc["aten::copy_"].module != ops.loc[
-        "aten::copy_"].module  # null (outside the modules)
+    assert (
+        ops.loc["aten::copy_"].module is None
+        or ops.loc["aten::copy_"].module != ops.loc["aten::copy_"].module
+    )  # null (outside the modules)
     assert json.loads(linear.input_dims) == [[8, 64], [32, 64], [32]]
     assert addmm.flops == 32768.0
     assert linear.sequence_number == 5 and linear.external_id == 2
@@ -49,8 +51,14 @@ def test_kernel_links(small: Path) -> None:
     t = load(small)
     k = t.kernels
     assert list(k.kind) == ["kernel", "kernel", "kernel", "memcpy", "kernel", "kernel"]
-    assert list(k.op_name) == ["aten::addmm", "aten::mm", "aten::sum", "aten::copy_",
-                               "aten::add_", "aten::add_"]
+    assert list(k.op_name) == [
+        "aten::addmm",
+        "aten::mm",
+        "aten::sum",
+        "aten::copy_",
+        "aten::add_",
+        "aten::add_",
+    ]
     bwd = "autograd::engine::evaluate_function: AddmmBackward0"
     assert list(k.top_op_name[:3]) == ["aten::linear", bwd, bwd]  # outermost cpu_op
     assert list(k.step) == [1, 1, 1, 1, 2, 2]
@@ -59,8 +67,14 @@ def test_kernel_links(small: Path) -> None:
     assert k.module.iloc[0] == "Model_0.Linear_0"
     assert json.loads(k.op_input_dims.iloc[0])[1] == [8, 64]
     g = k.iloc[0]
-    assert (g.grid_x, g.grid_y, g.grid_z, g.block_x, g.registers_per_thread,
-            g.shared_memory) == (4, 2, 1, 128, 32, 1024)
+    assert (g.grid_x, g.grid_y, g.grid_z, g.block_x, g.registers_per_thread, g.shared_memory) == (
+        4,
+        2,
+        1,
+        128,
+        32,
+        1024,
+    )
     assert k.bytes.iloc[3] == 4096 and k.ts.iloc[0] == 20_000 and k.dur.iloc[0] == 5_000
     assert t.meta["counts"]["gpu_activities_with_launch"] == 5
     assert t.meta["counts"]["gpu_activities_linked_to_op"] == 5
@@ -81,8 +95,13 @@ def test_runtime_memory_steps_meta(small: Path) -> None:
     # Step 1 GPU work: 20-25, 60-64, 66-69, 90-92 us -> busy 14 us, span 20..92.
     assert s.gpu_busy.iloc[0] == 14_000 and s.gpu_ts.iloc[0] == 20_000
     assert s.gpu_dur.iloc[0] == 72_000 and list(s.kernel_count) == [4, 2]
-    assert t.meta["options"] == {"record_shapes": True, "profile_memory": True,
-                                 "with_stack": True, "with_modules": True, "with_flops": True}
+    assert t.meta["options"] == {
+        "record_shapes": True,
+        "profile_memory": True,
+        "with_stack": True,
+        "with_modules": True,
+        "with_flops": True,
+    }
     assert t.device_name == "NVIDIA H100 80GB HBM3"
     assert t.meta["versions"]["cuda_runtime_version"] == 12080
 
@@ -107,8 +126,9 @@ def test_array_format_and_plain_json(tmp_path: Path) -> None:
 
 def test_no_steps_is_one_step(tmp_path: Path) -> None:
     doc = tg.small_trace()
-    doc["traceEvents"] = [e for e in doc["traceEvents"]
-                          if not str(e.get("name", "")).startswith("ProfilerStep")]
+    doc["traceEvents"] = [
+        e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep")
+    ]
     t = load(tg.write(doc, tmp_path / "nosteps.json"))
     assert list(t.steps.step) == [0] and set(t.kernels.step) == {0} and set(t.ops.step) == {0}
     assert t.steps.kernel_count.iloc[0] == 6
@@ -116,8 +136,9 @@ def test_no_steps_is_one_step(tmp_path: Path) -> None:
 
 def test_cpu_only_trace_gives_empty_gpu_tables(tmp_path: Path) -> None:
     doc = tg.small_trace()
-    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") in ("cpu_op",
-                                                                           "user_annotation")]
+    doc["traceEvents"] = [
+        e for e in doc["traceEvents"] if e.get("cat") in ("cpu_op", "user_annotation")
+    ]
     t = load(tg.write(doc, tmp_path / "cpu.json"))
     assert len(t.kernels) == 0 and len(t.ops) == 10 and t.meta["link_rate"] is None
 
@@ -168,17 +189,21 @@ BAD = {
     "json list of numbers": (b"[1, 2, 3]", "unexpected event field type"),
     "chrome trace, not pytorch": (
         b'{"traceEvents": [{"ph": "X", "cat": "v8", "name": "x", "ts": 1, "dur": 2}]}',
-        "not a PyTorch profiler trace"),
+        "not a PyTorch profiler trace",
+    ),
     "truncated": (json.dumps(tg.small_trace()).encode()[:700], "truncated"),
     "truncated header": (b'{"schemaVersion": 1, "deviceProp', "invalid or truncated JSON"),
-    "wrong type": (json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "args": 5}]})
-                   .encode(), "unexpected event field type"),
+    "wrong type": (
+        json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "args": 5}]}).encode(),
+        "unexpected event field type",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_input_one_line_error(case: str, tmp_path: Path,
-                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_one_line_error(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     data, needle = BAD[case]
     p = tmp_path / "bad.json"
     p.write_bytes(data)
@@ -238,9 +263,15 @@ def test_duckdb_reads_tables(small: Path, tmp_path: Path) -> None:
     out = parse_to_dir(small, tmp_path / "out").out
     rows = duckdb.sql(
         f"SELECT op_name, count(*) AS n, sum(dur) AS ns FROM '{out}/kernels.parquet' "
-        "GROUP BY op_name ORDER BY op_name").fetchall()
-    assert rows == [("aten::add_", 2, 4000), ("aten::addmm", 1, 5000),
-                    ("aten::copy_", 1, 2000), ("aten::mm", 1, 4000), ("aten::sum", 1, 3000)]
+        "GROUP BY op_name ORDER BY op_name"
+    ).fetchall()
+    assert rows == [
+        ("aten::add_", 2, 4000),
+        ("aten::addmm", 1, 5000),
+        ("aten::copy_", 1, 2000),
+        ("aten::mm", 1, 4000),
+        ("aten::sum", 1, 3000),
+    ]
 
 
 def test_public_api(small: Path) -> None:

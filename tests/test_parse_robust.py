@@ -32,9 +32,15 @@ def _real_traces() -> list[Path]:
 
 def raw_counts(doc: dict[str, Any]) -> Counter[str]:
     """Count events the way the parser's tables should, straight from json.load."""
-    names = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
-             "cpu_op": "ops", "user_annotation": "ops", "cuda_runtime": "runtime",
-             "cuda_driver": "runtime"}
+    names = {
+        "kernel": "kernel",
+        "gpu_memcpy": "memcpy",
+        "gpu_memset": "memset",
+        "cpu_op": "ops",
+        "user_annotation": "ops",
+        "cuda_runtime": "runtime",
+        "cuda_driver": "runtime",
+    }
     c: Counter[str] = Counter()
     for e in doc["traceEvents"]:
         if e.get("ph") == "X" and e.get("cat") in names:
@@ -53,10 +59,14 @@ def test_counts_equal_raw_event_counts(path: Path) -> None:
     doc = json.loads(gzip.decompress(path.read_bytes()))
     want = raw_counts(doc)
     t = load(path)
-    got = {"kernel": int((t.kernels.kind == "kernel").sum()),
-           "memcpy": int((t.kernels.kind == "memcpy").sum()),
-           "memset": int((t.kernels.kind == "memset").sum()),
-           "ops": len(t.ops), "runtime": len(t.runtime), "memory": len(t.memory)}
+    got = {
+        "kernel": int((t.kernels.kind == "kernel").sum()),
+        "memcpy": int((t.kernels.kind == "memcpy").sum()),
+        "memset": int((t.kernels.kind == "memset").sum()),
+        "ops": len(t.ops),
+        "runtime": len(t.runtime),
+        "memory": len(t.memory),
+    }
     assert got == {k: want.get(k, 0) for k in got}
     launched = t.kernels[t.kernels.runtime_id >= 0]
     if len(launched):
@@ -95,10 +105,14 @@ def _consistent(t: Any) -> None:
     assert c["kernels"] + c["memcpy"] + c["memset"] == len(t.kernels)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 2**32 - 1),
-       how=st.sampled_from(["drop", "types", "shuffle", "truncate"]))
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    seed=st.integers(0, 2**32 - 1), how=st.sampled_from(["drop", "types", "shuffle", "truncate"])
+)
 def test_mutated_traces_parse_or_fail_cleanly(seed: int, how: str, tmp_path: Path) -> None:
     rnd = random.Random(seed)
     sources = [tg.small_trace()]

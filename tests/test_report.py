@@ -61,6 +61,7 @@ def test_outputs_and_default_location(trace_file: Path) -> None:
     assert res.out == out
     assert {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()} == REPORT_FILES
     assert res.events is None and res.plugin_trace is None  # a trace file: no TensorBoard
+
     def no_nan(c: str) -> None:
         raise AssertionError(f"summary.json is not strict JSON: {c}")
 

@@ -95,8 +95,9 @@ def test_stack_fixture_has_aligned_category_timeline(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["memory"]["categories"]
 
 
-def test_cpu_only_trace_is_a_one_line_error(tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_cpu_only_trace_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from tracekit.cli import main
 
     out = tmp_path / "rep"

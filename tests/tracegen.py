@@ -18,46 +18,104 @@ T0 = 1_700_000_000_000_000  # microseconds
 
 def op(name: str, ts: float, dur: float, ext: int, tid: int = TID, **args: Any) -> dict[str, Any]:
     a = {"External id": ext, **args}
-    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": PID, "tid": tid, "ts": T0 + ts,
-            "dur": dur, "args": a}
+    return {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": name,
+        "pid": PID,
+        "tid": tid,
+        "ts": T0 + ts,
+        "dur": dur,
+        "args": a,
+    }
 
 
 def annot(name: str, ts: float, dur: float, ext: int) -> dict[str, Any]:
-    return {"ph": "X", "cat": "user_annotation", "name": name, "pid": PID, "tid": TID,
-            "ts": T0 + ts, "dur": dur, "args": {"External id": ext}}
+    return {
+        "ph": "X",
+        "cat": "user_annotation",
+        "name": name,
+        "pid": PID,
+        "tid": TID,
+        "ts": T0 + ts,
+        "dur": dur,
+        "args": {"External id": ext},
+    }
 
 
-def launch(ts: float, corr: int, ext: int, tid: int = TID, name: str = "cudaLaunchKernel"
-           ) -> dict[str, Any]:
-    return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": PID, "tid": tid,
-            "ts": T0 + ts, "dur": 1, "args": {"External id": ext, "cbid": 211,
-                                               "correlation": corr}}
+def launch(
+    ts: float, corr: int, ext: int, tid: int = TID, name: str = "cudaLaunchKernel"
+) -> dict[str, Any]:
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": name,
+        "pid": PID,
+        "tid": tid,
+        "ts": T0 + ts,
+        "dur": 1,
+        "args": {"External id": ext, "cbid": 211, "correlation": corr},
+    }
 
 
-def kernel(name: str, ts: float, dur: float, corr: int, ext: int, stream: int = 7,
-           cat: str = "kernel") -> dict[str, Any]:
-    args: dict[str, Any] = {"External id": ext, "device": 0, "stream": stream,
-                            "correlation": corr}
+def kernel(
+    name: str, ts: float, dur: float, corr: int, ext: int, stream: int = 7, cat: str = "kernel"
+) -> dict[str, Any]:
+    args: dict[str, Any] = {"External id": ext, "device": 0, "stream": stream, "correlation": corr}
     if cat == "kernel":
-        args.update({"registers per thread": 32, "shared memory": 1024, "grid": [4, 2, 1],
-                     "block": [128, 1, 1]})
+        args.update(
+            {
+                "registers per thread": 32,
+                "shared memory": 1024,
+                "grid": [4, 2, 1],
+                "block": [128, 1, 1],
+            }
+        )
     else:
         args["bytes"] = 4096
-    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": T0 + ts,
-            "dur": dur, "args": args}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": 0,
+        "tid": stream,
+        "ts": T0 + ts,
+        "dur": dur,
+        "args": args,
+    }
 
 
-def memory(ts: float, nbytes: int, total: int, addr: int = 1000, tid: int = TID
-           ) -> dict[str, Any]:
-    return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": PID,
-            "tid": tid, "ts": T0 + ts,
-            "args": {"Device Type": 1, "Device Id": 0, "Addr": addr, "Bytes": nbytes,
-                     "Total Allocated": total, "Total Reserved": 2 * 1024 * 1024}}
+def memory(ts: float, nbytes: int, total: int, addr: int = 1000, tid: int = TID) -> dict[str, Any]:
+    return {
+        "ph": "i",
+        "cat": "cpu_instant_event",
+        "s": "t",
+        "name": "[memory]",
+        "pid": PID,
+        "tid": tid,
+        "ts": T0 + ts,
+        "args": {
+            "Device Type": 1,
+            "Device Id": 0,
+            "Addr": addr,
+            "Bytes": nbytes,
+            "Total Allocated": total,
+            "Total Reserved": 2 * 1024 * 1024,
+        },
+    }
 
 
 def module(name: str, ts: float, dur: float) -> dict[str, Any]:
-    return {"ph": "X", "cat": "python_function", "name": f"nn.Module: {name}", "pid": PID,
-            "tid": TID, "ts": T0 + ts, "dur": dur, "args": {"Python id": 1}}
+    return {
+        "ph": "X",
+        "cat": "python_function",
+        "name": f"nn.Module: {name}",
+        "pid": PID,
+        "tid": TID,
+        "ts": T0 + ts,
+        "dur": dur,
+        "args": {"Python id": 1},
+    }
 
 
 def small_trace() -> dict[str, Any]:
@@ -79,12 +137,29 @@ def small_trace() -> dict[str, Any]:
         annot("ProfilerStep#1", 0, 100, 1),
         module("Model_0", 8, 42),
         module("Linear_0", 9, 32),
-        op("aten::linear", 10, 30, 2, **{"Input Dims": [[8, 64], [32, 64], [32]],
-                                          "Input type": ["float", "float", "float"],
-                                          "Sequence number": 5, "Fwd thread id": 0}),
-        op("aten::addmm", 12, 18, 3, **{"Input Dims": [[32], [8, 64], [64, 32], [], []],
-                                         "Input type": ["float"] * 3 + ["Scalar"] * 2,
-                                         "flops": 32768}),
+        op(
+            "aten::linear",
+            10,
+            30,
+            2,
+            **{
+                "Input Dims": [[8, 64], [32, 64], [32]],
+                "Input type": ["float", "float", "float"],
+                "Sequence number": 5,
+                "Fwd thread id": 0,
+            },
+        ),
+        op(
+            "aten::addmm",
+            12,
+            18,
+            3,
+            **{
+                "Input Dims": [[32], [8, 64], [64, 32], [], []],
+                "Input type": ["float"] * 3 + ["Scalar"] * 2,
+                "flops": 32768,
+            },
+        ),
         memory(13, 1024, 4096),
         launch(14, 1, 3),
         op("autograd::engine::evaluate_function: AddmmBackward0", 50, 30, 4, tid=BWD_TID),
@@ -105,18 +180,38 @@ def small_trace() -> dict[str, Any]:
         kernel("void at::native::vectorized_elementwise_kernel<4, add>(...)", 130, 2, 5, 10),
         kernel("void at::native::vectorized_elementwise_kernel<4, add>(...)", 140, 2, 6, 10),
         memory(115, -1024, 3072),
-        {"ph": "f", "id": 5, "pid": PID, "tid": BWD_TID, "ts": T0 + 51, "cat": "fwdbwd",
-         "name": "fwdbwd", "bp": "e"},
-        {"ph": "s", "id": 1, "pid": PID, "tid": TID, "ts": T0 + 14, "cat": "ac2g",
-         "name": "ac2g"},
-        {"name": "thread_name", "ph": "M", "ts": T0, "pid": 0, "tid": 7,
-         "args": {"name": "stream 7"}},
+        {
+            "ph": "f",
+            "id": 5,
+            "pid": PID,
+            "tid": BWD_TID,
+            "ts": T0 + 51,
+            "cat": "fwdbwd",
+            "name": "fwdbwd",
+            "bp": "e",
+        },
+        {"ph": "s", "id": 1, "pid": PID, "tid": TID, "ts": T0 + 14, "cat": "ac2g", "name": "ac2g"},
+        {
+            "name": "thread_name",
+            "ph": "M",
+            "ts": T0,
+            "pid": 0,
+            "tid": 7,
+            "args": {"name": "stream 7"},
+        },
     ]
     return {
         "schemaVersion": 1,
-        "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132,
-                              "totalGlobalMem": 85_000_000_000, "computeMajor": 9,
-                              "computeMinor": 0}],
+        "deviceProperties": [
+            {
+                "id": 0,
+                "name": "NVIDIA H100 80GB HBM3",
+                "numSms": 132,
+                "totalGlobalMem": 85_000_000_000,
+                "computeMajor": 9,
+                "computeMinor": 0,
+            }
+        ],
         "cuda_runtime_version": 12080,
         "traceEvents": ev,
         "traceName": "small",

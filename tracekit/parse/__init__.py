@@ -180,11 +180,13 @@ def _worth_parallel(path: Path, chunk: int) -> bool:
     return size * (8 if gz else 1) > 2 * chunk
 
 
-def _to_trace(tables: Tables, path: Path, manifest: dict[str, Any] | None,
-              run_dir: Path | None) -> Trace:
+def _to_trace(
+    tables: Tables, path: Path, manifest: dict[str, Any] | None, run_dir: Path | None
+) -> Trace:
     dfs = {name: t.to_pandas() for name, t in tables.items()}
-    return Trace(meta=tables.meta, path=path, manifest=manifest, run_dir=run_dir, tables=tables,
-                 **dfs)
+    return Trace(
+        meta=tables.meta, path=path, manifest=manifest, run_dir=run_dir, tables=tables, **dfs
+    )
 
 
 def _read_dir(d: Path) -> Tables:
@@ -193,8 +195,10 @@ def _read_dir(d: Path) -> Tables:
     except (OSError, ValueError) as e:
         raise TraceError(f"{d}: unreadable meta.json ({e})") from None
     if meta.get("schema_version") != SCHEMA_VERSION:
-        raise TraceError(f"{d}: tables of schema version {meta.get('schema_version')}, "
-                         f"this tracekit reads {SCHEMA_VERSION}: parse the trace again")
+        raise TraceError(
+            f"{d}: tables of schema version {meta.get('schema_version')}, "
+            f"this tracekit reads {SCHEMA_VERSION}: parse the trace again"
+        )
     tabs: dict[str, pa.Table] = {}
     for name in TABLES:
         try:
@@ -261,5 +265,3 @@ def parse_to_dir(path: Path | str, out: Path | str | None = None) -> ParseResult
     dest = Path(out) if out is not None else default
     write_tables(tables, dest)
     return ParseResult(out=dest, meta=tables.meta)
-
-

@@ -37,11 +37,17 @@ class Tables:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def items(self) -> list[tuple[str, pa.Table]]:
-        return [("kernels", self.kernels), ("ops", self.ops), ("memory", self.memory),
-                ("steps", self.steps), ("runtime", self.runtime)]
+        return [
+            ("kernels", self.kernels),
+            ("ops", self.ops),
+            ("memory", self.memory),
+            ("steps", self.steps),
+            ("runtime", self.runtime),
+        ]
 
 
 # -- interval helpers ---------------------------------------------------------------------------
+
 
 def thread_key(pid: I64, tid: I64) -> I64:
     """One int64 per (pid, tid) pair, order-preserving within a pid."""
@@ -168,6 +174,7 @@ def climb_top(parent: I64, ok_parent: B) -> I64:
 
 # -- build ----------------------------------------------------------------------------------------
 
+
 def _arr(acc: C.Accumulator, kind: int, name: str, n: int, dtype: Any = np.int64) -> Any:
     col = acc.column(kind, name)
     if col is None:
@@ -227,8 +234,9 @@ def _table(name: str, cols: dict[str, Any]) -> pa.Table:
 def _options(header: dict[str, Any], seen: dict[str, bool]) -> dict[str, bool]:
     """Profiler options: as declared in the trace header (PyTorch >= 2.4 writes
     record_shapes/profile_memory/with_flops there), else as seen in the events."""
-    return {k: bool(header[k]) if isinstance(header.get(k), (int, bool)) else v
-            for k, v in seen.items()}
+    return {
+        k: bool(header[k]) if isinstance(header.get(k), (int, bool)) else v for k, v in seen.items()
+    }
 
 
 def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
@@ -241,8 +249,10 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
         )
 
     # Trace start: earliest timestamp of any timed event.
-    starts = [acc.column(k, "ts") for k in (C.OP, C.KERNEL, C.MEMCPY, C.MEMSET, C.RUNTIME,
-                                            C.MEMORY, C.PYMODULE, C.GPU_ANNOT)]
+    starts = [
+        acc.column(k, "ts")
+        for k in (C.OP, C.KERNEL, C.MEMCPY, C.MEMSET, C.RUNTIME, C.MEMORY, C.PYMODULE, C.GPU_ANNOT)
+    ]
     t0 = int(min(int(s.min()) for s in starts if s is not None and len(s)))
 
     # ---- ops ----
@@ -259,8 +269,9 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
     all_pid = [o_pid]
     all_tid = [o_tid]
     thr_names = ("RUNTIME", "MEMORY", "PYMODULE", "FLOW_END")
-    extra = {k: (acc.column(getattr(C, k), "pid"), acc.column(getattr(C, k), "tid"))
-             for k in thr_names}
+    extra = {
+        k: (acc.column(getattr(C, k), "pid"), acc.column(getattr(C, k), "tid")) for k in thr_names
+    }
     for p, t in extra.values():
         if p is not None:
             all_pid.append(p)
@@ -279,13 +290,18 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
     o_end = o_ts + o_dur
 
     # Steps (CPU spans of ProfilerStep#N).
-    is_step = (_str_test(o_name, lambda a: pc.match_substring_regex(a, _STEP.pattern))
-               if n_op else np.zeros(0, bool))
+    is_step = (
+        _str_test(o_name, lambda a: pc.match_substring_regex(a, _STEP.pattern))
+        if n_op
+        else np.zeros(0, bool)
+    )
     si = np.flatnonzero(is_step & (o_cat == C.ANNOT))
     if len(si):
         s_names_all = o_name.take(pa.array(si)).to_pylist()
-        s_num = np.asarray([int(_STEP.match(nm).group(1)) for nm in s_names_all],  # type: ignore[union-attr]
-                           dtype=np.int64)
+        s_num = np.asarray(
+            [int(_STEP.match(nm).group(1)) for nm in s_names_all],  # type: ignore[union-attr]
+            dtype=np.int64,
+        )
         so = np.argsort(o_ts[si], kind="stable")
         si, s_num = si[so], s_num[so]
         s_start, s_end = o_ts[si], o_end[si]
@@ -301,7 +317,7 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
         m_ts = acc.column(C.PYMODULE, "ts") - t0
         m_dur = acc.column(C.PYMODULE, "dur")
         m_thr = thr["PYMODULE"]
-        m_names = [n[len("nn.Module: "):] for n in acc.column(C.PYMODULE, "name").to_pylist()]
+        m_names = [n[len("nn.Module: ") :] for n in acc.column(C.PYMODULE, "name").to_pylist()]
         m_order, m_parent, m_depth = nest(m_thr, m_ts, m_dur)
         paths: list[str] = [""] * len(m_names)
         for j in np.argsort(m_depth, kind="stable"):
@@ -312,8 +328,7 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
         o_module = o_module.dictionary_encode()
 
     # Backward flag: autograd engine frames, fwdbwd flow ends, and their descendants.
-    bwd = (_str_test(o_name, lambda a: pc.starts_with(a, _BWD))
-           if n_op else np.zeros(0, dtype=bool))
+    bwd = _str_test(o_name, lambda a: pc.starts_with(a, _BWD)) if n_op else np.zeros(0, dtype=bool)
     if acc.count(C.FLOW_END) and n_op:
         f_ts = acc.column(C.FLOW_END, "ts") - t0
         f_thr = thr["FLOW_END"]
@@ -323,16 +338,23 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
         for d in range(1, int(depth.max()) + 1):
             sel = np.flatnonzero((depth == d) & (parent >= 0))
             bwd[sel] |= bwd[parent[sel]]
-    o_step = (_steps_of(o_ts, s_start, s_end, s_num) if has_steps
-              else np.zeros(n_op, dtype=np.int32))
+    o_step = _steps_of(o_ts, s_start, s_end, s_num) if has_steps else np.zeros(n_op, dtype=np.int32)
 
     ops_cols = {
         "op_id": np.arange(n_op, dtype=np.int64),
-        "category": pa.array(np.where(o_cat == C.ANNOT, "user_annotation", "cpu_op")
-                             if n_op else np.zeros(0, dtype=str), type=pa.string()),
+        "category": pa.array(
+            np.where(o_cat == C.ANNOT, "user_annotation", "cpu_op")
+            if n_op
+            else np.zeros(0, dtype=str),
+            type=pa.string(),
+        ),
         "name": o_name,
-        "pid": o_pid, "tid": o_tid, "ts": o_ts, "dur": o_dur,
-        "parent": parent, "depth": depth.astype(np.int32),
+        "pid": o_pid,
+        "tid": o_tid,
+        "ts": o_ts,
+        "dur": o_dur,
+        "parent": parent,
+        "depth": depth.astype(np.int32),
         "step": o_step,
         "is_backward": bwd,
         "module": o_module,
@@ -358,20 +380,29 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
         r_corr = acc.column(C.RUNTIME, "correlation")[r_perm]
         r_cat = acc.column(C.RUNTIME, "category")[r_perm]
         r_op = enclosing(order, o_thr, o_ts, o_end, parent, r_thr, r_ts)
-        runtime = _table("runtime", {
-            "runtime_id": np.arange(n_rt, dtype=np.int64),
-            "category": pa.array(np.where(r_cat == C.DRIVER, "cuda_driver", "cuda_runtime"),
-                                 type=pa.string()),
-            "name": _take(acc.column(C.RUNTIME, "name"), r_perm),
-            "pid": acc.column(C.RUNTIME, "pid")[r_perm],
-            "tid": acc.column(C.RUNTIME, "tid")[r_perm],
-            "ts": r_ts, "dur": r_dur, "correlation": r_corr,
-            "external_id": acc.column(C.RUNTIME, "external_id")[r_perm],
-            "cbid": acc.column(C.RUNTIME, "cbid")[r_perm],
-            "op_id": r_op,
-            "step": (_steps_of(r_ts, s_start, s_end, s_num) if has_steps
-                     else np.zeros(n_rt, dtype=np.int32)),
-        })
+        runtime = _table(
+            "runtime",
+            {
+                "runtime_id": np.arange(n_rt, dtype=np.int64),
+                "category": pa.array(
+                    np.where(r_cat == C.DRIVER, "cuda_driver", "cuda_runtime"), type=pa.string()
+                ),
+                "name": _take(acc.column(C.RUNTIME, "name"), r_perm),
+                "pid": acc.column(C.RUNTIME, "pid")[r_perm],
+                "tid": acc.column(C.RUNTIME, "tid")[r_perm],
+                "ts": r_ts,
+                "dur": r_dur,
+                "correlation": r_corr,
+                "external_id": acc.column(C.RUNTIME, "external_id")[r_perm],
+                "cbid": acc.column(C.RUNTIME, "cbid")[r_perm],
+                "op_id": r_op,
+                "step": (
+                    _steps_of(r_ts, s_start, s_end, s_num)
+                    if has_steps
+                    else np.zeros(n_rt, dtype=np.int32)
+                ),
+            },
+        )
     else:
         r_corr = r_op = np.zeros(0, dtype=np.int64)
         r_cat = np.zeros(0, dtype=np.int8)
@@ -420,33 +451,58 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
         if n_op:
             k_top = np.where((k_top >= 0) & is_op[np.maximum(k_top, 0)], k_top, -1)
         if has_steps:
-            k_step = np.where(rt_id >= 0, r_step[np.maximum(rt_id, 0)],
-                              np.where(k_op >= 0, o_step[np.maximum(k_op, 0)], -1))
+            k_step = np.where(
+                rt_id >= 0,
+                r_step[np.maximum(rt_id, 0)],
+                np.where(k_op >= 0, o_step[np.maximum(k_op, 0)], -1),
+            )
         else:
             k_step = np.zeros(n_k, dtype=np.int64)
         kind_codes = kcol("kind")[k_perm]
-        kernels = _table("kernels", {
-            "kernel_id": np.arange(n_k, dtype=np.int64),
-            "kind": pa.array(np.select([kind_codes == C.KERNEL, kind_codes == C.MEMCPY],
-                                       ["kernel", "memcpy"], "memset"), type=pa.string()),
-            "name": _take(kcol("name"), k_perm),
-            "device": k_dev[k_perm].astype(np.int32),
-            "stream": k_stream[k_perm],
-            "ts": k_ts, "dur": kcol("dur")[k_perm],
-            "correlation": k_corr, "external_id": k_ext,
-            **{c: _take(kcol(c), k_perm) for c in ("grid_x", "grid_y", "grid_z", "block_x",
-                                                   "block_y", "block_z", "registers_per_thread",
-                                                   "shared_memory", "bytes")},
-            "step": k_step.astype(np.int32),
-            "runtime_id": rt_id,
-            "op_id": k_op,
-            "op_name": _take_nullable(o_src["name"], k_op),
-            "op_input_dims": _take_nullable(o_src["input_dims"], k_op),
-            "op_input_types": _take_nullable(o_src["input_types"], k_op),
-            "top_op_id": k_top,
-            "top_op_name": _take_nullable(o_src["name"], k_top),
-            "module": _take_nullable(o_src["module"], k_op),
-        })
+        kernels = _table(
+            "kernels",
+            {
+                "kernel_id": np.arange(n_k, dtype=np.int64),
+                "kind": pa.array(
+                    np.select(
+                        [kind_codes == C.KERNEL, kind_codes == C.MEMCPY],
+                        ["kernel", "memcpy"],
+                        "memset",
+                    ),
+                    type=pa.string(),
+                ),
+                "name": _take(kcol("name"), k_perm),
+                "device": k_dev[k_perm].astype(np.int32),
+                "stream": k_stream[k_perm],
+                "ts": k_ts,
+                "dur": kcol("dur")[k_perm],
+                "correlation": k_corr,
+                "external_id": k_ext,
+                **{
+                    c: _take(kcol(c), k_perm)
+                    for c in (
+                        "grid_x",
+                        "grid_y",
+                        "grid_z",
+                        "block_x",
+                        "block_y",
+                        "block_z",
+                        "registers_per_thread",
+                        "shared_memory",
+                        "bytes",
+                    )
+                },
+                "step": k_step.astype(np.int32),
+                "runtime_id": rt_id,
+                "op_id": k_op,
+                "op_name": _take_nullable(o_src["name"], k_op),
+                "op_input_dims": _take_nullable(o_src["input_dims"], k_op),
+                "op_input_types": _take_nullable(o_src["input_types"], k_op),
+                "top_op_id": k_top,
+                "top_op_name": _take_nullable(o_src["name"], k_top),
+                "module": _take_nullable(o_src["module"], k_op),
+            },
+        )
     else:
         kernels = ARROW["kernels"].empty_table()
         rt_id = k_op = np.zeros(0, dtype=np.int64)
@@ -461,19 +517,25 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
         m_op = enclosing(order, o_thr, o_ts, o_end, parent, m_thr, m_ts)
         dtype_ = acc.column(C.MEMORY, "device_type")[mp]
         dev = acc.column(C.MEMORY, "device")[mp]
-        memory = _table("memory", {
-            "ts": m_ts,
-            "device_type": dtype_.astype(np.int32),
-            "device": np.where(dtype_ == 0, -1, dev).astype(np.int32),
-            "addr": acc.column(C.MEMORY, "addr")[mp],
-            "bytes": acc.column(C.MEMORY, "bytes")[mp],
-            "total_allocated": _take(acc.column(C.MEMORY, "total_allocated"), mp),
-            "total_reserved": _take(acc.column(C.MEMORY, "total_reserved"), mp),
-            "op_id": m_op,
-            "op_name": _take_nullable(o_src["name"], m_op),
-            "step": (_steps_of(m_ts, s_start, s_end, s_num) if has_steps
-                     else np.zeros(n_m, dtype=np.int32)),
-        })
+        memory = _table(
+            "memory",
+            {
+                "ts": m_ts,
+                "device_type": dtype_.astype(np.int32),
+                "device": np.where(dtype_ == 0, -1, dev).astype(np.int32),
+                "addr": acc.column(C.MEMORY, "addr")[mp],
+                "bytes": acc.column(C.MEMORY, "bytes")[mp],
+                "total_allocated": _take(acc.column(C.MEMORY, "total_allocated"), mp),
+                "total_reserved": _take(acc.column(C.MEMORY, "total_reserved"), mp),
+                "op_id": m_op,
+                "op_name": _take_nullable(o_src["name"], m_op),
+                "step": (
+                    _steps_of(m_ts, s_start, s_end, s_num)
+                    if has_steps
+                    else np.zeros(n_m, dtype=np.int32)
+                ),
+            },
+        )
     else:
         memory = ARROW["memory"].empty_table()
 
@@ -486,11 +548,15 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
     else:
         ends = [o_end.max() if n_op else 0, k_end_all.max() if n_k else 0]
         if n_rt:
-            ends.append(int((runtime.column("ts").to_numpy() + runtime.column("dur").to_numpy())
-                            .max()))
+            ends.append(
+                int((runtime.column("ts").to_numpy() + runtime.column("dur").to_numpy()).max())
+            )
         nums = np.zeros(1, dtype=np.int64)
-        names, c_ts, c_dur = ["(whole trace)"], np.zeros(1, dtype=np.int64), np.asarray(
-            [max(int(e) for e in ends)], dtype=np.int64)
+        names, c_ts, c_dur = (
+            ["(whole trace)"],
+            np.zeros(1, dtype=np.int64),
+            np.asarray([max(int(e) for e in ends)], dtype=np.int64),
+        )
     g_ts: list[int | None] = []
     g_dur: list[int | None] = []
     g_busy: list[int] = []
@@ -508,13 +574,19 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
             g_ts.append(None)
             g_dur.append(None)
             g_busy.append(0)
-    steps = _table("steps", {
-        "step": nums.astype(np.int32), "name": pa.array(names, type=pa.string()),
-        "cpu_ts": np.asarray(c_ts, dtype=np.int64), "cpu_dur": np.asarray(c_dur, dtype=np.int64),
-        "gpu_ts": pa.array(g_ts, type=pa.int64()), "gpu_dur": pa.array(g_dur, type=pa.int64()),
-        "gpu_busy": np.asarray(g_busy, dtype=np.int64),
-        "kernel_count": np.asarray(g_cnt, dtype=np.int64),
-    })
+    steps = _table(
+        "steps",
+        {
+            "step": nums.astype(np.int32),
+            "name": pa.array(names, type=pa.string()),
+            "cpu_ts": np.asarray(c_ts, dtype=np.int64),
+            "cpu_dur": np.asarray(c_dur, dtype=np.int64),
+            "gpu_ts": pa.array(g_ts, type=pa.int64()),
+            "gpu_dur": pa.array(g_dur, type=pa.int64()),
+            "gpu_busy": np.asarray(g_busy, dtype=np.int64),
+            "kernel_count": np.asarray(g_cnt, dtype=np.int64),
+        },
+    )
 
     # ---- meta ----
     with_launch = int((rt_id >= 0).sum())
@@ -528,13 +600,16 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
         "trace_start_ns": t0,
         "device_properties": devprops if isinstance(devprops, list) else [],
         "devices": sorted({int(d) for d in kernels.column("device").to_numpy()}) if n_k else [],
-        "options": _options(header, {
-            "record_shapes": bool(n_op and dims.null_count < len(dims)),
-            "profile_memory": n_m > 0,
-            "with_stack": acc.python_events > 0,
-            "with_modules": with_modules,
-            "with_flops": bool(n_op and ops.column("flops").null_count < n_op),
-        }),
+        "options": _options(
+            header,
+            {
+                "record_shapes": bool(n_op and dims.null_count < len(dims)),
+                "profile_memory": n_m > 0,
+                "with_stack": acc.python_events > 0,
+                "with_modules": with_modules,
+                "with_flops": bool(n_op and ops.column("flops").null_count < n_op),
+            },
+        ),
         "options_in_data": {
             "record_shapes": bool(n_op and dims.null_count < len(dims)),
             "profile_memory": n_m > 0,
@@ -542,10 +617,18 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
             "with_modules": with_modules,
             "with_flops": bool(n_op and ops.column("flops").null_count < n_op),
         },
-        "versions": {k: header[k] for k in ("schemaVersion", "cupti_version",
-                                             "cuda_runtime_version", "cuda_driver_version",
-                                             "roctracer_version", "hip_runtime_version")
-                     if k in header},
+        "versions": {
+            k: header[k]
+            for k in (
+                "schemaVersion",
+                "cupti_version",
+                "cuda_runtime_version",
+                "cuda_driver_version",
+                "roctracer_version",
+                "hip_runtime_version",
+            )
+            if k in header
+        },
         "distributed_info": header.get("distributedInfo"),
         "trace_name": header.get("traceName"),
         "display_time_unit": header.get("displayTimeUnit"),
@@ -566,5 +649,4 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
         "dropped_events": dict(acc.dropped),
         "link_rate": (linked / with_launch) if with_launch else None,
     }
-    return Tables(kernels=kernels, ops=ops, memory=memory, steps=steps, runtime=runtime,
-                  meta=meta)
+    return Tables(kernels=kernels, ops=ops, memory=memory, steps=steps, runtime=runtime, meta=meta)

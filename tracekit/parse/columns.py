@@ -28,22 +28,35 @@ OTHER, OP, ANNOT, KERNEL, MEMCPY, MEMSET, RUNTIME, DRIVER, PYMODULE, GPU_ANNOT, 
     range(12)
 )
 KIND_NAMES = {
-    OP: "cpu_op", ANNOT: "user_annotation", KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset",
-    RUNTIME: "cuda_runtime", DRIVER: "cuda_driver",
+    OP: "cpu_op",
+    ANNOT: "user_annotation",
+    KERNEL: "kernel",
+    MEMCPY: "memcpy",
+    MEMSET: "memset",
+    RUNTIME: "cuda_runtime",
+    DRIVER: "cuda_driver",
 }
 
 # Category names across Kineto versions (older traces used capitalised names) and ROCm.
 _CAT_KIND: dict[str, int] = {
-    "cpu_op": OP, "operator": OP,
+    "cpu_op": OP,
+    "operator": OP,
     "user_annotation": ANNOT,
     "kernel": KERNEL,
-    "gpu_memcpy": MEMCPY, "memcpy": MEMCPY,
-    "gpu_memset": MEMSET, "memset": MEMSET,
-    "cuda_runtime": RUNTIME, "runtime": RUNTIME, "hip_runtime": RUNTIME,
-    "cuda_driver": DRIVER, "driver": DRIVER, "hip_driver": DRIVER,
+    "gpu_memcpy": MEMCPY,
+    "memcpy": MEMCPY,
+    "gpu_memset": MEMSET,
+    "memset": MEMSET,
+    "cuda_runtime": RUNTIME,
+    "runtime": RUNTIME,
+    "hip_runtime": RUNTIME,
+    "cuda_driver": DRIVER,
+    "driver": DRIVER,
+    "hip_driver": DRIVER,
     "python_function": PYMODULE,
     "gpu_user_annotation": GPU_ANNOT,
 }
+
 
 class _CatLookup(dict[Any, int]):
     """Category -> kind, case-insensitively; unknown categories are OTHER (and cached)."""
@@ -93,8 +106,9 @@ def to_ns(values: list[Any]) -> tuple[I64, npt.NDArray[np.bool_]]:
         text: list[Any] = values
     else:
         valid = np.fromiter((type(v) in (int, float, str) for v in values), dtype=bool, count=n)
-        text = [v if type(v) is str else (str(v) if type(v) in (int, float) else None)
-                for v in values]
+        text = [
+            v if type(v) is str else (str(v) if type(v) in (int, float) else None) for v in values
+        ]
     arr = pa.array(text, type=pa.string())
     try:
         ns = pc.cast(pc.multiply(pc.cast(arr, pa.decimal128(21, 3)), _thousand()), pa.int64())
@@ -175,8 +189,10 @@ def strings(values: list[Any]) -> pa.Array:
     try:
         return pa.array(values, type=pa.string())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-        return pa.array([v if type(v) is str else (None if v is None else str(v)) for v in values],
-                        type=pa.string())
+        return pa.array(
+            [v if type(v) is str else (None if v is None else str(v)) for v in values],
+            type=pa.string(),
+        )
 
 
 def raws(values: list[Any]) -> pa.Array:
