@@ -76,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--with-stack", action="store_true")
     ap.add_argument("--budget", type=float, default=0.02)
     ap.add_argument("--check", action="store_true", help="exit 1 if over budget")
+    ap.add_argument(
+        "--control",
+        choices=("bare", "collector"),
+        help="run this kind in both slots (a control: any ratio is the harness's own bias)",
+    )
     a = ap.parse_args(argv)
 
     cfg = CollectConfig(
@@ -98,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(-a.discard, a.rounds):
             order = ("collector", "bare") if r % 2 == 0 else ("bare", "collector")
             for side in order:
-                window = collector_window if side == "collector" else bare_window
+                kind = a.control or side
+                window = collector_window if kind == "collector" else bare_window
                 ms = window(wl, pcfg, n, Path(d) / f"{side}{r}")
                 n += pcfg.steps
                 if r >= 0:
@@ -108,8 +114,9 @@ def main(argv: list[str] | None = None) -> int:
                 )
     col, bare = statistics.median(samples["collector"]), statistics.median(samples["bare"])
     ratio = col / bare
+    label = f" [control: {a.control} in both slots]" if a.control else ""
     print(f"collector {col:.3f} ms, bare {bare:.3f} ms (medians of {len(samples['bare'])} steps)")
-    print(f"ratio collector/bare = {ratio:.4f} (budget {1 + a.budget:.2f})")
+    print(f"ratio collector/bare = {ratio:.4f} (budget {1 + a.budget:.2f}){label}")
     return 1 if a.check and ratio > 1 + a.budget else 0
 
 
