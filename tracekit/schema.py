@@ -39,7 +39,7 @@ class Column:
     doc: str
 
 
-def _schema(cols: list[Column]) -> pa.Schema:
+def arrow_schema(cols: list[Column]) -> pa.Schema:
     return pa.schema([pa.field(c.name, c.type) for c in cols])
 
 
@@ -157,13 +157,13 @@ TABLES: dict[str, list[Column]] = {
     "runtime": RUNTIME,
 }
 
-ARROW: dict[str, pa.Schema] = {name: _schema(cols) for name, cols in TABLES.items()}
+ARROW: dict[str, pa.Schema] = {name: arrow_schema(cols) for name, cols in TABLES.items()}
 
 
-def markdown() -> str:
-    """The schema as Markdown, for the README."""
+def markdown(tables: dict[str, list[Column]] | None = None) -> str:
+    """Tables' columns as Markdown (default: the parsed tables, for the README)."""
     out: list[str] = []
-    for table, cols in TABLES.items():
+    for table, cols in (TABLES if tables is None else tables).items():
         out.append(f"#### `{table}`\n")
         out.append("| column | type | unit | meaning |")
         out.append("| --- | --- | --- | --- |")

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from tracekit.schema import Column
+from tracekit.schema import Column, arrow_schema
+from tracekit.schema import markdown as schema_markdown
 
 I64, I32, F64, STR, BOOL = pa.int64(), pa.int32(), pa.float64(), pa.string(), pa.bool_()
 
@@ -249,18 +250,8 @@ TABLES: dict[str, list[Column]] = {
     "counters": COUNTERS,
 }
 
-ARROW: dict[str, pa.Schema] = {
-    name: pa.schema([pa.field(c.name, c.type) for c in cols]) for name, cols in TABLES.items()
-}
+ARROW: dict[str, pa.Schema] = {name: arrow_schema(cols) for name, cols in TABLES.items()}
 
 
 def markdown() -> str:
-    out: list[str] = []
-    for table, cols in TABLES.items():
-        out.append(f"#### `{table}`\n")
-        out.append("| column | type | unit | meaning |")
-        out.append("| --- | --- | --- | --- |")
-        for c in cols:
-            out.append(f"| `{c.name}` | {c.type} | {c.unit} | {c.doc} |")
-        out.append("")
-    return "\n".join(out)
+    return schema_markdown(TABLES)
