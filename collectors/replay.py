@@ -10,16 +10,27 @@ The replay process rebuilds the run's workload from its manifest (same seed, mod
 dtype, attention, compile), warms it up, and brackets exactly one step with
 ``cudaProfilerStart``/``cudaProfilerStop``. ``per-launch-config`` with ``--launch-count 1``
 profiles the first launch of every distinct launch configuration (function, grid, block,
-shared memory) once: the eleven repeats of a GPT block's kernels are not replayed again,
-which keeps a GPT-2-small step to well under a minute; the analysis stage extrapolates
-each measured row to the trace's kernels of the same signature and says so. Clocks are
-left as they are (``--clock-control none``).
+shared memory) once: the eleven repeats of a GPT block's kernels are not replayed again;
+the analysis stage extrapolates each measured row to the trace's kernels of the same
+signature and says so.
+
+That extrapolation is wrong for matrix multiplies: cuBLAS runs one kernel with one grid
+for GEMMs of different depth K (a forward projection and a weight gradient, say), so their
+FLOPs differ while the launch configuration is the same. A second pass therefore profiles
+*every* GEMM launch (``--kernel-name regex:`` :data:`GEMM_KERNELS`) of the first
+transformer block and of the LM head, forward and backward: module hooks bracket them with
+``cudaProfilerStart``/``Stop`` (``replay --sample``; a compiled model has every GEMM launch
+of the step profiled instead). The rows go to ``counters-gemm.csv``; the analysis aligns
+them with the trace in launch order and extrapolates them to the other blocks' GEMMs by
+kernel *and operator shapes*, before anything falls back to the first pass. Clocks are left
+as they are (``--clock-control none``) in both passes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,6 +43,10 @@ from tracekit.errors import DeviceError, TracekitError
 from tracekit.io import atomic_write_bytes, atomic_write_json
 
 COUNTERS_CSV = "counters.csv"
+GEMM_CSV = "counters-gemm.csv"
+# Matrix-multiply kernels whose every launch is profiled (ncu regex on the demangled name):
+# cuBLAS/cuBLASLt (sgemm, xmma_gemm, gemv, splitKreduce), CUTLASS (…gemm…), nvjet (Hopper).
+GEMM_KERNELS = "[Gg]em[mv]|nvjet|splitKreduce"
 
 # SIMT floating-point instructions (an FMA is two FLOPs), memory traffic and duration.
 SIMT_METRICS = [
@@ -55,17 +70,40 @@ TENSOR_PREFIX = "sm__ops_path_tensor"
 TENSOR_SOURCES = ("bf16", "fp16", "tf32", "fp8", "fp64", "e4m3", "e5m2")
 
 
+def tensor_metrics(names: Sequence[str]) -> list[str]:
+    """The tensor-pipe op counters to collect, by source type, as ``<name>.sum``.
+
+    Only the broadest counter of each source: chips also list per-instruction parts
+    (``sm__ops_path_tensor_op_hgmma_src_…``) and ``…_sparsity_off`` parts of the same
+    operations, which add replay passes but no information (the analysis would not sum
+    them anyway; see tracekit.classify.counters)."""
+    found = {
+        n
+        for n in names
+        if n.startswith(TENSOR_PREFIX)
+        and any(f"src_{s}" in n for s in TENSOR_SOURCES)
+        and "sparsity_on" not in n
+        and "_pred_" not in n
+    }
+
+    def broader(n: str) -> set[str]:  # the counters that contain n's operations
+        out = set()
+        if n.endswith("_sparsity_off"):
+            out.add(n.removesuffix("_sparsity_off"))
+        if m := re.match(rf"{TENSOR_PREFIX}_op_[a-z0-9]+_(src_.*)", n):
+            out.add(f"{TENSOR_PREFIX}_{m[1]}")
+        if m := re.match(r"(.*_src_[a-z0-9]+)_dst_[a-z0-9]+(.*)", n):
+            out.add(m[1] + m[2])
+        return out | {a for b in out for a in broader(b)}
+
+    keep = {n for n in found if not broader(n) & found}
+    return sorted(f"{n}.sum" for n in keep)
+
+
 def available_tensor_metrics(ncu: str) -> list[str]:
-    """The device's tensor-pipe op counters by source type, as ``<name>.sum``."""
+    """:func:`tensor_metrics` of the device (``ncu --query-metrics``)."""
     out = subprocess.run([ncu, "--query-metrics"], capture_output=True, text=True, timeout=120)
-    names = set()
-    for line in out.stdout.splitlines():
-        name = line.split()[0] if line.split() else ""
-        if name.startswith(TENSOR_PREFIX) and any(f"src_{s}" in name for s in TENSOR_SOURCES):
-            if "sparsity_on" in name or "_pred_" in name:
-                continue
-            names.add(name)
-    return sorted(f"{n}.sum" for n in names)
+    return tensor_metrics([line.split()[0] for line in out.stdout.splitlines() if line.split()])
 
 
 def default_metrics(ncu: str) -> list[str]:
@@ -78,25 +116,34 @@ def default_metrics(ncu: str) -> list[str]:
     ]
 
 
-def ncu_command(run_dir: Path, metrics: Sequence[str], ncu: str = "ncu") -> list[str]:
+def ncu_command(
+    run_dir: Path,
+    metrics: Sequence[str],
+    ncu: str = "ncu",
+    *,
+    gemm: bool = False,
+    sample: bool = False,
+) -> list[str]:
+    """The first pass (``gemm=False``): the first launch of each launch configuration.
+    The GEMM pass (``gemm=True``): every launch of a kernel matching :data:`GEMM_KERNELS`,
+    within the first transformer block and the LM head if ``sample`` (see :func:`replay`)."""
+    select = (
+        ["--kernel-name-base", "demangled", "--kernel-name", f"regex:{GEMM_KERNELS}"]
+        if gemm
+        else ["--filter-mode", "per-launch-config", "--launch-count", "1"]
+    )
     return [
         ncu, "--profile-from-start", "off", "--clock-control", "none",
-        "--target-processes", "all", "--filter-mode", "per-launch-config",
-        "--launch-count", "1", "--csv", "--page", "raw", "--metrics", ",".join(metrics),
+        "--target-processes", "all", *select, "--csv", "--page", "raw",
+        "--metrics", ",".join(metrics),
         sys.executable, "-m", "tracekit.collectors.replay", str(run_dir),
+        *(["--sample"] if sample else []),
     ]  # fmt: skip
 
 
-def run_counters(run_dir: Path, metrics: Sequence[str] | None = None, *,
-                 ncu: str | None = None, timeout: float = 600.0) -> dict[str, Any]:  # fmt: skip
-    """Replay one step of ``run_dir`` under ncu; write ``counters.csv`` and update the
-    manifest's ``artifacts.counters`` and ``counters`` entries. Returns that entry."""
-    exe = ncu or shutil.which("ncu")
-    if exe is None:
-        raise DeviceError("--counters needs Nsight Compute: no 'ncu' on PATH")
-    if metrics is None:
-        metrics = default_metrics(exe)
-    cmd = ncu_command(run_dir, metrics, exe)
+def _replay_csv(cmd: list[str], timeout: float, *, may_be_empty: bool = False) -> tuple[str, float]:
+    """Run one ncu pass; return its CSV text and the seconds it took. ``may_be_empty``:
+    a pass whose kernel filter matched nothing gives ``""`` instead of an error."""
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
@@ -105,22 +152,73 @@ def run_counters(run_dir: Path, metrics: Sequence[str] | None = None, *,
         raise TracekitError(f"ncu replay took longer than {timeout:.0f} s") from None
     seconds = time.perf_counter() - t0
     csv = _csv_part(proc.stdout)
+    if proc.returncode == 0 and not csv and may_be_empty:
+        return "", seconds
     if proc.returncode != 0 or not csv:
         tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
         raise TracekitError(f"ncu replay failed (exit {proc.returncode}): {tail}")
-    atomic_write_bytes(run_dir / COUNTERS_CSV, csv.encode())
-    entry = {
+    return csv, seconds
+
+
+def _rows(csv: str) -> int:
+    return max(0, csv.count("\n") - 2)  # header + units rows
+
+
+def run_counters(run_dir: Path, metrics: Sequence[str] | None = None, *,
+                 ncu: str | None = None, timeout: float = 600.0,
+                 gemm: bool = True) -> dict[str, Any]:  # fmt: skip
+    """Replay one step of ``run_dir`` under ncu; write ``counters.csv`` (and, with ``gemm``,
+    ``counters-gemm.csv``) and update the manifest's ``artifacts`` and ``counters`` entries.
+    Returns the ``counters`` entry. Nothing is written unless every pass succeeds."""
+    exe = ncu or shutil.which("ncu")
+    if exe is None:
+        raise DeviceError("--counters needs Nsight Compute: no 'ncu' on PATH")
+    if metrics is None:
+        metrics = default_metrics(exe)
+    cmd = ncu_command(run_dir, metrics, exe)
+    csv, seconds = _replay_csv(cmd, timeout)
+    entry: dict[str, Any] = {
         "csv": COUNTERS_CSV,
         "replay_seconds": round(seconds, 2),
-        "profiled_launches": max(0, csv.count("\n") - 2),  # header + units rows
+        "profiled_launches": _rows(csv),
         "metrics": list(metrics),
         "command": " ".join(cmd),
         "method": "one step replayed; first launch of each distinct launch configuration "
         "(ncu --filter-mode per-launch-config --launch-count 1)",
     }
+    gemm_csv = None
+    if gemm:
+        config = json.loads((run_dir / "manifest.json").read_text()).get("config", {})
+        # torch.compile'd models run their blocks inside compiled graphs, where module
+        # hooks do not bracket the launches: profile every GEMM launch of the step there.
+        sample = not config.get("compile", False)
+        gcmd = ncu_command(run_dir, metrics, exe, gemm=True, sample=sample)
+        gemm_csv, gseconds = _replay_csv(gcmd, timeout, may_be_empty=True)
+        entry["gemm"] = {
+            "csv": GEMM_CSV if gemm_csv else None,  # None: the step has no GEMM kernel
+            "replay_seconds": round(gseconds, 2),
+            "profiled_launches": _rows(gemm_csv),
+            "kernel_regex": GEMM_KERNELS,
+            "command": " ".join(gcmd),
+            "method": (
+                "the same step replayed again; every GEMM launch of the first transformer "
+                "block and the LM head (forward and backward), extrapolated to the other "
+                "blocks by kernel and operator shapes"
+                if sample
+                else "the same step replayed again; every GEMM launch"
+            ),
+        }
+        entry["replay_seconds_total"] = round(seconds + gseconds, 2)
+    atomic_write_bytes(run_dir / COUNTERS_CSV, csv.encode())
     mpath = run_dir / "manifest.json"
     manifest = json.loads(mpath.read_text())
-    manifest.setdefault("artifacts", {})["counters"] = COUNTERS_CSV
+    arts = manifest.setdefault("artifacts", {})
+    arts["counters"] = COUNTERS_CSV
+    if gemm_csv:
+        atomic_write_bytes(run_dir / GEMM_CSV, gemm_csv.encode())
+        arts["counters_gemm"] = GEMM_CSV
+    else:
+        arts.pop("counters_gemm", None)
     manifest["counters"] = entry
     atomic_write_json(mpath, manifest)
     return entry
@@ -132,8 +230,31 @@ def _csv_part(stdout: str) -> str:
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def replay(run_dir: Path) -> None:
-    """Rebuild the run's workload, warm up, and profile exactly one step."""
+def _bracket(module: Any, start: Any, stop: Any) -> None:
+    """Profile what ``module`` launches: its forward and its backward, each between
+    ``cudaProfilerStart`` and ``cudaProfilerStop`` (process-wide, so the backward pass's
+    launches from the autograd thread are bracketed too)."""
+
+    # A hook's return value would replace the module's inputs, outputs or gradients, and
+    # cudaProfilerStart/Stop return a cudaError: call them, return None.
+    def on(*_: Any) -> None:
+        start()
+
+    def off(*_: Any) -> None:
+        stop()
+
+    module.register_forward_pre_hook(on)
+    module.register_forward_hook(off)
+    module.register_full_backward_pre_hook(on)
+    module.register_full_backward_hook(off)
+
+
+def replay(run_dir: Path, *, sample: bool = False) -> None:
+    """Rebuild the run's workload, warm up, and profile exactly one step.
+
+    ``sample``: profile only what the first transformer block and the LM head launch
+    (forward and backward). The other blocks are identical, so their GEMMs have the same
+    shapes and kernels; the analysis extrapolates by kernel and operator shapes."""
     import torch
 
     from tracekit.collectors.config import CollectConfig
@@ -155,6 +276,13 @@ def replay(run_dir: Path) -> None:
         wl.step(i)
     torch.cuda.synchronize()
     cudart = torch.cuda.cudart()
+    if sample:
+        model = wl.model
+        for m in (model.blocks[0], model.lm_head):  # type: ignore[index]
+            _bracket(m, cudart.cudaProfilerStart, cudart.cudaProfilerStop)
+        wl.step(cfg.warmup)
+        torch.cuda.synchronize()
+        return
     cudart.cudaProfilerStart()
     wl.step(cfg.warmup)
     torch.cuda.synchronize()
@@ -162,4 +290,4 @@ def replay(run_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    replay(Path(sys.argv[1]))
+    replay(Path(sys.argv[1]), sample="--sample" in sys.argv[2:])

@@ -190,6 +190,75 @@ def test_signature_mode_extrapolates_repeats(tmp_path: Path) -> None:
         join_counters(t.kernels, read_ncu_csv(once), mode="bogus")
 
 
+def _gemm_launches(flops: list[int]) -> pd.DataFrame:
+    """The GEMM pass: one row per launch of the GEMM, each with its own FLOPs."""
+    row = read_ncu_csv(BASE).iloc[[1]]
+    rows = pd.concat([row] * len(flops), ignore_index=True)
+    rows["ncu_id"] = range(100, 100 + len(flops))
+    rows["tensor_flops"] = rows["flops"] = [float(f) for f in flops]
+    return rows
+
+
+def test_gemm_launches_are_joined_in_order_and_never_extrapolated() -> None:
+    # One kernel and grid for two GEMMs of different depth: the signature pass profiles only
+    # the first, so without the GEMM pass the second would get the first one's FLOPs.
+    lines = BASE.read_text().splitlines()
+    once = read_ncu_csv("\n".join(ln for ln in lines if not ln.startswith('"0"')))
+    t = _trace(repeat_gemm=True)
+    joined, unmatched, notes = join_counters(
+        t.kernels, once, launches=_gemm_launches([4_000, 1_000])
+    )
+    k = t.kernels.set_index("kernel_id")
+    gemm = joined[[k.loc[i, "name"] == GEMM for i in joined["kernel_id"]]]
+    assert list(gemm["flops"]) == [4_000.0, 1_000.0] * 2  # per launch, in both steps
+    assert list(gemm["ncu_id"]) == [100, 101] * 2
+    assert not joined["extrapolated"].any()  # LN and SM are the first of their signature
+    assert len(joined) == 2 * 4 and set(unmatched["name"]) == {CAST}
+    assert any("2 profiled GEMM launches" in n for n in notes) and "signature" in notes[0]
+    # A launch the trace does not have is reported, not forced onto another kernel.
+    _, unmatched, _ = join_counters(t.kernels, once, launches=_gemm_launches([4_000, 1_000, 7]))
+    extra = unmatched[unmatched["side"] == "ncu"]
+    assert len(extra) == 2 and set(extra["grid"]) == {"24,8,1"}  # once per step
+
+
+def test_sampled_gemm_launches_extrapolate_by_operator_shapes() -> None:
+    # Two blocks of (deep GEMM, shallow GEMM) on one kernel and grid; the GEMM pass profiled
+    # the first block only. Block 2 takes block 1's counters shape by shape, not the first
+    # launch's (which the signature pass would give both).
+    b = Builder()
+    for _ in range(2):
+        for k_dim in (3072, 768):
+            mm = b.op("aten::mm", dims=[[1024, k_dim], [k_dim, 768]], types=[BF, BF], step=0)
+            b.kernel(GEMM, mm, 30_000, step=0, grid=(24, 8, 1), block=(384, 1, 1))
+    t = b.trace()
+    kernels = t.kernels.assign(  # as tracekit.parse links them
+        op_input_dims=t.kernels["op_id"].map(t.ops.set_index("op_id")["input_dims"])
+    )
+    assert kernels["op_input_dims"].nunique() == 2
+    lines = BASE.read_text().splitlines()
+    once = read_ncu_csv("\n".join(ln for ln in lines if not ln.startswith('"0"')))
+    joined, unmatched, notes = join_counters(kernels, once, launches=_gemm_launches([4, 1]))
+    assert list(joined.sort_values("kernel_id")["flops"]) == [4.0, 1.0, 4.0, 1.0]
+    assert list(joined.sort_values("kernel_id")["extrapolated"]) == [False, False, True, True]
+    assert any("2 GEMM launches carry the counters" in n for n in notes)
+    assert not len(unmatched[unmatched["side"] == "trace"])
+
+
+def test_gemm_counters_found_in_the_run_folder(tmp_path: Path) -> None:
+    lines = BASE.read_text().splitlines()
+    (tmp_path / "counters.csv").write_text("\n".join(ln for ln in lines if ln[:3] != '"1"'))
+    gemm = [ln for ln in lines if not ln.startswith('"') or ln[:4] in ('"ID"', '"",') or
+            ln.startswith('"1"')]  # fmt: skip
+    (tmp_path / "counters-gemm.csv").write_text("\n".join(gemm))
+    t = _trace(steps=1)
+    t.run_dir = tmp_path  # type: ignore[attr-defined]
+    t.manifest = {"artifacts": {"counters": "counters.csv", "counters_gemm": "counters-gemm.csv"}}
+    r = classify(t)
+    g = r.kernels.set_index("name").loc[GEMM]
+    assert g["source"] == "measured" and g["flops"] == 4_834_983_936
+    assert any("GEMM launches" in n for n in r.notes)
+
+
 def test_measured_roofline_and_hierarchical_bound() -> None:
     r = classify(_trace(steps=1), counters=BASE)
     k = r.kernels.set_index("name")

@@ -131,6 +131,12 @@ def collect(
             f"counters: {entry['profiled_launches']} launch configurations replayed "
             f"in {entry['replay_seconds']:.1f} s -> {run_dir / entry['csv']}"
         )
+        if "gemm" in entry:
+            g = entry["gemm"]
+            typer.echo(
+                f"counters: {g['profiled_launches']} GEMM launches replayed "
+                f"in {g['replay_seconds']:.1f} s -> {run_dir / g['csv']}"
+            )
     typer.echo(summary(run_dir))
     if xspace:
         _export_xspace_of(run_dir, None, None, None)

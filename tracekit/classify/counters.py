@@ -426,10 +426,29 @@ def _dims(kernels: pd.DataFrame, prefix: str) -> list[str]:
     return [f"{a},{b},{c}" for a, b, c in vals]
 
 
+def _aligned(ts: list[int], cs: list[int]) -> list[tuple[int, int]]:
+    """Pairs (i, j) aligning sequence ``ts`` with ``cs`` in order (longest matching blocks:
+    a missing or extra kernel on either side does not shift the rest)."""
+    sm = difflib.SequenceMatcher(None, ts, cs, autojunk=False)
+    return [(a + d, b + d) for a, b, size in sm.get_matching_blocks() for d in range(size)]
+
+
 def join_counters(
-    kernels: pd.DataFrame, counters: pd.DataFrame, *, mode: str = "auto"
+    kernels: pd.DataFrame,
+    counters: pd.DataFrame,
+    *,
+    mode: str = "auto",
+    launches: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """Match counter rows to trace kernels.
+
+    ``launches`` (optional, same columns as ``counters``): every launch of a subset of
+    kernels, in order (the collector's GEMM pass, ``counters-gemm.csv``: all GEMM launches
+    of the first transformer block and the LM head). They are aligned with each step's
+    kernels in launch order; a kernel left over takes the counters of an aligned launch
+    with the same name, grid, block *and operator input shapes* (``op_input_dims``) if
+    there is one (``extrapolated``). The remaining kernels are joined to ``counters`` in
+    ``mode``.
 
     Returns ``(joined, unmatched, notes)``: ``joined`` has one row per matched trace
     kernel (``kernel_id``, ``ncu_id``, ``flops``, ``dram_bytes``, ``l2_bytes``, ``pipe``,
@@ -448,77 +467,96 @@ def join_counters(
             [base_name(str(s)) for s in k["name"]], _dims(k, "grid"), _dims(k, "block"), strict=True
         )
     )
+    n_sig = len(counters)
+    if launches is not None:
+        counters = pd.concat([counters, launches], ignore_index=True)
     csig = list(zip(counters["base_name"], counters["grid"], counters["block"], strict=True))
+    shapes = (
+        k["op_input_dims"].astype(object).fillna("").astype(str).to_numpy()
+        if "op_input_dims" in k
+        else np.full(len(k), "", dtype=object)
+    )
     steps = k["step"].to_numpy() if "step" in k else np.zeros(len(k), dtype=np.int64)
     step_ids = sorted(set(steps.tolist()))
     if any(s >= 0 for s in step_ids):
         step_ids = [s for s in step_ids if s >= 0]
     per_step = np.median([int((steps == s).sum()) for s in step_ids]) if step_ids else 0
     if mode == "auto":  # profiled once per launch configuration: fewer rows than a step has
-        mode = "signature" if len(csig) < 0.9 * per_step else "launch-order"
-    notes.append(f"counters: {len(counters)} profiled kernels joined in {mode} mode")
+        mode = "signature" if n_sig < 0.9 * per_step else "launch-order"
+    notes.append(f"counters: {n_sig} profiled kernels joined in {mode} mode")
+    if launches is not None:
+        notes.append(
+            f"counters: {len(launches)} profiled GEMM launches joined in launch order first"
+        )
 
     vocab: dict[tuple[str, str, str], int] = {}
     cs = [vocab.setdefault(s, len(vocab)) for s in csig]
+    sig_rows, launch_rows = range(n_sig), range(n_sig, len(cs))
     rows: list[tuple[int, int, bool]] = []  # (trace row position, counter row, extrapolated)
     unmatched: list[dict[str, object]] = []
     kid = k["kernel_id"].to_numpy()
     names = k["name"].astype(str).to_numpy()
+
+    def trace_miss(s: int, i: int, p: int) -> None:
+        unmatched.append(
+            {"side": "trace", "step": s, "position": i, "name": names[p],
+             "grid": tsig[p][1], "block": tsig[p][2]}
+        )  # fmt: skip
+
+    def ncu_miss(s: int, j: int) -> None:
+        unmatched.append(
+            {"side": "ncu", "step": s, "position": j, "name": counters["kernel_name"].iloc[j],
+             "grid": csig[j][1], "block": csig[j][2]}
+        )  # fmt: skip
+
+    first: dict[int, int] = {}
+    for ci in sig_rows:
+        first.setdefault(cs[ci], ci)
     for s in step_ids:
         pos = np.flatnonzero(steps == s)
         ts = [vocab.setdefault(tsig[p], len(vocab)) for p in pos]
+        todo = list(range(len(pos)))  # trace positions (in this step) still to join
+        if len(launch_rows):
+            hit_t, hit_c = set(), set()
+            by_shape: dict[tuple[int, str], int] = {}  # (signature, op shapes) -> launch row
+            for a, b in _aligned(ts, [cs[j] for j in launch_rows]):
+                rows.append((int(pos[a]), launch_rows[b], False))
+                hit_t.add(a)
+                hit_c.add(b)
+                by_shape.setdefault((ts[a], shapes[pos[a]]), launch_rows[b])
+            for b in range(len(launch_rows)):
+                if b not in hit_c:
+                    ncu_miss(s, launch_rows[b])
+            for i in todo:
+                if i in hit_t:
+                    continue
+                row = by_shape.get((ts[i], shapes[pos[i]]))
+                if row is not None:
+                    rows.append((int(pos[i]), row, True))
+                    hit_t.add(i)
+            todo = [i for i in todo if i not in hit_t]
         if mode == "signature":  # the first profiled launch of each signature
-            first: dict[int, int] = {}
-            for ci, c in enumerate(cs):
-                first.setdefault(c, ci)
             seen: set[int] = set()
-            for p, t in zip(pos, ts, strict=True):
+            for i in todo:
+                p, t = pos[i], ts[i]
                 if t in first:
                     rows.append((int(p), first[t], t in seen))
                     seen.add(t)
                 else:
-                    unmatched.append(
-                        {
-                            "side": "trace",
-                            "step": s,
-                            "position": int(p),
-                            "name": names[p],
-                            "grid": tsig[p][1],
-                            "block": tsig[p][2],
-                        }
-                    )
+                    trace_miss(s, int(p), p)
             continue
-        sm = difflib.SequenceMatcher(None, ts, cs, autojunk=False)
+        hits = _aligned([ts[i] for i in todo], [cs[j] for j in sig_rows])
         hit_t, hit_c = set(), set()
-        for a, b, size in sm.get_matching_blocks():
-            for d in range(size):
-                rows.append((int(pos[a + d]), b + d, False))
-                hit_t.add(a + d)
-                hit_c.add(b + d)
-        for i, p in enumerate(pos):
+        for a, b in hits:
+            rows.append((int(pos[todo[a]]), b, False))
+            hit_t.add(todo[a])
+            hit_c.add(b)
+        for i in todo:
             if i not in hit_t:
-                unmatched.append(
-                    {
-                        "side": "trace",
-                        "step": s,
-                        "position": i,
-                        "name": names[p],
-                        "grid": tsig[p][1],
-                        "block": tsig[p][2],
-                    }
-                )
-        for j in range(len(cs)):
+                trace_miss(s, i, pos[i])
+        for j in sig_rows:
             if j not in hit_c:
-                unmatched.append(
-                    {
-                        "side": "ncu",
-                        "step": s,
-                        "position": j,
-                        "name": counters["kernel_name"].iloc[j],
-                        "grid": csig[j][1],
-                        "block": csig[j][2],
-                    }
-                )
+                ncu_miss(s, j)
     if not step_ids:
         notes.append("counters: the trace has no kernels to join")
     um = pd.DataFrame(unmatched, columns=["side", "step", "position", "name", "grid", "block"])
@@ -529,8 +567,15 @@ def join_counters(
             f"counters: {n_t} trace kernels without counters, {n_c} profiled kernels "
             "without a trace kernel (see the unmatched table)"
         )
+    if launches is not None:
+        n_sh = sum(1 for r in rows if r[2] and r[1] >= n_sig)
+        if n_sh:
+            notes.append(
+                f"counters: {n_sh} GEMM launches carry the counters of a profiled launch "
+                "with the same kernel and operator shapes (another transformer block)"
+            )
     if mode == "signature":
-        n_ex = sum(1 for r in rows if r[2])
+        n_ex = sum(1 for r in rows if r[2] and r[1] < n_sig)
         notes.append(
             f"counters: profiled once per signature; {n_ex} kernel launches carry "
             "counters extrapolated from another launch of the same signature"

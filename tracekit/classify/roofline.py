@@ -623,16 +623,19 @@ def classify(
     tf32: bool | None = None,
     counters_mode: str = "auto",
     profiler_flops: pd.DataFrame | str | Path | None = None,
+    gemm_counters: pd.DataFrame | str | Path | None = None,
 ) -> Classification:
     """Classify every GPU activity and operator of ``trace`` against the device roofline.
 
     ``trace`` has the parsed tables (``kernels``, ``ops``, ``steps``) and ``meta``
     (tracekit.parse.load's Trace). ``manifest`` defaults to ``trace.manifest`` (run
     folders). ``counters``: an Nsight Compute ``--csv --page raw`` file, or its parsed
-    frame (:func:`tracekit.classify.counters.read_ncu_csv`). ``profiler_flops``: torch's
-    own per-(operator, shapes) FLOP estimates (the collector's ``*.profiler_flops.json.gz``,
-    found through the manifest by default); they fill ``ops.flops`` where the trace has
-    none, and are preferred to the model.
+    frame (:func:`tracekit.classify.counters.read_ncu_csv`); ``gemm_counters``: the
+    collector's second pass with every GEMM launch (``counters-gemm.csv``), joined in launch
+    order before ``counters`` (both found through the manifest by default).
+    ``profiler_flops``: torch's own per-(operator, shapes) FLOP estimates (the collector's
+    ``*.profiler_flops.json.gz``, found through the manifest by default); they fill
+    ``ops.flops`` where the trace has none, and are preferred to the model.
     """
     kernels, ops = trace.kernels, trace.ops if trace.ops is not None else pd.DataFrame()
     steps_in = getattr(trace, "steps", None)
@@ -749,9 +752,18 @@ def classify(
     counters_df = unmatched = None
     if counters is None:
         counters = _run_artifact(trace, "counters")
+        if gemm_counters is None:
+            gemm_counters = _run_artifact(trace, "counters_gemm")
     if counters is not None:
         counters_df = K.read_ncu_csv(counters) if isinstance(counters, (str, Path)) else counters
-        joined, unmatched, cnotes = K.join_counters(kernels, counters_df, mode=counters_mode)
+        launches = (
+            K.read_ncu_csv(gemm_counters)
+            if isinstance(gemm_counters, (str, Path))
+            else gemm_counters
+        )
+        joined, unmatched, cnotes = K.join_counters(
+            kernels, counters_df, mode=counters_mode, launches=launches
+        )
         notes.extend(cnotes)
         if len(joined):
             idx = pd.Index(kernels["kernel_id"].to_numpy()).get_indexer(joined["kernel_id"])
