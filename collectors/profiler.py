@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import gzip
 import json
 import os
@@ -241,6 +242,19 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}".strip()
 
 
+def _collect_garbage() -> None:
+    """Free the profiler's results now, between steps, not during the next ones.
+
+    ``key_averages`` (for the FLOP table) builds torch's ``FunctionEvent`` trees, whose
+    parent/child links are reference cycles, and torch's profile object is itself a cycle:
+    hundreds of thousands of objects per cycle that only the cyclic collector frees. Left
+    to it, they are collected (or traversed, again and again) inside later steps: on the
+    H200 every step of the window *after* a collector window took ~7 % longer (24.3-24.9
+    against 22.8 ms, bf16 SDPA), and on CPU twice as long.
+    """
+    gc.collect()
+
+
 class Profiler:
     """Context manager around ``torch.profiler.profile``; call :meth:`step` after
     every training step. Written files are listed in :attr:`traces` and
@@ -288,7 +302,14 @@ class Profiler:
 
     def step(self) -> None:
         assert self._prof is not None, "Profiler.step() outside its with-block"
+        before = self._prof.current_action
         self._prof.step()
+        if (
+            self._prof.current_action == torch.profiler.ProfilerAction.WARMUP
+            and before != torch.profiler.ProfilerAction.WARMUP
+        ):
+            # A new cycle's warm-up began: the previous cycle's results are garbage now.
+            _collect_garbage()
 
     def __exit__(
         self,
@@ -302,6 +323,8 @@ class Profiler:
         self._aborting = exc_type is not None
         if prof is not None:
             prof.__exit__(exc_type, exc, tb)  # type: ignore[no-untyped-call]
+            del prof
+            _collect_garbage()
 
     def _trace_ready(self, prof: torch.profiler.profile) -> None:
         if self._aborting:
