@@ -23,6 +23,7 @@ from tracekit.parse.build import Tables, build
 from tracekit.parse.columns import Accumulator
 from tracekit.parse.parallel import parse_parallel
 from tracekit.parse.reader import CHUNK, TraceStream
+from tracekit.parse.scan import scan_chunk
 from tracekit.schema import ARROW, SCHEMA_VERSION, TABLES
 
 if TYPE_CHECKING:
@@ -148,7 +149,7 @@ def parse_tables(path: Path | str, *, chunk: int = CHUNK, workers: int | None = 
             acc = par.acc
             del par
         else:
-            stream = TraceStream(path, chunk=chunk)
+            stream = TraceStream(path, chunk=chunk, scan=scan_chunk)
             acc = Accumulator()
             for events in stream:
                 acc.add(events)

@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable, Sequence
 from decimal import Decimal
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -21,7 +21,12 @@ from msgspec.structs import astuple
 
 from tracekit.parse.reader import Event
 
+if TYPE_CHECKING:
+    from tracekit.parse.scan import Scanned
+
 I64 = npt.NDArray[np.int64]
+B = npt.NDArray[np.bool_]
+
 
 # Event kinds (small ints, used as array codes).
 OTHER, OP, ANNOT, KERNEL, MEMCPY, MEMSET, RUNTIME, DRIVER, PYMODULE, GPU_ANNOT, MEMORY, FLOW_END = (
@@ -242,6 +247,7 @@ def triples(values: list[Any]) -> tuple[pa.Array, pa.Array, pa.Array]:
 
 
 _EVENT_FIELDS: tuple[str, ...] = Event.__struct_fields__
+_MODULE = "nn.Module: "  # python_function frames of nn.Modules carry the module path
 
 
 def _objects(values: tuple[Any, ...]) -> npt.NDArray[np.object_]:
@@ -249,8 +255,46 @@ def _objects(values: tuple[Any, ...]) -> npt.NDArray[np.object_]:
     return np.fromiter(values, dtype=object, count=len(values))
 
 
+class _Rows(Protocol):
+    """The events of one kind in one chunk, as the columns :meth:`Accumulator._extract`
+    needs. Field names are :class:`~tracekit.parse.reader.Event` / ``Args`` attributes."""
+
+    def __len__(self) -> int: ...
+
+    def keep(self, mask: B) -> None:
+        """Keep only the rows where ``mask``."""
+
+    def ns(self, name: str) -> tuple[I64, B]:
+        """A microsecond field as exact ns and its validity (see :func:`to_ns`)."""
+        ...
+
+    def ints(self, name: str, default: int = -1) -> I64: ...
+
+    def ints_or(self, name: str, other: str) -> I64:
+        """``name``, or the event field ``other`` where ``name`` is missing."""
+        ...
+
+    def nullable_ints(self, name: str, type_: pa.DataType = _INT64) -> pa.Array: ...
+
+    def floats(self, name: str) -> pa.Array: ...
+
+    def strings(self, name: str) -> pa.Array:
+        """A string field, dictionary-encoded."""
+        ...
+
+    def raws(self, name: str) -> pa.Array:
+        """The raw JSON text of a field, dictionary-encoded."""
+        ...
+
+    def triples(self, name: str) -> tuple[pa.Array, pa.Array, pa.Array]: ...
+
+    def module_frames(self) -> B:
+        """Rows whose name is an nn.Module frame."""
+        ...
+
+
 class _Picker:
-    """Values of one field for the events ``idx`` of a chunk, as a list."""
+    """The events ``idx`` of a chunk decoded by msgspec (see :class:`_Rows`)."""
 
     def __init__(
         self,
@@ -261,15 +305,113 @@ class _Picker:
         self.fields = fields
         self.cache = cache
         self.idx = idx
+        self._args: list[Any] | None = None
 
     def __len__(self) -> int:
         return len(self.idx)
 
-    def __call__(self, name: str) -> list[Any]:
+    def keep(self, mask: B) -> None:
+        self.idx = self.idx[mask]
+        self._args = None
+
+    def _event(self, name: str) -> list[Any]:
         arr = self.cache.get(name)
         if arr is None:
             arr = self.cache[name] = _objects(self.fields[name])
         return arr[self.idx].tolist()  # type: ignore[no-any-return]
+
+    def _values(self, name: str) -> list[Any]:
+        if name in _EVENT_FIELDS:
+            return self._event(name)
+        if self._args is None:
+            self._args = self._event("args")
+        return _col(self._args, name)
+
+    def ns(self, name: str) -> tuple[I64, B]:
+        return to_ns(self._values(name))
+
+    def ints(self, name: str, default: int = -1) -> I64:
+        return ints(self._values(name), default)
+
+    def ints_or(self, name: str, other: str) -> I64:
+        pairs = zip(self._values(name), self._event(other), strict=True)
+        return ints([a if a is not None else b for a, b in pairs])
+
+    def nullable_ints(self, name: str, type_: pa.DataType = _INT64) -> pa.Array:
+        return nullable_ints(self._values(name), type_)
+
+    def floats(self, name: str) -> pa.Array:
+        return floats(self._values(name))
+
+    def strings(self, name: str) -> pa.Array:
+        return strings(self._values(name)).dictionary_encode()
+
+    def raws(self, name: str) -> pa.Array:
+        return raws(self._values(name)).dictionary_encode()
+
+    def triples(self, name: str) -> tuple[pa.Array, pa.Array, pa.Array]:
+        return triples(self._values(name))
+
+    def module_frames(self) -> B:
+        names = self._event("name")
+        return np.fromiter(
+            (type(n) is str and n.startswith(_MODULE) for n in names), dtype=bool, count=len(names)
+        )
+
+
+class _ScanRows:
+    """The rows ``idx`` of a chunk read by the native scanner (see :class:`_Rows`): the
+    same columns from flat arrays, without a Python object per value."""
+
+    def __init__(self, chunk: Scanned, idx: npt.NDArray[np.intp]) -> None:
+        self.chunk = chunk
+        self.rows = chunk.rows
+        self.idx = idx
+
+    def __len__(self) -> int:
+        return len(self.idx)
+
+    def keep(self, mask: B) -> None:
+        self.idx = self.idx[mask]
+
+    def _has(self, name: str) -> B:
+        return self.chunk.has(name, self.idx)
+
+    def _get(self, name: str) -> Any:
+        return self.rows[name][self.idx]
+
+    def ns(self, name: str) -> tuple[I64, B]:
+        return self._get(name), self._has(name)  # the scanner writes 0 where invalid
+
+    def ints(self, name: str, default: int = -1) -> I64:
+        v, has = self._get(name), self._has(name)
+        return v if has.all() else np.where(has, v, default)  # type: ignore[no-any-return]
+
+    def ints_or(self, name: str, other: str) -> I64:
+        return np.where(self._has(name), self._get(name), self.ints(other))
+
+    def _mask(self, name: str) -> B | None:
+        has = self._has(name)
+        return None if has.all() else ~has
+
+    def nullable_ints(self, name: str, type_: pa.DataType = _INT64) -> pa.Array:
+        return pa.array(self._get(name), type=type_, mask=self._mask(name))
+
+    def floats(self, name: str) -> pa.Array:
+        return pa.array(self._get(name).astype(np.float64), mask=self._mask(name))
+
+    def strings(self, name: str) -> pa.Array:
+        return self.chunk.dictionary(self._get(name))
+
+    raws = strings  # raw JSON text is interned like names
+
+    def triples(self, name: str) -> tuple[pa.Array, pa.Array, pa.Array]:
+        v, mask = self._get(name), ~self._has(name)
+        x, y, z = (pa.array(np.ascontiguousarray(v[:, i]), mask=mask) for i in range(3))
+        return x, y, z
+
+    def module_frames(self) -> B:
+        return self.chunk.starts_with(self._get("name"), _MODULE)
 
 
 Columns = dict[str, Any]  # name -> list of per-chunk arrays (np.ndarray or pa.Array)
@@ -290,7 +432,14 @@ class Accumulator:
         for k, v in cols.items():
             t.setdefault(k, []).append(v)
 
-    def add(self, events: list[Event]) -> None:
+    def add(self, events: list[Event] | Scanned) -> None:
+        """Add one chunk: msgspec structs, or the native scanner's rows (same columns)."""
+        if not isinstance(events, list):  # the native scanner's Scanned
+            self.metadata.extend(events.metadata)
+            kinds = events.rows["kind"]
+            for kind in np.unique(kinds):
+                self._extract(int(kind), _ScanRows(events, np.flatnonzero(kinds == kind)))
+            return
         if not events:
             return
         # One C-level pass turns the structs into per-field tuples (astuple + zip): ~3x
@@ -328,106 +477,93 @@ class Accumulator:
                 continue
             self._extract(int(kind), _Picker(fields, cache, np.flatnonzero(kinds == kind)))
 
-    def _extract(self, kind: int, ev: _Picker) -> None:
+    def _extract(self, kind: int, ev: _Rows) -> None:
         key = KIND_NAMES.get(kind)
         if key is not None:
             self.raw_counts[key] = self.raw_counts.get(key, 0) + len(ev)
-        ts, ok = to_ns(ev("ts"))
+        ts, ok = ev.ns("ts")
         if kind == PYMODULE:
             self.python_events += len(ev)
-            name = ev("name")
             # Only nn.Module frames carry the module path; other Python frames are dropped.
-            keep = (
-                np.fromiter(
-                    (type(n) is str and n.startswith("nn.Module: ") for n in name),
-                    dtype=bool,
-                    count=len(ev),
-                )
-                & ok
-            )
+            keep = ev.module_frames() & ok
             if not keep.any():
                 return
-            ev.idx = ev.idx[keep]
+            ev.keep(keep)
             ts, ok = ts[keep], ok[keep]
         if not ok.all():
             label = KIND_NAMES.get(kind, str(kind))
             self.dropped[label] = self.dropped.get(label, 0) + int((~ok).sum())
-            ev.idx = ev.idx[ok]
+            ev.keep(ok)
             ts = ts[ok]
         if not len(ev):
             return
         cols: dict[str, Any] = {"ts": ts}
         if kind == FLOW_END:
-            cols["pid"] = ints(ev("pid"))
-            cols["tid"] = ints(ev("tid"))
+            cols["pid"] = ev.ints("pid")
+            cols["tid"] = ev.ints("tid")
             self._put(kind, cols)
             return
-        args = ev("args")
         if kind == MEMORY:
             cols.update(
-                pid=ints(ev("pid")),
-                tid=ints(ev("tid")),
-                device_type=ints(_col(args, "device_type")),
-                device=ints(_col(args, "device_id")),
-                addr=ints(_col(args, "addr"), 0),
-                bytes=ints(_col(args, "mem_bytes"), 0),
-                total_allocated=nullable_ints(_col(args, "total_allocated")),
-                total_reserved=nullable_ints(_col(args, "total_reserved")),
+                pid=ev.ints("pid"),
+                tid=ev.ints("tid"),
+                device_type=ev.ints("device_type"),
+                device=ev.ints("device_id"),
+                addr=ev.ints("addr", 0),
+                bytes=ev.ints("mem_bytes", 0),
+                total_allocated=ev.nullable_ints("total_allocated"),
+                total_reserved=ev.nullable_ints("total_reserved"),
             )
             self._put(kind, cols)
             return
-        dur, dok = to_ns(ev("dur"))
+        dur, dok = ev.ns("dur")
         dur[~dok] = 0
         cols["dur"] = np.maximum(dur, 0)
         # Repeated strings travel and accumulate dictionary-encoded (a fraction of the bytes).
-        cols["name"] = strings(ev("name")).dictionary_encode()
+        cols["name"] = ev.strings("name")
         if kind in (KERNEL, MEMCPY, MEMSET):
-            dev = _col(args, "device")
-            stream = _col(args, "stream")
-            pid = ev("pid")
-            tid = ev("tid")
             cols.update(
                 kind=np.full(len(ev), kind, dtype=np.int8),
-                device=ints([d if d is not None else p for d, p in zip(dev, pid, strict=True)]),
-                stream=ints([s if s is not None else t for s, t in zip(stream, tid, strict=True)]),
-                correlation=ints(_col(args, "correlation")),
-                external_id=ints(_col(args, "external_id")),
-                registers_per_thread=nullable_ints(_col(args, "registers"), pa.int32()),
-                shared_memory=nullable_ints(_col(args, "shared_memory")),
-                bytes=nullable_ints(_col(args, "nbytes")),
+                device=ev.ints_or("device", "pid"),
+                stream=ev.ints_or("stream", "tid"),
+                correlation=ev.ints("correlation"),
+                external_id=ev.ints("external_id"),
+                registers_per_thread=ev.nullable_ints("registers", pa.int32()),
+                shared_memory=ev.nullable_ints("shared_memory"),
+                bytes=ev.nullable_ints("nbytes"),
             )
-            for prefix, attr in (("grid", "grid"), ("block", "block")):
-                x, y, z = triples(_col(args, attr))
+            for prefix in ("grid", "block"):
+                x, y, z = ev.triples(prefix)
                 cols[f"{prefix}_x"], cols[f"{prefix}_y"], cols[f"{prefix}_z"] = x, y, z
         elif kind in (OP, ANNOT):
             cols.update(
                 category=np.full(len(ev), kind, dtype=np.int8),
-                pid=ints(ev("pid")),
-                tid=ints(ev("tid")),
-                external_id=ints(_col(args, "external_id")),
-                sequence_number=ints(_col(args, "seq")),
-                fwd_thread_id=ints(_col(args, "fwd_tid")),
-                input_dims=raws(_col(args, "input_dims")).dictionary_encode(),
-                input_types=raws(_col(args, "input_types")).dictionary_encode(),
-                input_strides=raws(_col(args, "input_strides")).dictionary_encode(),
-                concrete_inputs=raws(_col(args, "concrete")).dictionary_encode(),
-                flops=floats(_col(args, "flops")),
+                pid=ev.ints("pid"),
+                tid=ev.ints("tid"),
+                external_id=ev.ints("external_id"),
+                sequence_number=ev.ints("seq"),
+                fwd_thread_id=ev.ints("fwd_tid"),
+                input_dims=ev.raws("input_dims"),
+                input_types=ev.raws("input_types"),
+                input_strides=ev.raws("input_strides"),
+                concrete_inputs=ev.raws("concrete"),
+                flops=ev.floats("flops"),
             )
             kind = OP  # cpu_op and user_annotation share one table
         elif kind in (RUNTIME, DRIVER):
             cols.update(
                 category=np.full(len(ev), kind, dtype=np.int8),
-                pid=ints(ev("pid")),
-                tid=ints(ev("tid")),
-                correlation=ints(_col(args, "correlation")),
-                external_id=ints(_col(args, "external_id")),
-                cbid=ints(_col(args, "cbid")),
+                pid=ev.ints("pid"),
+                tid=ev.ints("tid"),
+                correlation=ev.ints("correlation"),
+                external_id=ev.ints("external_id"),
+                cbid=ev.ints("cbid"),
             )
             kind = RUNTIME
         elif kind == PYMODULE:
-            cols.update(pid=ints(ev("pid")), tid=ints(ev("tid")))
+            cols.update(pid=ev.ints("pid"), tid=ev.ints("tid"))
         elif kind == GPU_ANNOT:
-            cols["device"] = ints(ev("pid"))
+            cols["device"] = ev.ints("pid")
         self._put(kind, cols)
 
     def merge(self, other: Accumulator) -> None:

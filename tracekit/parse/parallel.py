@@ -35,6 +35,7 @@ import pyarrow as pa
 from tracekit.errors import TraceError
 from tracekit.parse.columns import Accumulator
 from tracekit.parse.reader import TraceStream, iter_bytes
+from tracekit.parse.scan import scan_chunk
 
 # A separator between two events: "}," then the next event's first key. Nested objects
 # in args rarely start with one of these keys, so a cut almost never needs repairing.
@@ -90,13 +91,13 @@ def _work(task: Task) -> ChunkResult:
     if data is None:
         with open(task.path, "rb") as f:
             data = os.pread(f.fileno(), task.length, task.offset)
-    stream = TraceStream(task.path)
+    stream = TraceStream(task.path, scan=scan_chunk)
     stream.header.array_format = task.array_format
     try:
         if task.final:
             events = stream._finish(data, task.offset)
         else:
-            events = stream._decode(data, task.offset)
+            events = stream.decode(data, task.offset)
     except (msgspec.DecodeError, TraceError):
         return ChunkResult(task.index, ok=False)
     del data

@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import msgspec
 
 from tracekit.errors import TraceError
+
+if TYPE_CHECKING:
+    from tracekit.parse.scan import Scanned
 
 BLOCK = 8 << 20  # bytes read from disk at a time
 CHUNK = 32 << 20  # target size of one decoded chunk of events
@@ -152,11 +155,21 @@ class TraceStream:
     ``header`` (keys before and after the events array, e.g. ``deviceProperties``)
     is complete once iteration has finished; the keys before the array are
     available as soon as the first chunk is yielded.
+
+    ``scan`` (e.g. :func:`tracekit.parse.scan.scan_chunk`) is tried on every chunk first;
+    where it returns ``None`` the chunk is decoded with msgspec. Chunks are therefore
+    lists of :class:`Event` or, from the scanner, :class:`~tracekit.parse.scan.Scanned`.
     """
 
-    def __init__(self, path: Path | str, chunk: int = CHUNK) -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        chunk: int = CHUNK,
+        scan: Callable[[bytes], Scanned | None] | None = None,
+    ) -> None:
         self.path = Path(path)
         self.chunk = chunk
+        self.scan = scan
         self.header = TraceHeader()
         self.bytes_read = 0
         self.events = 0
@@ -217,7 +230,16 @@ class TraceStream:
         except msgspec.ValidationError as e:
             raise TraceError(f"{self.path}: unexpected event field type: {e}") from None
 
-    def _cut(self, buf: bytes, offset: int) -> tuple[list[Event], int]:
+    def decode(self, body: bytes, offset: int) -> list[Event] | Scanned:
+        """Decode one chunk (the text between the array's brackets); malformed JSON raises
+        msgspec.DecodeError, as :meth:`_decode` does."""
+        if self.scan is not None:
+            got = self.scan(body)
+            if got is not None:
+                return got
+        return self._decode(body, offset)
+
+    def _cut(self, buf: bytes, offset: int) -> tuple[list[Event] | Scanned, int]:
         """Decode events from the front of ``buf``; return them and the bytes consumed."""
         lo = max(0, self.chunk - (1 << 20))
         cands = [m for m in _CUT.finditer(buf, lo, min(len(buf), self.chunk + (1 << 20)))]
@@ -226,12 +248,12 @@ class TraceStream:
         err: Exception | None = None
         for m in reversed(cands[-_MAX_CUT_TRIES:]):
             try:
-                return self._decode(buf[: m.start() + 1], offset), m.end() - 1
+                return self.decode(buf[: m.start() + 1], offset), m.end() - 1
             except msgspec.DecodeError as e:
                 err = e
         raise _malformed(self.path, offset, err or ValueError("no event boundary found"))
 
-    def _finish(self, buf: bytes, offset: int) -> list[Event]:
+    def _finish(self, buf: bytes, offset: int) -> list[Event] | Scanned:
         """Decode the last events and the keys that follow the array."""
         end = len(buf.rstrip(_WS))
         if end == 0:
@@ -268,7 +290,7 @@ class TraceStream:
                 return []
             body_tries += 1
             try:
-                events = self._decode(body, offset)
+                events = self.decode(body, offset)
             except msgspec.DecodeError as e:
                 err = e
                 continue
@@ -278,7 +300,7 @@ class TraceStream:
             raise _malformed(self.path, offset, err)
         raise TraceError(f"{self.path}: truncated JSON: the 'traceEvents' array is not closed")
 
-    def __iter__(self) -> Iterator[list[Event]]:
+    def __iter__(self) -> Iterator[list[Event] | Scanned]:
         blocks = iter_bytes(self.path)
         buf = self._find_array(blocks)
         offset = self.bytes_read - len(buf)
