@@ -1,10 +1,12 @@
-"""Decode a trace's chunks in worker processes.
+"""Decode a trace's chunks in parallel workers.
 
 The main process only finds the cut points between chunks (and, for gzip input,
-decompresses); workers decode each chunk with msgspec and turn it into columns
-(:meth:`Accumulator.add`), so the only thing crossing a process boundary is
-compact numpy / Arrow columns. Results are merged in file order, so the tables
-are exactly those of the single-process parse.
+decompresses); workers decode each chunk and turn it into columns
+(:meth:`Accumulator.add`). With the native scanner (:mod:`tracekit.parse.scan`, which
+releases the GIL) the workers are threads: nothing is forked or pickled. Without it they
+are processes decoding with msgspec, and only compact numpy / Arrow columns cross the
+process boundary. Results are merged in file order, so the tables are exactly those of
+the single-process parse.
 
 Cuts are *not* verified by the main process (that would cost a full decode).
 Each worker decodes its chunk as a JSON array; a cut that fell inside a string
@@ -23,7 +25,7 @@ import os
 import re
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +35,7 @@ import msgspec
 import pyarrow as pa
 
 from tracekit.errors import TraceError
+from tracekit.parse import scan
 from tracekit.parse.columns import Accumulator
 from tracekit.parse.reader import TraceStream, iter_bytes
 from tracekit.parse.scan import scan_chunk
@@ -184,8 +187,18 @@ def _context() -> Any:
     return mp.get_context("fork" if "fork" in methods else "spawn")
 
 
+def _executor(workers: int) -> Executor:
+    if scan.enabled():
+        # The native scanner releases the GIL: threads decode in parallel, with no fork and
+        # no pickling of the columns. (Chunks it does not handle go through msgspec, which
+        # holds the GIL: correct, but they are decoded one at a time.)
+        return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tracekit-parse")
+    return ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=_init_worker)
+
+
 def parse_parallel(path: Path, chunk: int, workers: int) -> ParallelParse | None:
-    """Parse ``path`` with ``workers`` processes; ``None`` means "use the serial reader"."""
+    """Parse ``path`` with ``workers`` threads (native scanner) or processes (msgspec);
+    ``None`` means "use the serial reader"."""
     stream = TraceStream(path, chunk=chunk)
     blocks = iter_bytes(path)
     buf = stream._find_array(blocks)  # header errors are raised here, as in the serial path
@@ -205,9 +218,7 @@ def parse_parallel(path: Path, chunk: int, workers: int) -> ParallelParse | None
     pa.array([0])  # pyarrow's one-time pandas probe, done once here rather than per worker
     n_events = 0
     inflight: deque[Future[ChunkResult]] = deque()
-    with ProcessPoolExecutor(
-        max_workers=workers, mp_context=_context(), initializer=_init_worker
-    ) as pool:
+    with _executor(workers) as pool:
         try:
             for task in tasks:
                 inflight.append(pool.submit(_work, task))
