@@ -38,9 +38,10 @@ def parse(
     ] = None,
 ) -> None:
     """Parse a trace into Parquet tables (kernels, ops, memory, steps, runtime) + meta.json."""
-    from tracekit.parse import parse_to_dir, skip_pandas_probe
+    from tracekit.parse import dedicate_process, parse_to_dir, skip_pandas_probe
 
     skip_pandas_probe()  # the command never needs pandas
+    dedicate_process()  # ... and exits after the parse
     result = parse_to_dir(trace, out)
     typer.echo(result.describe())
 

@@ -21,7 +21,7 @@ from tracekit.errors import TraceError
 from tracekit.io import atomic_dir, atomic_write_json
 from tracekit.parse.build import Tables, build
 from tracekit.parse.columns import Accumulator
-from tracekit.parse.parallel import parse_parallel
+from tracekit.parse.parallel import keep_freed_memory, parse_parallel
 from tracekit.parse.reader import CHUNK, TraceStream
 from tracekit.parse.scan import scan_chunk
 from tracekit.schema import ARROW, SCHEMA_VERSION, TABLES
@@ -77,6 +77,20 @@ def skip_pandas_probe() -> None:
         pa.array([0])
     finally:
         sys.meta_path.remove(blocker)
+
+
+def dedicate_process() -> None:
+    """Tune this process for parsing, when it exits after the parse (``tracekit parse``).
+
+    Freed memory stays in the heap for the next chunk or temporary array instead of going
+    back to the kernel and faulting in again (:func:`keep_freed_memory`), and Arrow
+    allocates from that same heap (its default pool, mimalloc, returns pages early too).
+    About 1 CPU-s less per 500 MB of trace on VMs where page faults are expensive, and a
+    lower peak (one heap instead of two). Not for long-lived processes that call
+    :func:`load`: they would keep the parse's peak memory until they exit.
+    """
+    keep_freed_memory()
+    pa.set_memory_pool(pa.system_memory_pool())
 
 
 class _NoPandas:
