@@ -17,7 +17,8 @@
  * scan(data: bytes, categories: tuple[tuple[bytes, int], ...]) returns an int status
  * (BAIL or ERROR) or a tuple (events, rows, strings, offsets, text, meta_spans):
  *   events      number of array elements (every event, kept or not)
- *   rows        bytes: one Row per event of a kind tracekit keeps (see ROW_FIELDS)
+ *   rows        a read-only buffer: one Row per event of a kind tracekit keeps (see
+ *               ROW_FIELDS)
  *   strings     number of distinct strings interned in the chunk
  *   offsets     bytes: int32[strings + 1] offsets into text
  *   text        bytes: the distinct strings (names decoded; raw JSON text kept as is)
@@ -141,6 +142,23 @@ typedef struct {
     int32_t n;
 } Intern;
 
+/* memcmp(a, b, n) == 0 for the short strings compared here, without a libc call. */
+static inline int bytes_eq(const void *a_, const void *b_, size_t n)
+{
+    const uint8_t *a = a_, *b = b_;
+    for (; n >= 8; a += 8, b += 8, n -= 8) {
+        uint64_t x, y;
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y)
+            return 0;
+    }
+    for (; n; n--)
+        if (*a++ != *b++)
+            return 0;
+    return 1;
+}
+
 static inline uint64_t hash_bytes(const uint8_t *p, size_t n)
 {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xff51afd7ed558ccdull);
@@ -210,7 +228,7 @@ static int32_t intern(Intern *t, const uint8_t *s, size_t n)
             break;
         int32_t c = (int32_t)slot - 1;
         if (hs[c] == h && (size_t)(offs[c + 1] - offs[c]) == n &&
-            memcmp(t->text.p + offs[c], s, n) == 0)
+            bytes_eq(t->text.p + offs[c], s, n))
             return c;
         i = (i + 1) & t->mask;
     }
@@ -241,12 +259,10 @@ enum { V_ABSENT, V_STRING, V_OTHER };
 enum { S_ESC = 1, S_HIGH = 2 };
 
 typedef struct {
-    uint32_t seen, weird, present;
+    uint32_t seen, weird;
     Val ph, cat, name;
     Val raw[N_RAWS];
-    int64_t ts, dur;
-    int64_t v[N_INTS];
-    int32_t grid[3], block[3];
+    Row *r;  /* numbers go straight into the next row; it is kept if the kind is */
 } Ev;
 
 typedef struct {
@@ -643,7 +659,7 @@ static const uint8_t *number_field(S *st, const uint8_t *p, Ev *ev, int f, int64
         if (!(p = parse_number(st, p, &n)))
             return NULL;
         if (number_value(&n, f, out))
-            ev->present |= BIT(f);
+            ev->r->present |= BIT(f);
         else
             ev->weird |= BIT(f);
         return p;
@@ -677,7 +693,7 @@ static const uint8_t *triple_field(S *st, const uint8_t *p, Ev *ev, int f, int32
             }
         }
         if (i == 3 && *q == ']') {
-            ev->present |= BIT(f);
+            ev->r->present |= BIT(f);
             return q + 1;
         }
         out[0] = out[1] = out[2] = 0;
@@ -728,7 +744,7 @@ static const Key ARGS_KEYS[] = {
     {"Total Reserved", F_TOTRES},
 };
 
-/* Keys bucketed by length: a lookup is a few memcmp at most. */
+/* Keys bucketed by length: a lookup is a few comparisons at most. */
 typedef struct {
     const Key *keys[MAX_KEY + 1][KEYS_PER_LEN];
     int n[MAX_KEY + 1];
@@ -752,7 +768,7 @@ static inline int key_lookup(const KeyTable *t, const uint8_t *k, size_t n)
     if (n > MAX_KEY)
         return KEY_SKIP;
     for (int i = 0; i < t->n[n]; i++)
-        if (memcmp(t->keys[n][i]->name, k, n) == 0)
+        if (bytes_eq(t->keys[n][i]->name, k, n))
             return t->keys[n][i]->field;
     return KEY_SKIP;
 }
@@ -769,13 +785,13 @@ static const uint8_t *args_member(S *st, const uint8_t *p, Ev *ev, int key)
 {
     switch (key) {
     case F_GRID:
-        return triple_field(st, p, ev, F_GRID, ev->grid);
+        return triple_field(st, p, ev, F_GRID, ev->r->grid);
     case F_BLOCK:
-        return triple_field(st, p, ev, F_BLOCK, ev->block);
+        return triple_field(st, p, ev, F_BLOCK, ev->r->block);
     case F_IDIMS: case F_ITYPES: case F_ISTRIDES: case F_CONCRETE:
         return raw_field(st, p, &ev->raw[key - F_IDIMS]);
     default:
-        return number_field(st, p, ev, key, &ev->v[key]);
+        return number_field(st, p, ev, key, &ev->r->v[key]);
     }
 }
 
@@ -791,15 +807,15 @@ static const uint8_t *event_member(S *st, const uint8_t *p, Ev *ev, int key)
     case F_NAME:
         return string_field(st, p, &ev->name);
     case F_TS:
-        return number_field(st, p, ev, F_TS, &ev->ts);
+        return number_field(st, p, ev, F_TS, &ev->r->ts);
     case F_DUR:
-        return number_field(st, p, ev, F_DUR, &ev->dur);
+        return number_field(st, p, ev, F_DUR, &ev->r->dur);
     case F_ARGS:
         if (*p != '{')
             return FAIL(st, ST_BAIL);  /* msgspec: a validation error */
         return parse_args(st, p, ev);
     default:
-        return number_field(st, p, ev, key, &ev->v[key]);
+        return number_field(st, p, ev, key, &ev->r->v[key]);
     }
 }
 
@@ -953,18 +969,9 @@ static int finish_event(S *st, Ev *ev, const uint8_t *start, const uint8_t *stop
         weird |= BIT(F_NAME);
     if (weird & RELEVANT[kind])
         return st->status = ST_BAIL, -1;
-    if (buf_reserve(&st->rows, sizeof(Row)))
-        return st->status = ST_NOMEM, -1;
-    Row *r = (Row *)(st->rows.p + st->rows.len);
-    st->rows.len += sizeof(Row);
-    memset(r, 0, sizeof(Row));
+    Row *r = ev->r;
+    st->rows.len += sizeof(Row);  /* keep the row */
     r->kind = (int8_t)kind;
-    r->ts = ev->ts;
-    r->dur = ev->dur;
-    memcpy(r->v, ev->v, sizeof(r->v));
-    memcpy(r->grid, ev->grid, sizeof(r->grid));
-    memcpy(r->block, ev->block, sizeof(r->block));
-    r->present = ev->present;
     r->name = -1;
     if (kind != K_MEMORY && kind != K_FLOW_END && ev->name.type == V_STRING) {
         if ((r->name = intern_val(st, &ev->name, 1)) < 0)
@@ -985,6 +992,11 @@ static void scan_chunk(S *st)
     const uint8_t *p = ws(st->base);
     if (p == st->end)
         return;
+    /* rows are at most one per ~100 bytes of Kineto text: reserve, grow if not */
+    if (buf_reserve(&st->rows, (size_t)(st->end - st->base) / 128 * sizeof(Row))) {
+        st->status = ST_NOMEM;
+        return;
+    }
     Ev ev;
     for (;;) {
         if (*p != '{') {
@@ -995,7 +1007,16 @@ static void scan_chunk(S *st)
             return;
         }
         const uint8_t *start = p;
-        memset(&ev, 0, sizeof(ev));
+        if (buf_reserve(&st->rows, sizeof(Row))) {
+            st->status = ST_NOMEM;
+            return;
+        }
+        ev.r = (Row *)(st->rows.p + st->rows.len);
+        memset(ev.r, 0, sizeof(Row));
+        ev.seen = ev.weird = 0;
+        ev.ph.type = ev.cat.type = ev.name.type = V_ABSENT;
+        for (int i = 0; i < N_RAWS; i++)
+            ev.raw[i].type = V_ABSENT;
         if (!(p = parse_event(st, p, &ev)))
             return;
         st->events++;
@@ -1027,6 +1048,50 @@ static int init_tables(void)
 }
 
 /* ---- Python interface ---------------------------------------------------------------------- */
+
+/* A read-only buffer that owns a malloc'd block: the rows reach numpy without a copy. */
+typedef struct {
+    PyObject_HEAD
+    char *p;
+    Py_ssize_t len;
+} Block;
+
+static int block_getbuffer(PyObject *self, Py_buffer *view, int flags)
+{
+    Block *b = (Block *)self;
+    return PyBuffer_FillInfo(view, self, b->p, b->len, 1, flags);
+}
+
+static void block_dealloc(PyObject *self)
+{
+    free(((Block *)self)->p);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyBufferProcs block_as_buffer = {block_getbuffer, NULL};
+
+static PyTypeObject BlockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracekit.parse._scan.Block",
+    .tp_basicsize = sizeof(Block),
+    .tp_dealloc = block_dealloc,
+    .tp_as_buffer = &block_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Memory written by the scanner (buffer protocol, read-only).",
+};
+
+/* Hand b's memory to a Block (b is left empty). */
+static PyObject *block_of(Buf *b)
+{
+    Block *o = PyObject_New(Block, &BlockType);
+    if (!o)
+        return NULL;
+    o->p = b->p;
+    o->len = (Py_ssize_t)b->len;
+    b->p = NULL;
+    b->len = b->cap = 0;
+    return (PyObject *)o;
+}
 
 static PyObject *bytes_of(Buf *b)
 {
@@ -1089,7 +1154,7 @@ static PyObject *py_scan(PyObject *self, PyObject *args)
         res = PyLong_FromLong(st->status);
         goto done;
     }
-    res = Py_BuildValue("(nNiNNN)", st->events, bytes_of(&st->rows), (int)st->strings.n,
+    res = Py_BuildValue("(nNiNNN)", st->events, block_of(&st->rows), (int)st->strings.n,
                         bytes_of(&st->strings.offs), bytes_of(&st->strings.text),
                         bytes_of(&st->meta));
 done:
@@ -1191,6 +1256,8 @@ PyMODINIT_FUNC PyInit__scan(void)
         PyErr_SetString(PyExc_SystemError, "_scan: key table overflow");
         return NULL;
     }
+    if (PyType_Ready(&BlockType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m)
         return NULL;

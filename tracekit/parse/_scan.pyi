@@ -7,6 +7,11 @@ KINDS: dict[str, int]  # kind codes written to the rows
 BAIL: int
 ERROR: int
 
+class Block:
+    """Memory written by the scanner (buffer protocol, read-only)."""
+
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
 def scan(
     data: bytes, categories: tuple[tuple[bytes, int], ...], /
-) -> int | tuple[int, bytes, int, bytes, bytes, bytes]: ...
+) -> int | tuple[int, Block, int, bytes, bytes, bytes]: ...

@@ -367,15 +367,17 @@ class _ScanRows:
         self.chunk = chunk
         self.rows = chunk.rows
         self.idx = idx
+        self.present = self.rows["present"][idx]
 
     def __len__(self) -> int:
         return len(self.idx)
 
     def keep(self, mask: B) -> None:
         self.idx = self.idx[mask]
+        self.present = self.present[mask]
 
     def _has(self, name: str) -> B:
-        return self.chunk.has(name, self.idx)
+        return self.chunk.has(name, self.present)
 
     def _get(self, name: str) -> Any:
         return self.rows[name][self.idx]

@@ -95,9 +95,10 @@ class Scanned:
     def __len__(self) -> int:
         return self.events
 
-    def has(self, field: str, idx: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
-        """Whether ``field`` is present (not null) in rows ``idx``."""
-        return (self.rows["present"][idx] & np.uint32(1 << _BITS[field])) != 0  # type: ignore[no-any-return]
+    @staticmethod
+    def has(field: str, present: npt.NDArray[np.uint32]) -> npt.NDArray[np.bool_]:
+        """Whether ``field`` is present (not null), from rows' ``present`` masks."""
+        return (present & np.uint32(1 << _BITS[field])) != 0  # type: ignore[no-any-return]
 
     def dictionary(self, codes: npt.NDArray[np.int32]) -> pa.Array:
         """The strings of ``codes`` as a dictionary array, exactly as
