@@ -9,6 +9,7 @@ followed by climbing parents until the interval contains t.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -239,7 +240,16 @@ def _options(header: dict[str, Any], seen: dict[str, bool]) -> dict[str, bool]:
     }
 
 
-def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
+def build(
+    acc: C.Accumulator,
+    header: dict[str, Any],
+    source: str,
+    on_table: Callable[[str, pa.Table], None] | None = None,
+) -> Tables:
+    """The schema's tables from the accumulated columns. ``on_table(name, table)`` is
+    called as soon as each table is complete (the caller can write it while the next
+    ones are built)."""
+    ready = on_table or (lambda _name, _table: None)
     n_op = acc.count(C.OP)
     n_k = sum(acc.count(k) for k in (C.KERNEL, C.MEMCPY, C.MEMSET))
     n_rt = acc.count(C.RUNTIME)
@@ -367,6 +377,7 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
     c = acc.column(C.OP, "flops")
     ops_cols["flops"] = _take(c, perm) if c is not None else pa.nulls(n_op, pa.float64())
     ops = _table("ops", ops_cols)
+    ready("ops", ops)
     # The ops' string columns before the final cast: dictionary takes move only indices.
     o_src = {k: _dense(ops_cols[k]) for k in ("name", "input_dims", "input_types", "module")}
 
@@ -407,6 +418,7 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
         r_corr = r_op = np.zeros(0, dtype=np.int64)
         r_cat = np.zeros(0, dtype=np.int8)
         runtime = ARROW["runtime"].empty_table()
+    ready("runtime", runtime)
     r_step = np.asarray(runtime.column("step").to_numpy(), dtype=np.int32)
 
     # ---- kernels ----
@@ -506,6 +518,7 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
     else:
         kernels = ARROW["kernels"].empty_table()
         rt_id = k_op = np.zeros(0, dtype=np.int64)
+    ready("kernels", kernels)
 
     # ---- memory ----
     n_m = acc.count(C.MEMORY)
@@ -538,6 +551,7 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
         )
     else:
         memory = ARROW["memory"].empty_table()
+    ready("memory", memory)
 
     # ---- steps ----
     k_ts_all = np.asarray(kernels.column("ts").to_numpy(), dtype=np.int64)
@@ -587,6 +601,7 @@ def build(acc: C.Accumulator, header: dict[str, Any], source: str) -> Tables:
             "kernel_count": np.asarray(g_cnt, dtype=np.int64),
         },
     )
+    ready("steps", steps)
 
     # ---- meta ----
     with_launch = int((rt_id >= 0).sum())
