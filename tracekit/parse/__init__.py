@@ -6,10 +6,13 @@ writes the same tables as Parquet plus ``meta.json``. See ``tracekit.schema``.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
 import sys
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -139,12 +142,19 @@ def default_workers() -> int:
     return max(1, min(cores, 8))
 
 
-def parse_tables(path: Path | str, *, chunk: int = CHUNK, workers: int | None = None) -> Tables:
+def parse_tables(
+    path: Path | str,
+    *,
+    chunk: int = CHUNK,
+    workers: int | None = None,
+    on_table: Callable[[str, pa.Table], None] | None = None,
+) -> Tables:
     """Parse one trace file into Arrow tables (streaming; bounded memory).
 
     ``chunk`` is the target size in bytes of the pieces the events array is cut into;
-    ``workers`` the number of processes decoding them (default: one per core). Traces
-    smaller than two chunks are parsed in this process.
+    ``workers`` the number of threads or processes decoding them (default: one per core).
+    Traces smaller than two chunks are parsed in this thread. ``on_table(name, table)`` is
+    called as each table is completed (``meta`` is complete only in the result).
     """
     path = Path(path)
     if workers is None:
@@ -170,7 +180,7 @@ def parse_tables(path: Path | str, *, chunk: int = CHUNK, workers: int | None = 
                 del events
             header, array_format = stream.header.fields, stream.header.array_format
             bytes_read, n_events = stream.bytes_read, stream.events
-        tables = build(acc, header, str(path))
+        tables = build(acc, header, str(path), on_table)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -260,12 +270,40 @@ def default_out(path: Path) -> Path:
     return path.with_name(name + ".tracekit")
 
 
+class _Writer:
+    """Writes tables to Parquet in background threads (Arrow releases the GIL) as they are
+    handed over, into a temporary folder that becomes ``out`` once ``finish`` has written
+    meta.json; on any error it is removed. Nothing is created before the first table."""
+
+    def __init__(self, out: Path, stack: contextlib.ExitStack) -> None:
+        self.out = out
+        self.stack = stack
+        self.tmp: Path | None = None
+        self.pool: ThreadPoolExecutor | None = None
+        self.pending: dict[str, Future[None]] = {}
+
+    def __call__(self, name: str, table: pa.Table) -> None:
+        if self.pool is None:
+            self.tmp = self.stack.enter_context(atomic_dir(self.out))
+            self.pool = self.stack.enter_context(ThreadPoolExecutor(2, "tracekit-write"))
+        assert self.tmp is not None
+        path = self.tmp / f"{name}.parquet"
+        self.pending[name] = self.pool.submit(pq.write_table, table, path, compression="snappy")
+
+    def finish(self, tables: Tables) -> None:
+        for name, t in tables.items():
+            if name not in self.pending:
+                self(name, t)
+        for fut in self.pending.values():
+            fut.result()
+        assert self.tmp is not None
+        atomic_write_json(self.tmp / "meta.json", tables.meta)
+
+
 def write_tables(tables: Tables, out: Path) -> None:
     """Write the tables and meta.json into ``out`` atomically."""
-    with atomic_dir(out) as tmp:
-        for name, t in tables.items():
-            pq.write_table(t, tmp / f"{name}.parquet", compression="snappy")
-        atomic_write_json(tmp / "meta.json", tables.meta)
+    with contextlib.ExitStack() as stack:
+        _Writer(out, stack).finish(tables)
 
 
 def parse_to_dir(path: Path | str, out: Path | str | None = None) -> ParseResult:
@@ -276,7 +314,10 @@ def parse_to_dir(path: Path | str, out: Path | str | None = None) -> ParseResult
     else:
         trace = path
         default = default_out(path)
-    tables = parse_tables(trace)
     dest = Path(out) if out is not None else default
-    write_tables(tables, dest)
+    # Each table is written while the next ones are built.
+    with contextlib.ExitStack() as stack:
+        writer = _Writer(dest, stack)
+        tables = parse_tables(trace, on_table=writer)
+        writer.finish(tables)
     return ParseResult(out=dest, meta=tables.meta)
