@@ -438,7 +438,7 @@ class Accumulator:
         """Add one chunk: msgspec structs, or the native scanner's rows (same columns)."""
         if not isinstance(events, list):  # the native scanner's Scanned
             self.metadata.extend(events.metadata)
-            kinds = events.rows["kind"]
+            kinds = np.ascontiguousarray(events.rows["kind"])  # rows are 224 bytes apart
             for kind in np.unique(kinds):
                 self._extract(int(kind), _ScanRows(events, np.flatnonzero(kinds == kind)))
             return
