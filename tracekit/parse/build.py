@@ -218,6 +218,14 @@ def _steps_of(ts: I64, s_start: I64, s_end: I64, s_num: I64) -> npt.NDArray[np.i
     return np.where(ok, s_num[np.maximum(k, 0)], -1).astype(np.int32)
 
 
+def _labels(codes: npt.NDArray[np.int8], names: dict[int, str], default: str) -> pa.Array:
+    """String column: ``names[code]``, else ``default``; taken from the few distinct labels
+    (building a numpy string array and converting it costs ~10x more)."""
+    size = max([*names, int(codes.max()) if len(codes) else 0]) + 1
+    lookup = pa.array([names.get(k, default) for k in range(size)], type=pa.string())
+    return lookup.take(pa.array(codes))
+
+
 def _table(name: str, cols: dict[str, Any]) -> pa.Table:
     schema = ARROW[name]
     arrays = []
@@ -334,7 +342,7 @@ def build(
             p = m_parent[j]
             paths[j] = f"{paths[p]}.{m_names[j]}" if p >= 0 else m_names[j]
         enc = enclosing(m_order, m_thr, m_ts, m_ts + m_dur, m_parent, o_thr, o_ts)
-        o_module = pa.array([paths[j] if j >= 0 else None for j in enc], type=pa.string())
+        o_module = pa.array(paths, type=pa.string()).take(pa.array(enc, mask=enc < 0))
         o_module = o_module.dictionary_encode()
 
     # Backward flag: autograd engine frames, fwdbwd flow ends, and their descendants.
@@ -352,12 +360,7 @@ def build(
 
     ops_cols = {
         "op_id": np.arange(n_op, dtype=np.int64),
-        "category": pa.array(
-            np.where(o_cat == C.ANNOT, "user_annotation", "cpu_op")
-            if n_op
-            else np.zeros(0, dtype=str),
-            type=pa.string(),
-        ),
+        "category": _labels(o_cat, {C.ANNOT: "user_annotation"}, "cpu_op"),
         "name": o_name,
         "pid": o_pid,
         "tid": o_tid,
@@ -395,9 +398,7 @@ def build(
             "runtime",
             {
                 "runtime_id": np.arange(n_rt, dtype=np.int64),
-                "category": pa.array(
-                    np.where(r_cat == C.DRIVER, "cuda_driver", "cuda_runtime"), type=pa.string()
-                ),
+                "category": _labels(r_cat, {C.DRIVER: "cuda_driver"}, "cuda_runtime"),
                 "name": _take(acc.column(C.RUNTIME, "name"), r_perm),
                 "pid": acc.column(C.RUNTIME, "pid")[r_perm],
                 "tid": acc.column(C.RUNTIME, "tid")[r_perm],
@@ -475,14 +476,7 @@ def build(
             "kernels",
             {
                 "kernel_id": np.arange(n_k, dtype=np.int64),
-                "kind": pa.array(
-                    np.select(
-                        [kind_codes == C.KERNEL, kind_codes == C.MEMCPY],
-                        ["kernel", "memcpy"],
-                        "memset",
-                    ),
-                    type=pa.string(),
-                ),
+                "kind": _labels(kind_codes, {C.KERNEL: "kernel", C.MEMCPY: "memcpy"}, "memset"),
                 "name": _take(kcol("name"), k_perm),
                 "device": k_dev[k_perm].astype(np.int32),
                 "stream": k_stream[k_perm],
