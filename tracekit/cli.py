@@ -15,6 +15,7 @@ except ImportError:  # pragma: no cover
     from click import exceptions as click_exc  # type: ignore[no-redef]
 
 from tracekit.errors import TracekitError, UsageError
+from tracekit.io import keep_freed_memory
 
 app = typer.Typer(
     name="tracekit",
@@ -42,6 +43,7 @@ def parse(
     # No linear algebra here: OpenBLAS's threads, started when numpy is first imported (just
     # below), would only spin and take CPU from the parse (~0.1 s on 2 cores).
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    keep_freed_memory()  # before pyarrow is imported (see there); the process exits after
     from tracekit.parse import dedicate_process, parse_to_dir, skip_pandas_probe
 
     skip_pandas_probe()  # the command never needs pandas

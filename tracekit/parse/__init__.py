@@ -21,10 +21,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracekit.errors import TraceError
-from tracekit.io import atomic_dir, atomic_write_json
+from tracekit.io import atomic_dir, atomic_write_json, keep_freed_memory
 from tracekit.parse.build import Tables, build
 from tracekit.parse.columns import Accumulator
-from tracekit.parse.parallel import keep_freed_memory, parse_parallel
+from tracekit.parse.parallel import parse_parallel
 from tracekit.parse.reader import CHUNK, TraceStream
 from tracekit.parse.scan import scan_chunk
 from tracekit.schema import ARROW, SCHEMA_VERSION, TABLES
@@ -86,8 +86,9 @@ def dedicate_process() -> None:
     """Tune this process for parsing, when it exits after the parse (``tracekit parse``).
 
     Freed memory stays in the heap for the next chunk or temporary array instead of going
-    back to the kernel and faulting in again (:func:`keep_freed_memory`), and Arrow
-    allocates from that same heap (its default pool, mimalloc, returns pages early too).
+    back to the kernel and faulting in again (:func:`tracekit.io.keep_freed_memory`: best
+    called before this package is imported), and Arrow allocates from that same heap (its
+    default pool, mimalloc, returns pages early too).
     About 1 CPU-s less per 500 MB of trace on VMs where page faults are expensive, and a
     lower peak (one heap instead of two). Not for long-lived processes that call
     :func:`load`: they would keep the parse's peak memory until they exit.

@@ -18,7 +18,6 @@ cut) or raises the usual one-line :class:`~tracekit.errors.TraceError`.
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import multiprocessing as mp
 import os
@@ -35,6 +34,7 @@ import msgspec
 import pyarrow as pa
 
 from tracekit.errors import TraceError
+from tracekit.io import keep_freed_memory
 from tracekit.parse import scan
 from tracekit.parse.columns import Accumulator
 from tracekit.parse.reader import TraceStream, iter_bytes
@@ -67,26 +67,6 @@ class ChunkResult:
     acc: Accumulator | None = None
     events: int = 0
     rest: dict[str, Any] = field(default_factory=dict)
-
-
-def keep_freed_memory() -> None:
-    """Keep freed memory in this process's heap instead of returning it to the kernel.
-
-    Each chunk allocates and frees a few hundred MB; with glibc's defaults the large
-    blocks are unmapped and every page of the next chunk faults in again, which costs
-    ~25% of the parse on VMs where page faults are expensive. Only for processes that are
-    ours and short-lived (worker processes, ``tracekit parse``): the memory is reused,
-    not returned, until the process exits.
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(_M_MMAP_THRESHOLD, 1 << 30)
-        libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30)
-    except (OSError, AttributeError):  # not glibc: defaults are fine
-        pass
-
-
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc <malloc.h>
 
 
 def _init_worker() -> None:
