@@ -4,8 +4,10 @@ The file is never loaded as one JSON document. Bytes are read (and gunzipped)
 in blocks; the ``traceEvents`` array is cut at event boundaries into chunks of
 a few tens of MB, and each chunk is decoded by msgspec straight into small
 typed structs that keep only the fields tracekit uses (unknown keys are skipped
-in C). Peak memory is therefore bounded by the chunk size plus the columns
-built so far, not by the file size.
+in C), unless the caller's scanner (``TraceStream(scan=...)``, the native
+:mod:`tracekit.parse.scan`) reads it into flat rows first. Peak memory is
+therefore bounded by the chunk size plus the columns built so far, not by the
+file size.
 
 A cut is only accepted if the chunk decodes as a JSON array, so a ``}, {``
 inside a string or a nested object can never split an event.
