@@ -101,4 +101,19 @@ def keep_freed_memory() -> None:
         pass
 
 
+def return_freed_memory() -> None:
+    """Undo :func:`keep_freed_memory` from here on: large blocks are mapped (and unmapped
+    when freed) and the free pages kept so far go back to the kernel (``malloc_trim``).
+
+    For traces of several GB: the chunk-by-chunk decode leaves a heap of small holes that
+    the build's large arrays cannot reuse, so kept memory would add up to gigabytes."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_MMAP_THRESHOLD, 1 << 20)
+        libc.mallopt(_M_TRIM_THRESHOLD, 1 << 20)
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8  # glibc <malloc.h>

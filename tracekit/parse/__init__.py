@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracekit.errors import TraceError
-from tracekit.io import atomic_dir, atomic_write_json, keep_freed_memory
+from tracekit.io import atomic_dir, atomic_write_json, keep_freed_memory, return_freed_memory
 from tracekit.parse.build import Tables, build
 from tracekit.parse.columns import Accumulator
 from tracekit.parse.parallel import parse_parallel
@@ -149,6 +149,8 @@ def parse_tables(
     chunk: int = CHUNK,
     workers: int | None = None,
     on_table: Callable[[str, pa.Table], None] | None = None,
+    lazy: bool = False,
+    release: bool = False,
 ) -> Tables:
     """Parse one trace file into Arrow tables (streaming; bounded memory).
 
@@ -156,6 +158,11 @@ def parse_tables(
     ``workers`` the number of threads or processes decoding them (default: one per core).
     Traces smaller than two chunks are parsed in this thread. ``on_table(name, table)`` is
     called as each table is completed (``meta`` is complete only in the result).
+    ``lazy``: string columns may stay dictionary-encoded (:func:`write_parquet` and
+    ``tracekit.parse.build.materialize`` give the schema's types); ``tracekit parse`` uses
+    it so that a 5 GB trace's names never exist as gigabytes of plain strings.
+    ``release``: the result's tables are empty; only ``on_table`` gets them (see
+    :func:`tracekit.parse.build.build`).
     """
     path = Path(path)
     if workers is None:
@@ -181,7 +188,9 @@ def parse_tables(
                 del events
             header, array_format = stream.header.fields, stream.header.array_format
             bytes_read, n_events = stream.bytes_read, stream.events
-        tables = build(acc, header, str(path), on_table)
+        if bytes_read > HUGE_TRACE:
+            return_freed_memory()
+        tables = build(acc, header, str(path), on_table, lazy=lazy, release=release)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -195,15 +204,20 @@ def parse_tables(
     return tables
 
 
-def _worth_parallel(path: Path, chunk: int) -> bool:
-    """At least two chunks' worth of JSON (gzip: assume >= 8x compression)."""
+def _json_bytes(path: Path) -> int:
+    """The trace's JSON size: the file's, or 8x a gzip file's (a typical ratio)."""
     try:
         with path.open("rb") as f:
             gz = f.read(2) == b"\x1f\x8b"
-        size = path.stat().st_size
+        return path.stat().st_size * (8 if gz else 1)
     except OSError:
-        return False  # the serial reader reports the problem
-    return size * (8 if gz else 1) > 2 * chunk
+        return 0
+
+
+def _worth_parallel(path: Path, chunk: int) -> bool:
+    """At least two chunks' worth of JSON (an unreadable file: the serial reader reports
+    the problem)."""
+    return _json_bytes(path) > 2 * chunk
 
 
 def _to_trace(
@@ -271,13 +285,33 @@ def default_out(path: Path) -> Path:
     return path.with_name(name + ".tracekit")
 
 
+# JSON bytes from which a parse favours memory over speed: the build maps its large arrays
+# (return_freed_memory) and tracekit parse writes each table before building the next.
+HUGE_TRACE = 2 << 30
+WRITE_ROWS = 1 << 18  # rows cast and written at a time when a table is still lazy
+
+
+def write_parquet(name: str, table: pa.Table, path: Path) -> None:
+    """Write ``table`` as ``path`` in the schema's exact types. A lazy table (string
+    columns still dictionary-encoded, see tracekit.parse.build) is cast slice by slice, so
+    its plain strings never exist all at once: readers see the same Parquet either way."""
+    schema = ARROW[name]
+    if table.schema.equals(schema):
+        pq.write_table(table, path, compression="snappy")
+        return
+    with pq.ParquetWriter(path, schema, compression="snappy") as w:
+        for start in range(0, max(table.num_rows, 1), WRITE_ROWS):
+            w.write_table(table.slice(start, WRITE_ROWS).cast(schema))
+
+
 class _Writer:
     """Writes tables to Parquet in background threads (Arrow releases the GIL) as they are
     handed over, into a temporary folder that becomes ``out`` once ``finish`` has written
     meta.json; on any error it is removed. Nothing is created before the first table."""
 
-    def __init__(self, out: Path, stack: contextlib.ExitStack) -> None:
+    def __init__(self, out: Path, stack: contextlib.ExitStack, wait: bool = False) -> None:
         self.out = out
+        self.wait = wait  # write each table before returning (it is freed sooner)
         self.stack = stack
         self.tmp: Path | None = None
         self.pool: ThreadPoolExecutor | None = None
@@ -289,7 +323,9 @@ class _Writer:
             self.pool = self.stack.enter_context(ThreadPoolExecutor(2, "tracekit-write"))
         assert self.tmp is not None
         path = self.tmp / f"{name}.parquet"
-        self.pending[name] = self.pool.submit(pq.write_table, table, path, compression="snappy")
+        self.pending[name] = self.pool.submit(write_parquet, name, table, path)
+        if self.wait:
+            self.pending[name].result()
 
     def finish(self, tables: Tables) -> None:
         for name, t in tables.items():
@@ -316,9 +352,10 @@ def parse_to_dir(path: Path | str, out: Path | str | None = None) -> ParseResult
         trace = path
         default = default_out(path)
     dest = Path(out) if out is not None else default
-    # Each table is written while the next ones are built.
+    # Each table is written while the next ones are built (one after the other for huge
+    # traces: a written table is freed before the next one exists).
     with contextlib.ExitStack() as stack:
-        writer = _Writer(dest, stack)
-        tables = parse_tables(trace, on_table=writer)
+        writer = _Writer(dest, stack, wait=_json_bytes(trace) > HUGE_TRACE)
+        tables = parse_tables(trace, on_table=writer, lazy=True, release=True)
         writer.finish(tables)
     return ParseResult(out=dest, meta=tables.meta)

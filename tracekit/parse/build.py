@@ -177,7 +177,9 @@ def climb_top(parent: I64, ok_parent: B) -> I64:
 
 
 def _arr(acc: C.Accumulator, kind: int, name: str, n: int, dtype: Any = np.int64) -> Any:
-    col = acc.column(kind, name)
+    """The column ``name`` of ``kind`` (zeros or nulls if absent), freed in ``acc``: each
+    accumulated column is read once."""
+    col = acc.pop(kind, name)
     if col is None:
         return np.zeros(n, dtype=dtype) if dtype is not None else pa.nulls(n, pa.string())
     return col
@@ -226,7 +228,11 @@ def _labels(codes: npt.NDArray[np.int8], names: dict[int, str], default: str) ->
     return lookup.take(pa.array(codes))
 
 
-def _table(name: str, cols: dict[str, Any]) -> pa.Table:
+def _table(name: str, cols: dict[str, Any], lazy: bool = False) -> pa.Table:
+    """The table in the schema's types; with ``lazy``, dictionary-encoded string columns
+    stay dictionary-encoded (millions of repeated operator and kernel names would take
+    gigabytes as plain strings): :func:`materialize` or a sliced cast turns them into the
+    schema's type."""
     schema = ARROW[name]
     arrays = []
     for f in schema:
@@ -234,10 +240,19 @@ def _table(name: str, cols: dict[str, Any]) -> pa.Table:
         arr = pa.array(v, type=f.type) if isinstance(v, np.ndarray) else v
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks()
-        if arr.type != f.type:
+        keep = lazy and pa.types.is_dictionary(arr.type) and arr.type.value_type == f.type
+        if arr.type != f.type and not keep:
             arr = arr.cast(f.type)
         arrays.append(arr)
+    if lazy:
+        return pa.Table.from_arrays(arrays, names=schema.names)
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def materialize(name: str, table: pa.Table) -> pa.Table:
+    """``table`` (possibly from a lazy build) in exactly the schema's types."""
+    schema = ARROW[name]
+    return table if table.schema.equals(schema) else table.cast(schema)
 
 
 def _options(header: dict[str, Any], seen: dict[str, bool]) -> dict[str, bool]:
@@ -253,13 +268,26 @@ def build(
     header: dict[str, Any],
     source: str,
     on_table: Callable[[str, pa.Table], None] | None = None,
+    *,
+    lazy: bool = False,
+    release: bool = False,
 ) -> Tables:
     """The schema's tables from the accumulated columns. ``on_table(name, table)`` is
     called as soon as each table is complete (the caller can write it while the next
-    ones are built)."""
-    ready = on_table or (lambda _name, _table: None)
+    ones are built). The accumulator's columns are freed as their tables are built.
+    ``lazy``: string columns may stay dictionary-encoded (see :func:`_table`). ``release``:
+    the result holds empty tables and only ``on_table`` gets the data (a writer frees each
+    table once written)."""
+    held: dict[str, pa.Table] = {}
+
+    def ready(name: str, table: pa.Table) -> None:
+        if on_table is not None:
+            on_table(name, table)
+        held[name] = ARROW[name].empty_table() if release else table
+
     n_op = acc.count(C.OP)
-    n_k = sum(acc.count(k) for k in (C.KERNEL, C.MEMCPY, C.MEMSET))
+    gpu_counts = {k: acc.count(k) for k in (C.KERNEL, C.MEMCPY, C.MEMSET)}
+    n_k = sum(gpu_counts.values())
     n_rt = acc.count(C.RUNTIME)
     if n_op == 0 and n_k == 0 and n_rt == 0:
         raise TraceError(
@@ -272,6 +300,7 @@ def build(
         for k in (C.OP, C.KERNEL, C.MEMCPY, C.MEMSET, C.RUNTIME, C.MEMORY, C.PYMODULE, C.GPU_ANNOT)
     ]
     t0 = int(min(int(s.min()) for s in starts if s is not None and len(s)))
+    del starts
 
     # ---- ops ----
     o_ts = _arr(acc, C.OP, "ts", 0) - t0
@@ -279,7 +308,7 @@ def build(
     o_pid = _arr(acc, C.OP, "pid", 0)
     o_tid = _arr(acc, C.OP, "tid", 0)
     o_cat = _arr(acc, C.OP, "category", 0, np.int8)
-    o_name = _dense(acc.column(C.OP, "name")) if n_op else pa.array([], pa.string())
+    o_name = _dense(acc.pop(C.OP, "name")) if n_op else pa.array([], pa.string())
     # op_id order: start time, longest first (a parent precedes its children).
     perm = np.lexsort((-o_dur, o_ts)) if n_op else np.zeros(0, dtype=np.int64)
     o_ts, o_dur, o_pid, o_tid, o_cat = (a[perm] for a in (o_ts, o_dur, o_pid, o_tid, o_cat))
@@ -375,14 +404,18 @@ def build(
     for col in ("external_id", "sequence_number", "fwd_thread_id"):
         ops_cols[col] = _arr(acc, C.OP, col, n_op)[perm] if n_op else np.zeros(0, np.int64)
     for col in ("input_dims", "input_types", "input_strides", "concrete_inputs"):
-        c = acc.column(C.OP, col)
+        c = acc.pop(C.OP, col)
         ops_cols[col] = _take(c, perm) if c is not None else pa.nulls(n_op, pa.string())
-    c = acc.column(C.OP, "flops")
+    c = acc.pop(C.OP, "flops")
     ops_cols["flops"] = _take(c, perm) if c is not None else pa.nulls(n_op, pa.float64())
-    ops = _table("ops", ops_cols)
+    ops = _table("ops", ops_cols, lazy)
     ready("ops", ops)
     # The ops' string columns before the final cast: dictionary takes move only indices.
     o_src = {k: _dense(ops_cols[k]) for k in ("name", "input_dims", "input_types", "module")}
+    ext_ops = np.asarray(ops.column("external_id").to_numpy(), dtype=np.int64)
+    dims_null, flops_null = ops.column("input_dims").null_count, ops.column("flops").null_count
+    del ops, ops_cols, o_pid, o_tid, perm, keys, key_parts, all_pid, all_tid
+    acc.drop(C.OP, C.PYMODULE, C.FLOW_END)
 
     # ---- runtime ----
     if n_rt:
@@ -421,9 +454,16 @@ def build(
         runtime = ARROW["runtime"].empty_table()
     ready("runtime", runtime)
     r_step = np.asarray(runtime.column("step").to_numpy(), dtype=np.int32)
+    r_end_max = (
+        int((runtime.column("ts").to_numpy() + runtime.column("dur").to_numpy()).max())
+        if n_rt
+        else None
+    )
+    del runtime
+    acc.drop(C.RUNTIME)
 
     # ---- kernels ----
-    gpu_kinds = [k for k in (C.KERNEL, C.MEMCPY, C.MEMSET) if acc.count(k)]
+    gpu_kinds = [k for k, n in gpu_counts.items() if n]
 
     def kcol(name: str) -> Any:
         parts = [acc.column(k, name) for k in gpu_kinds]
@@ -450,7 +490,6 @@ def build(
             rt_id = np.where(ok, ro[np.minimum(pos, len(sc) - 1)], -1)
         k_op = np.where(rt_id >= 0, r_op[np.maximum(rt_id, 0)], -1)
         # Fallback for kernels without a launch event: the operator's External id.
-        ext_ops = np.asarray(ops.column("external_id").to_numpy(), dtype=np.int64)
         need = (k_op < 0) & (k_ext >= 0)
         if need.any() and n_op:
             eo = np.argsort(ext_ops, kind="stable")
@@ -508,11 +547,18 @@ def build(
                 "top_op_name": _take_nullable(o_src["name"], k_top),
                 "module": _take_nullable(o_src["module"], k_op),
             },
+            lazy,
         )
     else:
         kernels = ARROW["kernels"].empty_table()
         rt_id = k_op = np.zeros(0, dtype=np.int64)
     ready("kernels", kernels)
+    acc.drop(*gpu_kinds)
+    k_ts_all = np.asarray(kernels.column("ts").to_numpy(), dtype=np.int64)
+    k_end_all = k_ts_all + np.asarray(kernels.column("dur").to_numpy(), dtype=np.int64)
+    k_step_all = np.asarray(kernels.column("step").to_numpy(), dtype=np.int64)
+    k_devices = sorted({int(d) for d in np.unique(kernels.column("device").to_numpy())})
+    del kernels
 
     # ---- memory ----
     n_m = acc.count(C.MEMORY)
@@ -542,23 +588,21 @@ def build(
                     else np.zeros(n_m, dtype=np.int32)
                 ),
             },
+            lazy,
         )
     else:
         memory = ARROW["memory"].empty_table()
     ready("memory", memory)
+    del memory
+    acc.drop(C.MEMORY)
 
     # ---- steps ----
-    k_ts_all = np.asarray(kernels.column("ts").to_numpy(), dtype=np.int64)
-    k_end_all = k_ts_all + np.asarray(kernels.column("dur").to_numpy(), dtype=np.int64)
-    k_step_all = np.asarray(kernels.column("step").to_numpy(), dtype=np.int64)
     if has_steps:
         nums, names, c_ts, c_dur = s_num, s_names, s_start, s_end - s_start
     else:
         ends = [o_end.max() if n_op else 0, k_end_all.max() if n_k else 0]
-        if n_rt:
-            ends.append(
-                int((runtime.column("ts").to_numpy() + runtime.column("dur").to_numpy()).max())
-            )
+        if r_end_max is not None:
+            ends.append(r_end_max)
         nums = np.zeros(1, dtype=np.int64)
         names, c_ts, c_dur = (
             ["(whole trace)"],
@@ -600,7 +644,6 @@ def build(
     # ---- meta ----
     with_launch = int((rt_id >= 0).sum())
     linked = int(((rt_id >= 0) & (k_op >= 0)).sum())
-    dims = ops.column("input_dims")
     devprops = header.get("deviceProperties")
     meta: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -608,23 +651,23 @@ def build(
         "trace_start_us": t0 / 1000.0,
         "trace_start_ns": t0,
         "device_properties": devprops if isinstance(devprops, list) else [],
-        "devices": sorted({int(d) for d in kernels.column("device").to_numpy()}) if n_k else [],
+        "devices": k_devices if n_k else [],
         "options": _options(
             header,
             {
-                "record_shapes": bool(n_op and dims.null_count < len(dims)),
+                "record_shapes": bool(n_op and dims_null < n_op),
                 "profile_memory": n_m > 0,
                 "with_stack": acc.python_events > 0,
                 "with_modules": with_modules,
-                "with_flops": bool(n_op and ops.column("flops").null_count < n_op),
+                "with_flops": bool(n_op and flops_null < n_op),
             },
         ),
         "options_in_data": {
-            "record_shapes": bool(n_op and dims.null_count < len(dims)),
+            "record_shapes": bool(n_op and dims_null < n_op),
             "profile_memory": n_m > 0,
             "with_stack": acc.python_events > 0,
             "with_modules": with_modules,
-            "with_flops": bool(n_op and ops.column("flops").null_count < n_op),
+            "with_flops": bool(n_op and flops_null < n_op),
         },
         "versions": {
             k: header[k]
@@ -644,9 +687,9 @@ def build(
         "base_time_ns": header.get("baseTimeNanoseconds"),
         "has_steps": has_steps,
         "counts": {
-            "kernels": int(acc.count(C.KERNEL)),
-            "memcpy": int(acc.count(C.MEMCPY)),
-            "memset": int(acc.count(C.MEMSET)),
+            "kernels": int(gpu_counts[C.KERNEL]),
+            "memcpy": int(gpu_counts[C.MEMCPY]),
+            "memset": int(gpu_counts[C.MEMSET]),
             "ops": n_op,
             "runtime": n_rt,
             "memory": n_m,
@@ -658,4 +701,4 @@ def build(
         "dropped_events": dict(acc.dropped),
         "link_rate": (linked / with_launch) if with_launch else None,
     }
-    return Tables(kernels=kernels, ops=ops, memory=memory, steps=steps, runtime=runtime, meta=meta)
+    return Tables(meta=meta, **held)

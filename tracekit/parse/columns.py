@@ -428,6 +428,7 @@ class Accumulator:
         self.dropped: dict[str, int] = {}
         self.metadata: list[tuple[str, Any, Any, Any]] = []  # (name, pid, tid, args.name)
         self.python_events = 0  # python_function events (with_stack), before filtering
+        self._dropped_counts: dict[int, int] = {}  # kind -> rows, after drop()
 
     def _put(self, kind: int, cols: dict[str, Any]) -> None:
         t = self.tables.setdefault(kind, {})
@@ -590,7 +591,25 @@ class Accumulator:
             return np.concatenate(parts)
         return pa.chunked_array(parts)
 
+    def pop(self, kind: int, name: str) -> Any:
+        """:meth:`column`, and free the accumulated parts (for a column read once)."""
+        col = self.column(kind, name)
+        cols = self.tables.get(kind)
+        if cols is not None and name in cols and name != "ts":  # ts gives the count
+            del cols[name]
+        return col
+
+    def drop(self, *kinds: int) -> None:
+        """Free the columns of ``kinds`` (once their table is built); counts stay."""
+        for kind in kinds:
+            cols = self.tables.get(kind)
+            if cols:
+                self._dropped_counts[kind] = self.count(kind)
+                self.tables.pop(kind)
+
     def count(self, kind: int) -> int:
+        if kind in self._dropped_counts:
+            return self._dropped_counts[kind]
         parts = self.tables.get(kind, {}).get("ts")
         return int(sum(len(p) for p in parts)) if parts else 0
 
