@@ -24,7 +24,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -1239,16 +1239,49 @@ def op_cost(
     return cost
 
 
-def model_ops(
-    ops: pd.DataFrame, *, list_bytes: int = 4, only: np.ndarray | None = None
-) -> pd.DataFrame:
-    """Modelled cost of every op (or of the rows selected by boolean mask ``only``).
+def factorized(col: pd.Series | None, n: int) -> tuple[np.ndarray, list[str | None]]:
+    """Codes of a text column and its distinct values (``_s``: missing or empty -> None).
 
-    Returns a frame aligned with ``ops`` with columns ``has_model`` (bool),
-    ``flops_model``, ``bytes`` (NaN: unknown), ``dtype``, ``flops_profiler`` (the
-    trace's own ``flops`` where present) and ``flops`` (the profiler's where present,
-    else the model's), ``source`` ('profiler' | 'modelled' | 'none') and ``cost_note``.
-    """
+    Code ``len(values) - 1`` is always None (the missing values, or an absent column), so
+    ``values[code]`` never needs a bounds check. Strings are hashed once each in Arrow
+    (``pd.factorize``), not once per row in Python."""
+    if col is None:
+        return np.zeros(n, dtype=np.int64), [None]
+    codes, uniq = pd.factorize(col, sort=False)
+    values = [_s(u) for u in uniq]
+    values.append(None)
+    return np.where(codes < 0, len(values) - 1, codes).astype(np.int64), values
+
+
+def combine_codes(*codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of the distinct tuples of several code arrays (first occurrence order) and the
+    row of each tuple's first occurrence."""
+    key = np.zeros(len(codes[0]) if codes else 0, dtype=np.int64)
+    for c in codes:
+        key, _ = pd.factorize(key * (int(c.max()) + 1 if len(c) else 1) + c, sort=False)
+    _, first = np.unique(key, return_index=True)  # codes are 0..k-1 in that order
+    return key.astype(np.int64), first.astype(np.int64)
+
+
+@dataclass
+class OpCosts:
+    """:func:`model_ops` as arrays aligned with the ops (object arrays hold str/None)."""
+
+    has_model: np.ndarray
+    flops_model: np.ndarray
+    flops_profiler: np.ndarray
+    flops: np.ndarray
+    bytes: np.ndarray
+    dtype: np.ndarray
+    source: np.ndarray
+    cost_note: np.ndarray
+
+
+def model_op_costs(
+    ops: pd.DataFrame, *, list_bytes: int = 4, only: np.ndarray | None = None
+) -> OpCosts:
+    """:func:`model_ops` without building a frame: one :func:`op_cost` per distinct
+    (name, input dims, input types, concrete inputs), broadcast to its calls."""
     n = len(ops)
     has = np.zeros(n, dtype=bool)
     fl = np.full(n, NAN)
@@ -1261,17 +1294,16 @@ def model_ops(
         modelled = np.array([has_formula(str(u)) for u in uniq_n], dtype=bool)
         rows = rows[modelled[codes_n]]
     if len(rows):
-        sub = ops.iloc[rows]
-        key = pd.DataFrame(
-            {
-                c: (sub[c].astype(object).to_numpy() if c in sub else np.full(len(rows), None))
-                for c in ("name", "input_dims", "input_types", "concrete_inputs")
-            }
-        )
-        codes, uniq = pd.MultiIndex.from_frame(
-            key.astype(object).where(key.notna(), "")
-        ).factorize()
-        costs = [op_cost(str(nm), _s(d), _s(t), _s(c), list_bytes) for nm, d, t, c in uniq]
+        parts = [
+            factorized(ops[c].iloc[rows] if c in ops else None, len(rows))
+            for c in ("name", "input_dims", "input_types", "concrete_inputs")
+        ]
+        codes, first = combine_codes(*(c for c, _ in parts))
+        nm, d, t, c = (np.array(v, dtype=object)[k[first]].tolist() for k, v in parts)
+        costs = [
+            op_cost(str(a or ""), b, e, f, list_bytes)
+            for a, b, e, f in zip(nm, d, t, c, strict=True)
+        ]
         ok = np.array([c is not None for c in costs], dtype=bool)
         u_fl = np.array([c.flops if c else NAN for c in costs], dtype=float)
         u_by = np.array([c.bytes if c else NAN for c in costs], dtype=float)
@@ -1286,23 +1318,26 @@ def model_ops(
     )
     use_prof = np.isfinite(prof) & (prof > 0)
     flops = np.where(use_prof, prof, fl)
-    source = np.where(use_prof, "profiler", np.where(np.isfinite(fl), "modelled", "none"))
-    return cast(
-        pd.DataFrame,
-        pd.DataFrame(
-            {
-                "has_model": has,
-                "flops_model": fl,
-                "flops_profiler": prof,
-                "flops": flops,
-                "bytes": by,
-                "dtype": dt,
-                "source": source,
-                "cost_note": note,
-            },
-            index=ops.index,
-        ),
-    )
+    labels = np.array(["none", "modelled", "profiler"], dtype=object)
+    source = labels[np.where(use_prof, 2, np.isfinite(fl).astype(np.int64))]
+    return OpCosts(has, fl, prof, flops, by, dt, source, note)
+
+
+def model_ops(
+    ops: pd.DataFrame, *, list_bytes: int = 4, only: np.ndarray | None = None
+) -> pd.DataFrame:
+    """Modelled cost of every op (or of the rows selected by boolean mask ``only``).
+
+    Returns a frame aligned with ``ops`` with columns ``has_model`` (bool),
+    ``flops_model``, ``bytes`` (NaN: unknown), ``dtype``, ``flops_profiler`` (the
+    trace's own ``flops`` where present) and ``flops`` (the profiler's where present,
+    else the model's), ``source`` ('profiler' | 'modelled' | 'none') and ``cost_note``.
+    """
+    c = model_op_costs(ops, list_bytes=list_bytes, only=only)
+    cols = ("has_model", "flops_model", "flops_profiler", "flops", "bytes", "dtype", "source",
+            "cost_note")  # fmt: skip
+    frame: pd.DataFrame = pd.DataFrame({k: getattr(c, k) for k in cols}, index=ops.index)
+    return frame
 
 
 def _s(v: Any) -> str | None:

@@ -153,6 +153,36 @@ def _col(df: pd.DataFrame, name: str, default: Any, dtype: Any = None) -> np.nda
     return np.full(len(df), default, dtype=dtype if dtype is not None else object)
 
 
+_STR = pd.Series(["x"]).dtype  # what pandas makes of Python strings (Arrow-backed str)
+
+
+def _text(df: pd.DataFrame, name: str, default: str) -> tuple[np.ndarray, np.ndarray]:
+    """Codes and distinct values of a text column, the values as ``ndarray.astype(str)``
+    gives them (missing: 'nan'). Each distinct string is hashed once (in Arrow) and never
+    copied per row: kernel names run to a thousand characters."""
+    if name not in df.columns:
+        return np.zeros(len(df), dtype=np.int64), np.array([default], dtype=object)
+    codes, uniq = pd.factorize(df[name], use_na_sentinel=False)
+    return codes.astype(np.int64), np.array([str(u) for u in uniq], dtype=object)
+
+
+def _column(col: pd.Series | None, n: int, values: np.ndarray | None = None) -> Any:
+    """An output column made from ``col`` (absent: None): ``values`` (:func:`_text`'s
+    strings, which differ from the column where it has missing values), or the column's
+    own objects. Where pandas would build exactly the column's own (Arrow) array from
+    them, that array itself, so millions of characters are not encoded again."""
+    if (
+        col is not None
+        and col.dtype == _STR
+        # (pandas makes objects that are all missing an ``object`` column, not str)
+        and (bool(col.notna().any()) if values is None else not col.hasnans)
+    ):
+        return col.array
+    if values is not None:
+        return values if len(values) else values.astype(str)  # empty: str, like a U array
+    return col.astype(object).to_numpy() if col is not None else np.full(n, None, dtype=object)
+
+
 def _require(df: pd.DataFrame, table: str, cols: tuple[str, ...]) -> None:
     missing = [c for c in cols if c not in df.columns]
     if missing:
@@ -169,13 +199,15 @@ def _cost_ops(
     list_bytes: int,
     n_params: int | None = None,
     ctx: C.OpContext | None = None,
-) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
+    names: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, F.OpCosts]:
     """Row position in ``ops`` of each kernel's cost operator and of its innermost
     operator (-1: none), and the op costs.
 
     Optimizer tensor lists whose shapes the profiler dropped get ``n_params`` elements
     each when the op runs once per step inside ``Optimizer.step`` (one parameter group:
-    its lists hold every parameter, gradient or state).
+    its lists hold every parameter, gradient or state). ``names``: the kernel names as
+    an object array, if already at hand.
     """
     n = len(kernels)
     if ops is None or not len(ops) or "op_id" not in kernels:
@@ -183,7 +215,7 @@ def _cost_ops(
         return (
             none,
             none.copy(),
-            F.model_ops(ops.iloc[:0] if ops is not None else pd.DataFrame({"name": []})),
+            F.model_op_costs(ops.iloc[:0] if ops is not None else pd.DataFrame({"name": []})),
         )
     ctx = ctx if ctx is not None else C.op_context(ops)
     pos = ctx.ids.get_indexer(pd.Index(kernels["op_id"].to_numpy(dtype=np.int64)))
@@ -197,9 +229,11 @@ def _cost_ops(
         cur = np.unique(cur[cur >= 0])
         if not len(cur):
             break
-    cost = F.model_ops(ops, list_bytes=list_bytes, only=need)
-    _refine_lists(ops, cost, ctx, kernels, pos, n_params)
-    finite = np.isfinite(cost["flops"].to_numpy()) | np.isfinite(cost["bytes"].to_numpy())
+    cost = F.model_op_costs(ops, list_bytes=list_bytes, only=need)
+    if names is None:
+        names = kernels["name"].to_numpy(dtype=object)
+    _refine_lists(ops, cost, ctx, kernels, names, pos, n_params)
+    finite = np.isfinite(cost.flops) | np.isfinite(cost.bytes)
     anchor = np.full(n, -1, dtype=np.int64)
     cur = pos.copy()
     for level in range(MAX_COST_HOPS + 1):
@@ -237,9 +271,10 @@ def _element_size(names: list[str]) -> int | None:
 
 def _refine_lists(
     ops: pd.DataFrame,
-    cost: pd.DataFrame,
+    cost: F.OpCosts,
     ctx: C.OpContext,
     kernels: pd.DataFrame,
+    names: np.ndarray,
     kpos: np.ndarray,
     n_params: int | None,
 ) -> None:
@@ -248,25 +283,25 @@ def _refine_lists(
     arguments (``OpaqueType<2u>``, ``BinaryOpListAlphaFunctor<float, …>``); give optimizer
     lists without shapes the model's parameter count where that is what they hold: inside
     ``Optimizer.step``, one parameter group (one addcdiv/lerp/fused-AdamW call per step),
-    and multi_tensor_apply kernels that ran enough 64 Ki-element blocks to cover it."""
-    note_arr = cost["cost_note"].to_numpy(dtype=object)
-    cand = np.zeros(len(cost), dtype=bool)
-    has = np.flatnonzero(cost["has_model"].to_numpy(dtype=bool))
+    and multi_tensor_apply kernels that ran enough 64 Ki-element blocks to cover it.
+    Updates ``cost`` in place."""
+    note_arr = cost.cost_note
+    cand = np.zeros(len(note_arr), dtype=bool)
+    has = np.flatnonzero(cost.has_model)
     cand[has] = [("tensor-list" in str(x)) for x in note_arr[has]]
     if not cand.any():
         return
-    names = kernels["name"].to_numpy(dtype=object)
     grid = (
         kernels["grid_x"].fillna(0).to_numpy(dtype=float)
         if "grid_x" in kernels
         else np.zeros(len(kernels))
     )
+    sel = np.flatnonzero((kpos >= 0) & cand[np.maximum(kpos, 0)])
     by_op: dict[int, list[str]] = {}
+    for kp, nm in zip(kpos[sel].tolist(), names[sel].tolist(), strict=True):
+        by_op.setdefault(kp, []).append(nm)
     blocks = np.zeros(len(ops))
-    for kp, nm, gx in zip(kpos, names, grid, strict=True):
-        if kp >= 0 and cand[kp]:
-            by_op.setdefault(int(kp), []).append(nm)
-            blocks[kp] += gx
+    np.add.at(blocks, kpos[sel], grid[sel])  # in kernel order, like a running sum
     one_group = False
     if n_params:
         step = ops["step"] if "step" in ops else pd.Series(0, index=ops.index)
@@ -276,9 +311,10 @@ def _refine_lists(
     upd_i: list[int] = []
     upd: list[tuple[float, float, str]] = []
     idx = np.array(sorted(by_op), dtype=np.int64)
-    sub = ops.iloc[idx]
     rec = {
-        c: dict(zip(idx.tolist(), sub[c].astype(object).tolist(), strict=True)) if c in sub else {}
+        c: dict(zip(idx.tolist(), ops[c].iloc[idx].astype(object).tolist(), strict=True))
+        if c in ops
+        else {}
         for c in ("name", "input_dims", "input_types", "concrete_inputs")
     }
     for i, kn in by_op.items():
@@ -316,18 +352,11 @@ def _refine_lists(
         upd.append((c.flops, c.bytes, note))
     if upd_i:
         rows = np.array(upd_i)
-        for col, vals in (
-            ("flops_model", [u[0] for u in upd]),
-            ("flops", [u[0] for u in upd]),
-            ("bytes", [u[1] for u in upd]),
-        ):
-            a = cost[col].to_numpy(dtype=float, copy=True)
-            a[rows] = vals
-            cost[col] = a
-        for col, ovals in (("source", ["modelled"] * len(upd)), ("cost_note", [u[2] for u in upd])):
-            o = cost[col].to_numpy(dtype=object, copy=True)
-            o[rows] = ovals
-            cost[col] = o
+        cost.flops_model[rows] = [u[0] for u in upd]
+        cost.flops[rows] = [u[0] for u in upd]
+        cost.bytes[rows] = [u[1] for u in upd]
+        cost.source[rows] = "modelled"
+        cost.cost_note[rows] = [u[2] for u in upd]
 
 
 def read_profiler_flops(path: str | Path) -> pd.DataFrame:
@@ -442,12 +471,15 @@ def _n_params(manifest: Mapping[str, Any] | None) -> int | None:
     return None
 
 
-def _take(df: pd.DataFrame, col: str, pos: np.ndarray, default: Any) -> np.ndarray:
-    """``df[col]`` at row positions ``pos`` (``default`` where ``pos`` < 0), as objects."""
+def _take(values: np.ndarray | pd.Series | None, pos: np.ndarray, default: Any) -> np.ndarray:
+    """``values`` at row positions ``pos`` (``default`` where ``pos`` < 0), as objects."""
     out = np.full(len(pos), default, dtype=object)
-    if len(df) and col in df.columns:
-        has = pos >= 0
-        out[has] = df[col].to_numpy(dtype=object)[pos[has]]
+    has = pos >= 0
+    if values is not None and len(values) and has.any():
+        if isinstance(values, pd.Series):  # convert only the rows taken
+            out[has] = values.iloc[pos[has]].to_numpy(dtype=object)
+        else:
+            out[has] = values[pos[has]]
     return out
 
 
@@ -650,8 +682,10 @@ def classify(
     if not n:
         notes.append("no GPU activity in the trace (a CPU-only run?): nothing to classify")
     dur = _col(kernels, "dur", 0, np.int64)
-    kind = _col(kernels, "kind", "kernel").astype(str)
-    names = _col(kernels, "name", "").astype(str)
+    kind_codes, kind_uniq = _text(kernels, "kind", "kernel")
+    kind = kind_uniq[kind_codes]
+    name_codes, name_uniq = _text(kernels, "name", "")
+    names = name_uniq[name_codes]
     step = _col(kernels, "step", -1, np.int64)
 
     # roofline of the device most kernels ran on
@@ -686,20 +720,18 @@ def classify(
     if prof_flops is not None and len(ops):
         ops = _with_profiler_flops(ops, prof_flops, notes)
     list_bytes = 4
-    anchor, inner, cost = _cost_ops(kernels, ops, kcls, list_bytes, _n_params(manifest), ctx)
+    anchor, inner, cost = _cost_ops(kernels, ops, kcls, list_bytes, _n_params(manifest), ctx, names)
     is_copy = np.isin(kind, ("memcpy", "memset"))
     anchor[is_copy] = -1  # copies carry their own byte count, not a share of an op
-    cflops = cost["flops"].to_numpy(dtype=float) if len(cost) else np.zeros(0)
-    cbytes = cost["bytes"].to_numpy(dtype=float) if len(cost) else np.zeros(0)
-    flops = _split(anchor, dur, cflops)
-    nbytes = _split(anchor, dur, cbytes)
-    src = _take(cost, "source", anchor, "none")
+    flops = _split(anchor, dur, cost.flops)
+    nbytes = _split(anchor, dur, cost.bytes)
+    src = _take(cost.source, anchor, "none")
     src[~(np.isfinite(flops) | np.isfinite(nbytes))] = "none"
-    cost_note = _take(cost, "cost_note", anchor, "")
-    why = _take(cost, "cost_note", inner, "")  # why a kernel without a cost operator has none
+    cost_note = _take(cost.cost_note, anchor, "")
+    why = _take(cost.cost_note, inner, "")  # why a kernel without a cost operator has none
     cost_note = np.where(anchor >= 0, cost_note, why).astype(object)
-    cost_dtype = _take(cost, "dtype", anchor, None)
-    cost_name = _take(ops, "name", anchor, None)
+    cost_dtype = _take(cost.dtype, anchor, None)
+    cost_name = _take(ops.get("name"), anchor, None)
     cost_op_id = np.full(n, -1, dtype=np.int64)
     if len(ops):
         has = anchor >= 0
@@ -743,7 +775,7 @@ def classify(
         notes.append("the trace carries the profiler's own FLOPs (with_flops): used where present")
 
     # pipes
-    pipe = _pipes(kcls, cost_dtype, cost_name, names, roof)
+    pipe = _pipes(kcls, cost_dtype, cost_name, name_codes, name_uniq, roof)
     pipe[is_copy] = None
 
     flops_model, bytes_model = flops.copy(), nbytes.copy()
@@ -804,8 +836,8 @@ def classify(
     kr = pd.DataFrame(
         {
             "kernel_id": kernels["kernel_id"].to_numpy(dtype=np.int64),
-            "name": names,
-            "kind": kind,
+            "name": _column(kernels.get("name"), n, names),
+            "kind": _column(kernels.get("kind"), n, kind),
             "class": kcls,
             "class_source": cls_df["class_source"].to_numpy(dtype=object),
             "class_rule": cls_df["class_rule"].to_numpy(dtype=object),
@@ -813,10 +845,10 @@ def classify(
             "device": dev.astype(np.int32),
             "stream": _col(kernels, "stream", -1, np.int64),
             "op_id": _col(kernels, "op_id", -1, np.int64),
-            "op_name": _col(kernels, "op_name", None),
+            "op_name": _column(kernels.get("op_name"), n),
             "autograd_node": cls_df["autograd_node"].to_numpy(dtype=object),
-            "top_op": _col(kernels, "top_op_name", None),
-            "module": _col(kernels, "module", None),
+            "top_op": _column(kernels.get("top_op_name"), n),
+            "module": _column(kernels.get("module"), n),
             "step": step.astype(np.int32),
             "ts": _col(kernels, "ts", 0, np.int64),
             "dur": dur,
@@ -846,8 +878,11 @@ def classify(
     kr = kr[[c.name for c in TABLES["kernel_roofline"]]]
 
     scope = _scope(kr)
-    op_df = _op_roofline(kr, ops, roof)
-    classes = _classes(kr[scope], _n_steps(kr[scope]))
+    op_df = _op_roofline(kr, ops, roof, ctx)
+    in_scope = kr[["class", "dur", "flops", "bytes", "bound", "step"]]
+    if not scope.all():
+        in_scope = in_scope[scope]
+    classes = _classes(in_scope, _n_steps(in_scope))
     steps = _steps(kr, steps_in, roof, _analytic_from_manifest(manifest), notes)
     overhead = _profiler_overhead(manifest)
     for r in steps.itertuples():
@@ -860,27 +895,38 @@ def classify(
 
 
 def _pipes(
-    kcls: np.ndarray, dtype: np.ndarray, cost_name: np.ndarray, names: np.ndarray, roof: Roofline
+    kcls: np.ndarray,
+    dtype: np.ndarray,
+    cost_name: np.ndarray,
+    name_codes: np.ndarray,
+    name_uniq: np.ndarray,
+    roof: Roofline,
 ) -> np.ndarray:
-    """Pipe of every kernel, computed once per distinct (class, dtype, conv, named pipe)."""
-    if not len(kcls):
+    """Pipe of every kernel, computed once per distinct (class, dtype, conv, kernel name);
+    ``name_codes`` index the distinct kernel names ``name_uniq``."""
+    n = len(kcls)
+    if not n:
         return np.zeros(0, dtype=object)
-    name_codes, uniq_names = pd.factorize(pd.Series(names, dtype=object), sort=False)
-    named = np.array([pipe_from_kernel_name(str(u)) for u in uniq_names], dtype=object)
+    named = [pipe_from_kernel_name(str(u)) for u in name_uniq]
     conv_codes, uniq_ops = pd.factorize(pd.Series(cost_name, dtype=object), sort=False)
     is_conv = np.array([bool(_CONV_RULE.regex.search(str(o))) for o in uniq_ops], dtype=bool)
-    conv = np.zeros(len(kcls), dtype=bool)
+    conv = np.zeros(n, dtype=np.int64)
     if len(is_conv):
         conv = np.where(conv_codes >= 0, is_conv[np.maximum(conv_codes, 0)], False)
-    named_k = named[name_codes] if len(named) else np.full(len(kcls), None, dtype=object)
-    key = pd.MultiIndex.from_arrays(
-        [pd.Series(a, dtype=object).fillna("") for a in (kcls, dtype, conv, named_k)]
-    )
-    codes, uniq = key.factorize()
+    cls_codes, cls_vals = F.factorized(pd.Series(kcls, dtype=object), n)
+    dt_codes, dt_vals = F.factorized(pd.Series(dtype, dtype=object), n)
+    conv = conv.astype(np.int64)
+    codes, first = F.combine_codes(cls_codes, dt_codes, conv, name_codes)
     vals = np.array(
         [
-            pipe_for(str(c), d or None, roof, conv=bool(cv), named=nm or None)
-            for c, d, cv, nm in uniq
+            pipe_for(cls_vals[c] or "", dt_vals[d], roof, conv=bool(cv), named=named[k])
+            for c, d, cv, k in zip(
+                cls_codes[first].tolist(),
+                dt_codes[first].tolist(),
+                conv[first].tolist(),
+                name_codes[first].tolist(),
+                strict=True,
+            )
         ],
         dtype=object,
     )
@@ -898,10 +944,16 @@ def _n_steps(kr: pd.DataFrame) -> int:
     return max(1, int(kr["step"].nunique()))
 
 
-def _op_roofline(kr: pd.DataFrame, ops: pd.DataFrame, roof: Roofline) -> pd.DataFrame:
+def _op_roofline(
+    kr: pd.DataFrame, ops: pd.DataFrame, roof: Roofline, ctx: C.OpContext | None = None
+) -> pd.DataFrame:
     cols = [c.name for c in TABLES["op_roofline"]]
     key = np.where(kr["cost_op_id"] >= 0, kr["cost_op_id"], kr["op_id"])
-    k = kr.assign(_key=key)[key >= 0]
+    used = ["dur", "flops", "bytes", "flops_model", "bytes_model", "pipe", "source",
+            "cost_note", "autograd_node", "class"]  # fmt: skip
+    k = kr[used].assign(_key=key)
+    if not (key >= 0).all():
+        k = k[key >= 0]
     if not len(k):
         return cast(pd.DataFrame, pd.DataFrame({c: pd.Series(dtype=object) for c in cols}))
     k = k.sort_values("dur", ascending=False, kind="stable")
@@ -930,9 +982,17 @@ def _op_roofline(kr: pd.DataFrame, ops: pd.DataFrame, roof: Roofline) -> pd.Data
     out.index.name = "op_id"
     out = out.reset_index()
     if len(ops):
-        o = ops.set_index("op_id")
+        ids = ctx.ids if ctx is not None else pd.Index(ops["op_id"].to_numpy(dtype=np.int64))
+        pos = ids.get_indexer(out["op_id"].to_numpy())
+        found = pos >= 0
         for c in ("name", "step", "module", "input_dims", "input_types"):
-            out[c] = o[c].reindex(out["op_id"]).to_numpy() if c in o else None
+            if c not in ops:
+                out[c] = None
+                continue
+            col = ops[c].iloc[np.maximum(pos, 0)] if len(pos) else ops[c].iloc[:0]
+            if not found.all():
+                col = col.where(found)
+            out[c] = _column(col, len(col))
     else:
         for c in ("name", "step", "module", "input_dims", "input_types"):
             out[c] = None
