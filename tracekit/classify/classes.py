@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import numpy as np
 import pandas as pd
@@ -953,11 +953,21 @@ def _autograd_name(name: str) -> str | None:
     return node.split("::")[-1] if node else None
 
 
+def id_index(ids: np.ndarray) -> pd.Index:
+    """An index of ids for ``get_indexer``: a RangeIndex (arithmetic, no hash table) when
+    the ids are the row numbers, as the parser writes them."""
+    n = len(ids)
+    index: pd.Index = pd.Index(ids)
+    if n and ids[0] == 0 and ids[-1] == n - 1 and bool((np.diff(ids) == 1).all()):
+        index = pd.RangeIndex(n)
+    return index
+
+
 def _positions(ops: pd.DataFrame) -> tuple[pd.Index, np.ndarray]:
     """Row positions of ops and of each op's parent (-1: none)."""
-    ids = pd.Index(ops["op_id"].to_numpy(dtype=np.int64))
+    ids = id_index(ops["op_id"].to_numpy(dtype=np.int64))
     parent = ops["parent"].to_numpy(dtype=np.int64)
-    ppos = ids.get_indexer(parent)  # -1 where parent is -1 or unknown
+    ppos = ids.get_indexer(pd.Index(parent))  # -1 where parent is -1 or unknown
     return ids, ppos.astype(np.int64)
 
 
@@ -971,6 +981,8 @@ def _depth_order(ops: pd.DataFrame, ppos: np.ndarray) -> list[np.ndarray]:
         while (cur >= 0).any():
             depth[cur >= 0] += 1
             cur = np.where(cur >= 0, ppos[np.maximum(cur, 0)], -1)
+    if len(depth) and depth.min() >= 0 and depth.max() < 2**15:
+        depth = depth.astype(np.int16)  # a stable sort of 16-bit keys is a radix sort
     order = np.argsort(depth, kind="stable")
     d_sorted = depth[order]
     cuts = np.flatnonzero(np.diff(d_sorted)) + 1
@@ -979,35 +991,45 @@ def _depth_order(ops: pd.DataFrame, ppos: np.ndarray) -> list[np.ndarray]:
 
 @dataclass(frozen=True)
 class OpContext:
-    """Per-op rule matches: own match and the best match among its ancestors."""
+    """Per-op rule matches: own match and the best match among its ancestors, each an
+    index into ``cls`` / ``prio`` / ``rule`` (one entry per distinct op name, then
+    :data:`NO_MATCH`), and the nearest autograd node (self included), an index into
+    ``nodes`` (-1: none). Integers per op, so that half a million ops cost no objects."""
 
     ids: pd.Index
     ppos: np.ndarray
-    own_cls: np.ndarray  # object
-    own_prio: np.ndarray
-    own_rule: np.ndarray
-    anc_cls: np.ndarray
-    anc_prio: np.ndarray
-    anc_rule: np.ndarray
-    autograd: np.ndarray  # nearest autograd node name (self included) or None
+    own: np.ndarray
+    anc: np.ndarray
+    cls: np.ndarray  # object
+    prio: np.ndarray
+    rule: np.ndarray  # object
+    node: np.ndarray
+    nodes: np.ndarray  # object
+
+    def autograd(self, pos: np.ndarray) -> np.ndarray:
+        """Nearest autograd node name (or None) of the ops at ``pos``."""
+        out = np.full(len(pos), None, dtype=object)
+        k = self.node[pos]
+        out[k >= 0] = self.nodes[k[k >= 0]]
+        return out
 
 
 def op_context(ops: pd.DataFrame) -> OpContext:
-    """Match every op name once and propagate the best ancestor match down the tree."""
+    """Match every distinct op name once and propagate the best ancestor match down the
+    tree, level by level."""
     ids, ppos = _positions(ops)
     inv, uniq_idx = pd.factorize(ops["name"].astype(str), sort=False)
+    inv = inv.astype(np.int64)
     uniq = [str(u) for u in uniq_idx]
-    matches = [match_op(n) for n in uniq]
-    own_cls = np.array([m.cls for m in matches], dtype=object)[inv]
-    own_prio = np.array([m.priority for m in matches], dtype=np.int64)[inv]
-    own_rule = np.array([m.rule for m in matches], dtype=object)[inv]
-    own_ag = np.array([_autograd_name(n) for n in uniq], dtype=object)[inv]
+    matches = [*(match_op(n) for n in uniq), NO_MATCH]
+    cls = np.array([m.cls for m in matches], dtype=object)
+    prio = np.array([m.priority for m in matches], dtype=np.int64)
+    rule = np.array([m.rule for m in matches], dtype=object)
+    nodes = np.array([_autograd_name(n) for n in uniq], dtype=object)
+    has_node = np.array([a is not None for a in nodes], dtype=bool)
 
-    n = len(ops)
-    anc_cls = np.full(n, "other", dtype=object)
-    anc_prio = np.full(n, -1, dtype=np.int64)
-    anc_rule = np.full(n, "", dtype=object)
-    autograd = own_ag.copy()
+    anc = np.full(len(ops), len(matches) - 1, dtype=np.int64)  # NO_MATCH
+    node = np.where(has_node[inv], inv, -1) if len(nodes) else np.full(len(ops), -1)
     for level in _depth_order(ops, ppos):
         p = ppos[level]
         has = p >= 0
@@ -1015,13 +1037,11 @@ def op_context(ops: pd.DataFrame) -> OpContext:
         if len(c) == 0:
             continue
         # the parent's own match is nearer than the parent's ancestors: it wins ties
-        take_own = own_prio[pp] >= anc_prio[pp]
-        anc_prio[c] = np.where(take_own, own_prio[pp], anc_prio[pp])
-        anc_cls[c] = np.where(take_own, own_cls[pp], anc_cls[pp])
-        anc_rule[c] = np.where(take_own, own_rule[pp], anc_rule[pp])
-        missing = pd.isna(autograd[c])
-        autograd[c[missing]] = autograd[pp[missing]]
-    return OpContext(ids, ppos, own_cls, own_prio, own_rule, anc_cls, anc_prio, anc_rule, autograd)
+        own_p, anc_p = inv[pp], anc[pp]
+        anc[c] = np.where(prio[own_p] >= prio[anc_p], own_p, anc_p)
+        missing = node[c] < 0
+        node[c[missing]] = node[pp[missing]]
+    return OpContext(ids, ppos, inv, anc, cls, prio, rule, node.astype(np.int64), nodes)
 
 
 def classify_kernels(
@@ -1034,17 +1054,36 @@ def classify_kernels(
     ``autograd_node`` and ``fused_ops`` (comma-separated Inductor op list, else null).
     ``ctx``: :func:`op_context` of ``ops``, if already computed.
     """
+    return cast(pd.DataFrame, pd.DataFrame(kernel_classes(kernels, ops, ctx), index=kernels.index))
+
+
+def _fused_text(names: Any) -> np.ndarray:
+    """:func:`fused_ops` of each name, comma-joined (None: not an Inductor kernel)."""
+    return np.array(
+        [(",".join(f) if (f := fused_ops(str(s))) is not None else None) for s in names],
+        dtype=object,
+    )
+
+
+def kernel_classes(
+    kernels: pd.DataFrame,
+    ops: pd.DataFrame | None,
+    ctx: OpContext | None = None,
+    names: tuple[np.ndarray, Any] | None = None,
+) -> dict[str, np.ndarray]:
+    """:func:`classify_kernels`' columns as arrays. Names are matched once per distinct
+    name; ``names``: the codes and distinct values of ``kernels['name']`` (as str), if
+    already at hand."""
     n = len(kernels)
     kinds = kernels["kind"].astype(str).to_numpy() if "kind" in kernels else np.full(n, "kernel")
-    inv, uniq_idx = pd.factorize(kernels["name"].astype(str), sort=False)
-    uniq = [str(u) for u in uniq_idx]
+    if names is None:
+        names = pd.factorize(kernels["name"].astype(str), sort=False)
+    inv, uniq = names[0], [str(u) for u in names[1]]
     km = [match_kernel(s) for s in uniq]
     k_cls = np.array([m.cls for m in km], dtype=object)[inv]
     k_prio = np.array([m.priority for m in km], dtype=np.int64)[inv]
     k_rule = np.array([m.rule for m in km], dtype=object)[inv]
-    fused = np.array(
-        [(",".join(f) if (f := fused_ops(s)) is not None else None) for s in uniq], dtype=object
-    )[inv]
+    fused = _fused_text(uniq)[inv]
 
     o_cls = np.full(n, "other", dtype=object)
     o_prio = np.full(n, -1, dtype=np.int64)
@@ -1056,22 +1095,16 @@ def classify_kernels(
         pos = ctx.ids.get_indexer(pd.Index(kernels["op_id"].to_numpy(dtype=np.int64)))
         ok = pos >= 0
         q = pos[ok]
-        o_cls[ok], o_prio[ok], o_rule[ok] = ctx.own_cls[q], ctx.own_prio[q], ctx.own_rule[q]
-        a_cls[ok], a_prio[ok], a_rule[ok] = ctx.anc_cls[q], ctx.anc_prio[q], ctx.anc_rule[q]
-        autograd[ok] = ctx.autograd[q]
+        own, anc = ctx.own[q], ctx.anc[q]
+        o_cls[ok], o_prio[ok], o_rule[ok] = ctx.cls[own], ctx.prio[own], ctx.rule[own]
+        a_cls[ok], a_prio[ok], a_rule[ok] = ctx.cls[anc], ctx.prio[anc], ctx.rule[anc]
+        autograd[ok] = ctx.autograd(q)
         # an innermost Triton op carries the fused list of its kernel
-        op_fused = (
-            np.array(
-                [
-                    (",".join(f) if (f := fused_ops(str(s))) is not None else None)
-                    for s in kernels["op_name"].astype(object).to_numpy()[ok]
-                ],
-                dtype=object,
+        if "op_name" in kernels:
+            codes, op_names = pd.factorize(
+                kernels["op_name"].astype(object).iloc[np.flatnonzero(ok)], use_na_sentinel=False
             )
-            if "op_name" in kernels
-            else None
-        )
-        if op_fused is not None:
+            op_fused = _fused_text(op_names)[codes]
             sub = fused[ok]
             fill = np.array([s is None for s in sub], dtype=bool)
             sub[fill] = op_fused[fill]
@@ -1092,19 +1125,13 @@ def classify_kernels(
     for kind in ("memcpy", "memset"):
         is_kind = kinds == kind
         cls[is_kind], src[is_kind], rule[is_kind] = kind, "kind", f"kind:{kind}"
-    return cast(
-        pd.DataFrame,
-        pd.DataFrame(
-            {
-                "class": cls,
-                "class_source": src,
-                "class_rule": rule,
-                "autograd_node": autograd,
-                "fused_ops": fused,
-            },
-            index=kernels.index,
-        ),
-    )
+    return {
+        "class": cls,
+        "class_source": src,
+        "class_rule": rule,
+        "autograd_node": autograd,
+        "fused_ops": fused,
+    }
 
 
 def rules_frame() -> pd.DataFrame:

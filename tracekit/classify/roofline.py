@@ -17,6 +17,7 @@ modelled numbers kernel by kernel, with the modelled ones kept alongside.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -244,7 +245,7 @@ def _cost_ops(
         c = cur[idx]
         ok = finite[c]
         if level > 0:  # an ancestor carries the cost only if it is of the kernel's class
-            ok &= ctx.own_cls[c] == kcls[idx]
+            ok &= ctx.cls[ctx.own[c]] == kcls[idx]
         anchor[idx[ok]] = c[ok]
         cur = np.where(cur >= 0, ctx.ppos[np.maximum(cur, 0)], -1)
     return anchor, pos, cost
@@ -259,13 +260,17 @@ _ONE_PER_GROUP = ("aten::_foreach_addcdiv_", "aten::_foreach_lerp_", "aten::_fus
                   "aten::_fused_adam_")  # fmt: skip
 
 
+@functools.lru_cache(maxsize=4096)
+def _name_element_size(name: str) -> int | None:
+    m = _ELEM_RE.search(name)
+    if m is None:
+        return None
+    return int(m.group(1)) if m.group(1) else _ELEM_BYTES[m.group(2)]
+
+
 def _element_size(names: list[str]) -> int | None:
     """Element size of copy/multi-tensor kernels from their template arguments, if unique."""
-    sizes = set()
-    for nm in names:
-        m = _ELEM_RE.search(nm)
-        if m:
-            sizes.add(int(m.group(1)) if m.group(1) else _ELEM_BYTES[m.group(2)])
+    sizes = {_name_element_size(nm) for nm in names} - {None}
     return sizes.pop() if len(sizes) == 1 else None
 
 
@@ -324,7 +329,7 @@ def _refine_lists(
             n_params
             and one_group
             and str(note_arr[i]).startswith(F.LIST_SIZES_UNKNOWN)
-            and str(ctx.anc_rule[i]).startswith("op:^Optimizer")
+            and str(ctx.rule[ctx.anc[i]]).startswith("op:^Optimizer")
             and blocks[i] * MTA_CHUNK >= 0.5 * n_params
         ):
             numel = n_params
@@ -710,8 +715,8 @@ def classify(
 
     # classes
     ctx = C.op_context(ops) if len(ops) else None
-    cls_df = C.classify_kernels(kernels, ops if len(ops) else None, ctx)
-    kcls = cls_df["class"].to_numpy(dtype=object)
+    cls_df = C.kernel_classes(kernels, ops if len(ops) else None, ctx, (name_codes, name_uniq))
+    kcls = cls_df["class"]
     if not len(ops):
         notes.append("no CPU operators in the trace: classes from kernel names only, no FLOPs")
 
@@ -756,17 +761,18 @@ def classify(
         notes.append("no shapes recorded (record_shapes=False): FLOPs unavailable")
     elif len(ops) and not np.isfinite(flops[~is_copy]).any() and (~is_copy).any():
         notes.append("no kernel could be given FLOPs from the recorded shapes")
-    if any(str(x).startswith(F.LIST_SIZES_UNKNOWN) for x in cost_note):
+    distinct_notes = [str(x) for x in pd.unique(cost_note)]
+    if any(x.startswith(F.LIST_SIZES_UNKNOWN) for x in distinct_notes):
         notes.append(
             "the profiler dropped the shapes of long tensor lists (optimizer steps): their "
             "FLOPs and bytes are unknown unless the manifest gives the parameter count"
         )
-    if any(F.LIST_SIZES_UNKNOWN + ":" in str(x) for x in cost_note):
+    if any(F.LIST_SIZES_UNKNOWN + ":" in x for x in distinct_notes):
         notes.append(
             "optimizer tensor lists without recorded shapes were given the model's parameter "
             "count (manifest) per list"
         )
-    if any("B/element assumed" in str(x) for x in cost_note):
+    if any("B/element assumed" in x for x in distinct_notes):
         notes.append(
             "the profiler does not record the dtype of tensor lists (optimizer "
             "states): fp32 (4 B/element) assumed for their bytes"
@@ -826,7 +832,7 @@ def classify(
                     "measured kernels is decided by DRAM intensity alone"
                 )
 
-    peak = np.array([roof.peak(p) if p else None for p in pipe], dtype=float)
+    peak = _peaks(roof, pipe)
     b = _bounds(flops, nbytes, dur, peak, roof.bandwidth, l2, roof.l2_bandwidth)
     b["bound"][is_copy & np.isfinite(nbytes)] = "memory-bound"
     b["roof_pct"][host_copy] = NAN
@@ -839,14 +845,14 @@ def classify(
             "name": _column(kernels.get("name"), n, names),
             "kind": _column(kernels.get("kind"), n, kind),
             "class": kcls,
-            "class_source": cls_df["class_source"].to_numpy(dtype=object),
-            "class_rule": cls_df["class_rule"].to_numpy(dtype=object),
-            "fused_ops": cls_df["fused_ops"].to_numpy(dtype=object),
+            "class_source": cls_df["class_source"],
+            "class_rule": cls_df["class_rule"],
+            "fused_ops": cls_df["fused_ops"],
             "device": dev.astype(np.int32),
             "stream": _col(kernels, "stream", -1, np.int64),
             "op_id": _col(kernels, "op_id", -1, np.int64),
             "op_name": _column(kernels.get("op_name"), n),
-            "autograd_node": cls_df["autograd_node"].to_numpy(dtype=object),
+            "autograd_node": cls_df["autograd_node"],
             "top_op": _column(kernels.get("top_op_name"), n),
             "module": _column(kernels.get("module"), n),
             "step": step.astype(np.int32),
@@ -944,83 +950,91 @@ def _n_steps(kr: pd.DataFrame) -> int:
     return max(1, int(kr["step"].nunique()))
 
 
+_SUMMED = ("flops", "bytes", "flops_model", "bytes_model")
+_FIRST = ("pipe", "source", "cost_note", "autograd_node")
+
+
+def _peaks(roof: Roofline, pipes: Any) -> np.ndarray:
+    """Peak FLOP/s of each pipe name (NaN: none), looked up once per distinct pipe."""
+    codes, uniq = pd.factorize(np.asarray(pipes, dtype=object))
+    vals = [roof.peak(p) if isinstance(p, str) else None for p in uniq]
+    return np.array([*vals, None], dtype=float)[codes]  # code -1 (missing): the last
+
+
 def _op_roofline(
     kr: pd.DataFrame, ops: pd.DataFrame, roof: Roofline, ctx: C.OpContext | None = None
 ) -> pd.DataFrame:
+    """One row per cost operator (else launching operator) of the kernels, by GPU time.
+
+    Only numbers and row positions are grouped: per operator the sums of its kernels (in
+    the order longest first), the position of its longest kernel with a pipe, source, note
+    and autograd node, and its class of most GPU time; the text is taken once at the end."""
     cols = [c.name for c in TABLES["op_roofline"]]
     key = np.where(kr["cost_op_id"] >= 0, kr["cost_op_id"], kr["op_id"])
-    used = ["dur", "flops", "bytes", "flops_model", "bytes_model", "pipe", "source",
-            "cost_note", "autograd_node", "class"]  # fmt: skip
-    k = kr[used].assign(_key=key)
-    if not (key >= 0).all():
-        k = k[key >= 0]
-    if not len(k):
+    sel = np.flatnonzero(key >= 0)
+    if not len(sel):
         return cast(pd.DataFrame, pd.DataFrame({c: pd.Series(dtype=object) for c in cols}))
-    k = k.sort_values("dur", ascending=False, kind="stable")
+    dur = kr["dur"].to_numpy(dtype=np.int64)
+    rows = sel[np.argsort(-dur[sel], kind="stable")]  # longest first, ties in kernel order
+    cls_codes, cls_uniq = pd.factorize(kr["class"], sort=True)
+    k = pd.DataFrame({"_key": key[rows], "dur": dur[rows], "_cls": cls_codes[rows]})
+    for c in _SUMMED:
+        k[c] = kr[c].to_numpy(dtype=float)[rows]
+    at = np.arange(len(rows), dtype=float)
+    for c in _FIRST:  # position in ``rows`` where the column has a value
+        k[c] = np.where(kr[c].notna().to_numpy()[rows], at, NAN)
     g = k.groupby("_key", sort=True)
-    out = pd.DataFrame(
-        {
-            "gpu_dur": g["dur"].sum(),
-            "kernel_count": g["dur"].size(),
-            "flops": g["flops"].sum(min_count=1),
-            "bytes": g["bytes"].sum(min_count=1),
-            "flops_model": g["flops_model"].sum(min_count=1),
-            "bytes_model": g["bytes_model"].sum(min_count=1),
-            "pipe": g["pipe"].first(),
-            "source": g["source"].first(),
-            "cost_note": g["cost_note"].first(),
-            "autograd_node": g["autograd_node"].first(),
-        }
-    )
-    # a NaN in any kernel makes the op's total unknown (no partial sums)
     size = g["dur"].size()
-    for c in ("flops", "bytes", "flops_model", "bytes_model"):
-        out.loc[(g[c].count() < size).to_numpy(), c] = NAN
-    cls_time = k.groupby(["_key", "class"])["dur"].sum().reset_index()
+    out = {"op_id": size.index.to_numpy(dtype=np.int64), "gpu_dur": g["dur"].sum().to_numpy()}
+    out["kernel_count"] = size.to_numpy()
+    for c in _SUMMED:
+        v = g[c].sum(min_count=1).to_numpy(dtype=float, copy=True)
+        v[(g[c].count() < size).to_numpy()] = NAN  # a NaN in any kernel: total unknown
+        out[c] = v
+    first = {c: g[c].first().to_numpy(dtype=float) for c in _FIRST}
+    cls_time = k.groupby(["_key", "_cls"])["dur"].sum().reset_index()
     cls_time = cls_time.sort_values(["_key", "dur"], ascending=[True, False], kind="stable")
-    out["class"] = cls_time.drop_duplicates("_key").set_index("_key")["class"]
-    out.index.name = "op_id"
-    out = out.reset_index()
+    best = cls_time.drop_duplicates("_key")["_cls"].to_numpy()
+    # by GPU time, descending (stable: ties in op id order); every column taken in that order
+    order = np.argsort(-out["gpu_dur"], kind="stable")
+    res: dict[str, Any] = {c: v[order] for c, v in out.items()}
+    res["class"] = cls_uniq[best[order]].array
+    for c in _FIRST:
+        p = first[c][order]
+        res[c] = kr[c].array.take(
+            np.where(np.isnan(p), -1, rows[np.nan_to_num(p).astype(np.int64)]), allow_fill=True
+        )
+    n = len(order)
     if len(ops):
-        ids = ctx.ids if ctx is not None else pd.Index(ops["op_id"].to_numpy(dtype=np.int64))
-        pos = ids.get_indexer(out["op_id"].to_numpy())
+        ids = ctx.ids if ctx is not None else C.id_index(ops["op_id"].to_numpy(dtype=np.int64))
+        pos = ids.get_indexer(res["op_id"])
         found = pos >= 0
         for c in ("name", "step", "module", "input_dims", "input_types"):
             if c not in ops:
-                out[c] = None
+                res[c] = np.full(n, None, dtype=object)
                 continue
-            col = ops[c].iloc[np.maximum(pos, 0)] if len(pos) else ops[c].iloc[:0]
+            col = ops[c].iloc[np.maximum(pos, 0)]
             if not found.all():
                 col = col.where(found)
-            out[c] = _column(col, len(col))
+            res[c] = _column(col, n)
     else:
         for c in ("name", "step", "module", "input_dims", "input_types"):
-            out[c] = None
-    out["step"] = pd.to_numeric(out["step"], errors="coerce").fillna(-1).astype(np.int32)
-    peak = np.array(
-        [roof.peak(p) if isinstance(p, str) else None for p in out["pipe"]], dtype=float
-    )
-    is_copy = out["class"].isin(["memcpy", "memset"]).to_numpy()
-    b = _bounds(
-        out["flops"].to_numpy(float),
-        out["bytes"].to_numpy(float),
-        out["gpu_dur"].to_numpy(np.int64),
-        peak,
-        roof.bandwidth,
-    )
+            res[c] = np.full(n, None, dtype=object)
+    res["step"] = pd.to_numeric(pd.Series(res["step"]), errors="coerce").fillna(-1)
+    res["step"] = res["step"].to_numpy().astype(np.int32)
+    is_copy = np.isin(np.asarray(res["class"], dtype=object), ["memcpy", "memset"])
+    peak = _peaks(roof, res["pipe"])
+    b = _bounds(res["flops"], res["bytes"], res["gpu_dur"], peak, roof.bandwidth)
     bound = b["bound"]
-    bound[is_copy & np.isfinite(out["bytes"].to_numpy(float))] = "memory-bound"
+    bound[is_copy & np.isfinite(res["bytes"])] = "memory-bound"
     if not roof.known:
         bound[:] = "unknown"
-    out["intensity"], out["ridge"], out["bound"] = b["intensity"], b["ridge"], bound
-    out["attained_flops"], out["attained_bw"] = b["attained_flops"], b["attained_bw"]
-    out["roof_pct"] = b["roof_pct"]
-    out["gpu_dur"] = out["gpu_dur"].astype(np.int64)
-    out["kernel_count"] = out["kernel_count"].astype(np.int64)
-    return cast(
-        pd.DataFrame,
-        out[cols].sort_values("gpu_dur", ascending=False, kind="stable").reset_index(drop=True),
-    )
+    res["intensity"], res["ridge"], res["bound"] = b["intensity"], b["ridge"], bound
+    res["attained_flops"], res["attained_bw"] = b["attained_flops"], b["attained_bw"]
+    res["roof_pct"] = b["roof_pct"]
+    res["gpu_dur"] = res["gpu_dur"].astype(np.int64)
+    res["kernel_count"] = res["kernel_count"].astype(np.int64)
+    return cast(pd.DataFrame, pd.DataFrame({c: res[c] for c in cols}))
 
 
 def _classes(kr: pd.DataFrame, n_steps: int) -> pd.DataFrame:
