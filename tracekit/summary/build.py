@@ -26,6 +26,8 @@ SUMMARY_VERSION = 1
 TOP_OPERATORS = 15
 TOP_KERNELS = 10
 TOP_ALLOCATORS = 10
+# the classified kernels' columns the summary reads
+KERNEL_COLUMNS = ("step", "name", "kind", "class", "dur", "flops", "bound", "source")
 
 # What each profiler option adds, and therefore what its absence costs.
 OPTION_COST: dict[str, str] = {
@@ -229,7 +231,8 @@ def summarize(
     steps = S.analysed_steps(trace.steps)
     table = S.step_table(trace.steps)
     n = max(1, len(steps))
-    k = C.in_steps(cls.kernels, steps)
+    # the columns the tables use: copying every classified column costs more than the rest
+    k = C.in_steps(cls.kernels[[c for c in KERNEL_COLUMNS if c in cls.kernels]], steps)
     classes = C.class_table(k, n)
     per_step = C.class_time_per_step(k)
     ops = cls.ops[cls.ops["step"].isin(steps)] if "step" in cls.ops else cls.ops
@@ -250,7 +253,9 @@ def summarize(
         s = trace.steps[trace.steps["step"] >= 0]
         ends = s["cpu_ts"] + s["cpu_dur"]
         window_end = int(ends.max())
-    mem = M.memory_stats(trace.memory, window_end)
+    # the report device's events, selected once (each memory function would do it again)
+    memory, _ = M.device_events(trace.memory)
+    mem = M.memory_stats(memory, window_end)
     mem_source: str | None = None
     if mem is not None:
         mem_source = f"measured: {mem.events} [memory] events of {mem.device} in the trace"
@@ -303,10 +308,10 @@ def summarize(
         roofs=roofs,
         memory=mem,
         memory_source=mem_source,
-        memory_timeline=M.timeline(trace.memory),
-        memory_per_step=M.peaks_per_step(trace.memory),
+        memory_timeline=M.timeline(memory),
+        memory_per_step=M.peaks_per_step(memory),
         categories=categories,
-        allocators=M.top_allocators(trace.memory, TOP_ALLOCATORS, steps=n),
+        allocators=M.top_allocators(memory, TOP_ALLOCATORS, steps=n),
         bytes_per_token=per_token,
         launch=launch,
         flop_sources=flop_sources,

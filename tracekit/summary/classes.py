@@ -8,6 +8,7 @@ class's share is exactly its summed durations over the total.
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -29,8 +30,10 @@ def class_order(present: list[str] | pd.Index) -> list[str]:
 
 
 def in_steps(kernels: pd.DataFrame, steps: list[int]) -> pd.DataFrame:
-    """The GPU activities launched in the analysed steps."""
-    frame: pd.DataFrame = kernels[kernels["step"].isin(steps)]
+    """The GPU activities launched in the analysed steps (the frame itself when that is
+    all of them: copying its long text columns costs more than the rest of the report)."""
+    keep = kernels["step"].isin(steps).to_numpy()
+    frame: pd.DataFrame = kernels if keep.all() else kernels[keep]
     return frame
 
 
@@ -115,6 +118,36 @@ def _first(s: pd.Series) -> object:
     return u[0] if len(u) == 1 else ("mixed" if len(u) else None)
 
 
+def group_first(values: pd.Series, gid: np.ndarray, n: int) -> list[object]:
+    """:func:`_first` of each of ``n`` groups (``gid``: group number of each row): its one
+    distinct non-missing value, 'mixed' for several, None for none; without a Python call
+    per group."""
+    codes, uniq = pd.factorize(values)  # missing: -1
+    ok = codes >= 0
+    width = len(uniq) + 1
+    pairs = np.unique(gid[ok].astype(np.int64) * width + codes[ok])  # distinct (group, value)
+    grp, val = pairs // width, pairs % width
+    count = np.bincount(grp, minlength=n)
+    out: list[object] = [None] * n
+    for g, v in zip(grp.tolist(), val.tolist(), strict=True):
+        out[g] = uniq[v] if count[g] == 1 else "mixed"
+    return out
+
+
+def group_sum(values: np.ndarray, gid: np.ndarray, n: int) -> np.ndarray:
+    """``Series.sum(min_count=1)`` of each of ``n`` groups (NaN: no value), with the same
+    (numpy pairwise) summation per group as that, so the sums agree to the last bit."""
+    order = np.argsort(gid, kind="stable")
+    v = values[order].astype(np.float64)
+    missing = np.isnan(v)
+    v[missing] = 0.0
+    has = np.bincount(gid[order][~missing], minlength=n) > 0
+    bounds = np.searchsorted(gid[order], np.arange(n + 1))
+    out = np.array([v[a:b].sum() for a, b in itertools.pairwise(bounds.tolist())], dtype=float)
+    out[~has] = np.nan
+    return out
+
+
 def operator_table(ops: pd.DataFrame, n_steps: int) -> pd.DataFrame:
     """The per-operator roofline (``Classification.ops``: one row per operator call that
     ran GPU work) grouped by operator name, class and input shapes/types: calls, GPU time,
@@ -143,27 +176,33 @@ def operator_table(ops: pd.DataFrame, n_steps: int) -> pd.DataFrame:
     ]
     if ops.empty:
         return empty(cols)
-    o = ops.copy()
-    for c in ("input_dims", "input_types", "pipe", "bound", "source"):
-        if c not in o:
-            o[c] = None
     keys = ["name", "class", "input_dims", "input_types"]
-    o[["input_dims", "input_types"]] = o[["input_dims", "input_types"]].fillna("")
-    dur = o["gpu_dur"].to_numpy(dtype=np.float64)
-    o["_w_roof"] = np.nan_to_num(o["roof_pct"].to_numpy(dtype=np.float64)) * dur
-    o["_w_dur"] = np.where(np.isfinite(o["roof_pct"].to_numpy(dtype=np.float64)), dur, 0.0)
+    # only the columns used, not a copy of the whole op table
+    o = pd.DataFrame(
+        {
+            c: (ops[c].fillna("") if c in ("input_dims", "input_types") else ops[c])
+            if c in ops
+            else ("" if c in ("input_dims", "input_types") else None)
+            for c in keys
+        }
+    )
+    dur = ops["gpu_dur"].to_numpy(dtype=np.float64)
+    roof = ops["roof_pct"].to_numpy(dtype=np.float64)
+    o["gpu_dur"] = ops["gpu_dur"].to_numpy()
+    o["_w_roof"] = np.nan_to_num(roof) * dur
+    o["_w_dur"] = np.where(np.isfinite(roof), dur, 0.0)
     g = o.groupby(keys, sort=False, dropna=False)
     t = g.agg(
         calls=("gpu_dur", "size"),
         gpu_time_ns=("gpu_dur", "sum"),
-        flops=("flops", lambda s: s.sum(min_count=1)),
-        bytes=("bytes", lambda s: s.sum(min_count=1)),
         w_roof=("_w_roof", "sum"),
         w_dur=("_w_dur", "sum"),
-        pipe=("pipe", _first),
-        bound=("bound", _first),
-        source=("source", _first),
     )
+    gid, n = g.ngroup().to_numpy(), len(t)
+    for c in ("flops", "bytes"):
+        t[c] = group_sum(ops[c].to_numpy(dtype=np.float64), gid, n)
+    for c in ("pipe", "bound", "source"):
+        t[c] = group_first(ops[c], gid, n) if c in ops else [None] * n
     t = t.reset_index()
     total = float(dur.sum())
     secs = t["gpu_time_ns"].to_numpy(dtype=np.float64) / 1e9

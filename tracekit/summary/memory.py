@@ -46,15 +46,21 @@ def device_events(memory: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     the CPU. Returns the rows (time-ordered) and the device label ('cuda:N' or 'cpu')."""
     if memory.empty:
         return memory, ""
-    gpu = memory[memory["device_type"] == CUDA]
-    if not gpu.empty:
-        dev = int(gpu["device"].value_counts().idxmax())
-        rows = gpu[gpu["device"] == dev]
+    gpu = (memory["device_type"] == CUDA).to_numpy()
+    if gpu.any():
+        device = memory["device"].to_numpy()
+        dev = int(pd.Series(device[gpu]).value_counts().idxmax())
+        keep = gpu & (device == dev)
         label = f"cuda:{dev}"
     else:
-        rows = memory[memory["device_type"] == CPU]
-        label = "cpu" if not rows.empty else ""
-    return rows.sort_values("ts", kind="stable").reset_index(drop=True), label
+        keep = (memory["device_type"] == CPU).to_numpy()
+        label = "cpu" if keep.any() else ""
+    # copy (and sort) only when needed: the table has a text column and many rows
+    rows = memory if keep.all() else memory[keep]
+    ts = rows["ts"].to_numpy()
+    if len(ts) > 1 and not bool((ts[1:] >= ts[:-1]).all()):
+        rows = rows.sort_values("ts", kind="stable")
+    return rows.reset_index(drop=True), label
 
 
 def _time_weighted_mean(ts: np.ndarray, values: np.ndarray, end: int) -> tuple[float, int]:

@@ -108,7 +108,9 @@ def launch_check(
     the GPU idle share of the *unprofiled* step, ``1 - busy / measured`` (kernel durations
     barely change under the profiler, host time does)."""
     sel = set(int(s) for s in table["step"])
-    k = kernels[kernels["step"].isin(sel) & (kernels["kind"] == "kernel")]
+    # only the columns used: kernel names are long, copying them would cost more than this
+    k = kernels[[c for c in ("dur", "runtime_id") if c in kernels]]
+    k = k[(kernels["step"].isin(sel) & (kernels["kind"] == "kernel")).to_numpy()]
     idle = gpu_idle_pct(table)
     time = float(table["step_time_ms"].sum())
     host = 100.0 * float(table["cpu_ms"].sum()) / time if time > 0 else None
@@ -120,7 +122,7 @@ def launch_check(
         else None
     )
     med_k = float(np.median(k["dur"].to_numpy())) / 1e3 if len(k) else None
-    launches = runtime[runtime["name"].isin(LAUNCH_APIS) & runtime["step"].isin(sel)]
+    launches = runtime[["dur"]][runtime["name"].isin(LAUNCH_APIS) & runtime["step"].isin(sel)]
     med_l = float(np.median(launches["dur"].to_numpy())) / 1e3 if len(launches) else None
     shorter: float | None = None
     if len(k) and "runtime_id" in k and len(runtime):
