@@ -313,9 +313,7 @@ def roofline_pair(c: Comparison) -> bytes:
             edgecolors="0.2", linewidths=0.5,
         )  # fmt: skip
         ax.scatter([], [], marker=marker, color="0.5", label=plots._plain(lab))
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.minorticks_off()
+    plots.log_axes(ax)
     ax.set_xlim(lo, hi)
     ax.set_xlabel("arithmetic intensity [FLOP/byte]")
     ax.set_ylabel("attained [FLOP/s]")
