@@ -3,15 +3,22 @@
     python benchmarks/make_big_trace.py fixtures/h200-gpt2s-b8-s128-fp32-naive/*.pt.trace.json.gz \\
         /tmp/big.pt.trace.json --mb 508
     python benchmarks/report_speed.py /tmp/big.pt.trace.json [--tensorboard]
+    tracekit parse /tmp/big.pt.trace.json -o /tmp/big-tables   # once, then iterate on
+    python benchmarks/report_speed.py /tmp/big-tables          # the stages after parse
 
-Prints the wall time of each stage (parse, classify, summarize, plots, write, tensorboard,
-waiting for the profiler-plugin copy), the total including imports, and the peak RSS.
-Outputs go to a temporary folder that is removed afterwards.
+Prints the wall time of each stage (parse — for a folder from ``tracekit parse`` just
+reading its Parquet tables —, classify, summarize, plots, write, tensorboard, waiting for
+the profiler-plugin copy, and the terminal tables), the total including imports, the CPU
+time and the peak RSS. Outputs go to a temporary folder that is removed afterwards. This
+checkout's tracekit is measured, whichever tracekit is installed.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import io
+import os
 import resource
 import shutil
 import sys
@@ -20,31 +27,58 @@ import time
 from pathlib import Path
 
 T0 = time.perf_counter()
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _this_checkout() -> None:
+    """Import tracekit and tracekit.reports from this checkout: an editable install of
+    another checkout maps ``tracekit.reports`` to its own folder (see conftest.py)."""
+    sys.path.insert(0, str(ROOT))
+    import tracekit
+
+    spec = importlib.util.spec_from_file_location(
+        "tracekit.reports", ROOT / "reports" / "__init__.py",
+        submodule_search_locations=[str(ROOT / "reports")],
+    )  # fmt: skip
+    assert spec is not None and spec.loader is not None
+    sys.modules["tracekit.reports"] = mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    tracekit.reports = mod  # type: ignore[attr-defined]
+    assert Path(tracekit.__file__).resolve().parent == ROOT / "tracekit"
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("trace", type=Path)
+    p.add_argument("trace", type=Path, help="trace file, run folder or parsed folder")
     p.add_argument(
         "--tensorboard",
         action="store_true",
         help="also write TensorBoard events and the torch-tb-profiler copy",
     )
     a = p.parse_args()
-    from tracekit.reports import report
+    _this_checkout()
+    from rich.console import Console
+
+    from tracekit.reports import report, terminal
 
     imported = time.perf_counter() - T0
     tmp = Path(tempfile.mkdtemp(prefix="tracekit-bench-"))
     try:
         res = report(a.trace, tmp / "report", tensorboard=tmp / "tb" if a.tensorboard else None)
+        t = time.perf_counter()
+        terminal.render(res.summary, Console(file=io.StringIO(), width=80), res.describe())
+        res.timings["terminal"] = time.perf_counter() - t
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    size = a.trace.stat().st_size / 1e6
+    size = f"{a.trace.stat().st_size / 1e6:.1f} MB" if a.trace.is_file() else "folder"
     stages = ", ".join(f"{k} {v:.2f} s" for k, v in res.timings.items() if k != "total")
+    after = sum(v for k, v in res.timings.items() if k not in ("total", "parse"))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # kB on Linux -> GB
+    cpu = sum(os.times()[:2])
     print(
-        f"{a.trace.name} ({size:.1f} MB): imports {imported:.2f} s, {stages}; "
-        f"total {time.perf_counter() - T0:.2f} s wall, peak RSS {rss:.2f} GB",
+        f"{a.trace.name} ({size}): imports {imported:.2f} s, {stages}; after parse "
+        f"{after:.2f} s; total {time.perf_counter() - T0:.2f} s wall, {cpu:.2f} s CPU "
+        f"(this process), peak RSS {rss:.2f} GB; load average {os.getloadavg()[0]:.2f}",
         file=sys.stderr,
     )
 
