@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,41 @@ def test_cli_json_and_text(
     assert main(["report", str(trace_file), "--format", "xml"]) == 2
     assert "--format must be" in capsys.readouterr().err
     assert main(["report", str(trace_file.parent / "missing.json")]) == 2
+
+
+def test_console_entry_point_ends_without_losing_output(trace_file: Path) -> None:
+    """`tracekit report` ends the process right after its output (no interpreter
+    teardown): everything printed to a pipe and written to disk must still be there."""
+    root = Path(__file__).resolve().parents[1]
+    out = trace_file.parent / "rep"
+    code = (  # this checkout's tracekit.reports, as in test_layering
+        "import sys, importlib.util\n"
+        f"sys.path.insert(0, {str(root)!r})\n"
+        "import tracekit\n"
+        "spec = importlib.util.spec_from_file_location('tracekit.reports', "
+        f"{str(root / 'reports' / '__init__.py')!r}, "
+        f"submodule_search_locations=[{str(root / 'reports')!r}])\n"
+        "mod = importlib.util.module_from_spec(spec)\n"
+        "sys.modules['tracekit.reports'] = mod\n"
+        "spec.loader.exec_module(mod)\n"
+        "import atexit\n"
+        "atexit.register(print, 'teardown ran')\n"
+        "from tracekit.cli import run\n"
+        f"sys.argv = ['tracekit', 'report', {str(trace_file)!r}, '-o', {str(out)!r}]\n"
+        "run()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert r.returncode == 0, r.stderr
+    assert "GPU time per class" in r.stdout and r.stdout.rstrip().endswith("summary.json")
+    assert "teardown ran" not in r.stdout  # ended without the interpreter's teardown
+    assert {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()} == REPORT_FILES
+    bad = subprocess.run(
+        [sys.executable, "-c", code.replace(str(trace_file), str(trace_file) + ".missing")],
+        capture_output=True,
+        text=True,
+        cwd=root,
+    )
+    assert bad.returncode == 2 and "teardown ran" in bad.stdout  # errors exit normally
 
 
 def test_failed_report_leaves_earlier_one(
