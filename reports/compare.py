@@ -26,7 +26,7 @@ from tracekit.errors import UsageError
 from tracekit.io import atomic_dir, atomic_write_json, atomic_write_text
 from tracekit.parse import load
 
-from . import fmt, html, markdown, plots
+from . import draw, fmt, html, markdown, plots
 from . import terminal as term
 from .run import _stem, classify_trace
 
@@ -267,23 +267,23 @@ def class_bars(c: Comparison) -> bytes:
     fig = Figure(figsize=(9, 0.5 * max(4, len(cl)) + 1.2))
     fig.subplots_adjust(left=0.15, right=0.97, top=0.9, bottom=0.12)
     if cl.empty:
-        return plots._message(fig, "GPU time per class", "no GPU activity in either run")
+        return draw.message(fig, "GPU time per class", "no GPU activity in either run")
     ax = fig.add_subplot()
     y = np.arange(len(cl))
     h = 0.4
     colors = [plots._color(str(x)) for x in cl["class"]]
-    ax.barh(y - h / 2, cl["a_ms"], height=h, color=colors, label=plots._plain(f"A: {c.label_a}"))
+    ax.barh(y - h / 2, cl["a_ms"], height=h, color=colors, label=draw.plain(f"A: {c.label_a}"))
     ax.barh(y + h / 2, cl["b_ms"], height=h, color=colors, alpha=0.45, hatch="//",
-            edgecolor="0.3", label=plots._plain(f"B: {c.label_b}"))  # fmt: skip
+            edgecolor="0.3", label=draw.plain(f"B: {c.label_b}"))  # fmt: skip
     for yi, (a, b, d) in enumerate(zip(cl["a_ms"], cl["b_ms"], cl["delta_ms"], strict=True)):
         ax.text(max(a, b), yi, f" {d:+.3f} ms", va="center", fontsize=8)
-    ax.set_yticks(y, [plots._plain(str(x)) for x in cl["class"]])
+    ax.set_yticks(y, [draw.plain(str(x)) for x in cl["class"]])
     ax.invert_yaxis()
     ax.set_xlabel("GPU time per step [ms]")
     ax.set_title("GPU time per class: A (solid) vs B (hatched)")
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
-    return plots._png(fig)
+    return draw.png(fig)
 
 
 def roofline_pair(c: Comparison) -> bytes:
@@ -293,7 +293,7 @@ def roofline_pair(c: Comparison) -> bytes:
     fig.subplots_adjust(left=0.1, right=0.97, top=0.93, bottom=0.09)
     pa, pb = plots.roofline_points(c.a.operators), plots.roofline_points(c.b.operators)
     if pa.empty and pb.empty and not (c.a.roofs.known or c.b.roofs.known):
-        return plots._message(fig, "Roofline", "no operator of either run can be placed")
+        return draw.message(fig, "Roofline", "no operator of either run can be placed")
     ax = fig.add_subplot()
     xs_all = [*pa["intensity"].tolist(), *pb["intensity"].tolist()]
     lo = min([0.01, *xs_all]) / 2
@@ -312,15 +312,15 @@ def roofline_pair(c: Comparison) -> bytes:
             c=[plots._color(str(x)) for x in pts["class"]], marker=marker, alpha=0.55,
             edgecolors="0.2", linewidths=0.5,
         )  # fmt: skip
-        ax.scatter([], [], marker=marker, color="0.5", label=plots._plain(lab))
-    plots.log_axes(ax)
+        ax.scatter([], [], marker=marker, color="0.5", label=draw.plain(lab))
+    draw.log_axes(ax)
     ax.set_xlim(lo, hi)
     ax.set_xlabel("arithmetic intensity [FLOP/byte]")
     ax.set_ylabel("attained [FLOP/s]")
     ax.set_title("Roofline: A (circles) vs B (triangles), area ∝ GPU time")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", ncols=2)
-    return plots._png(fig)
+    return draw.png(fig)
 
 
 def all_plots(c: Comparison) -> dict[str, bytes]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,11 +22,15 @@ import pandas as pd
 from tracekit.errors import TraceError, UsageError
 from tracekit.io import atomic_dir, atomic_write_json, atomic_write_text
 from tracekit.parse import TRACE_SUFFIXES, Trace, find_trace, load
-from tracekit.summary import Summary, summarize
+from tracekit.summary import Summary, TraceFacts, summarize, trace_facts
 
 from . import html, markdown, plots, tbtrace
 
 REPORT_DIR = "report"
+# GPU activities + operators from which the plots are drawn in a worker process: its start
+# (a Python with numpy and matplotlib, ~0.5 s of CPU on another core) then costs less than
+# the drawing and the matplotlib import it takes off this process
+WORKER_ROWS = 100_000
 
 
 @dataclass
@@ -103,19 +108,26 @@ def _parquet(df: pd.DataFrame, path: Path) -> None:
     df.reset_index(drop=True).to_parquet(path, index=False, compression="snappy")
 
 
-def write_outputs(sm: Summary, out: Path, pngs: dict[str, bytes]) -> list[Path]:
-    """Everything under ``out``, atomically (a failure leaves an earlier report intact)."""
+def write_outputs(
+    sm: Summary, out: Path, pngs: dict[str, bytes] | Callable[[], dict[str, bytes]]
+) -> list[Path]:
+    """Everything under ``out``, atomically (a failure leaves an earlier report intact).
+
+    ``pngs``: the plots, or a function that waits for them (they are asked for last, after
+    the files that do not need them)."""
     names: list[Path] = []
     with atomic_dir(out) as tmp:
         atomic_write_json(tmp / "summary.json", sm.summary)
-        atomic_write_text(tmp / "report.html", html.render(sm, pngs))
-        (tmp / "plots").mkdir()
-        for name, png in pngs.items():
-            (tmp / "plots" / f"{name}.png").write_bytes(png)
         _parquet(sm.classes, tmp / "classes.parquet")
         _parquet(sm.operators, tmp / "operators.parquet")
         _parquet(sm.kernels, tmp / "kernels.parquet")
         _parquet(sm.step_table, tmp / "steps.parquet")
+        if callable(pngs):
+            pngs = pngs()
+        atomic_write_text(tmp / "report.html", html.render(sm, pngs))
+        (tmp / "plots").mkdir()
+        for name, png in pngs.items():
+            (tmp / "plots" / f"{name}.png").write_bytes(png)
         names = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if p.is_file())
     return [out / n for n in names]
 
@@ -143,10 +155,14 @@ def report(
     peak_tflops: float | None = None,
     bandwidth_gbs: float | None = None,
     classification: Any = None,
+    plot_worker: bool | None = None,
 ) -> ReportResult:
     """Run the whole report for a trace file, a run folder or a parsed folder.
 
-    ``classification`` replaces the classify stage's output (tests only)."""
+    ``classification`` replaces the classify stage's output (tests only). ``plot_worker``:
+    draw the plots in a separate process while this one classifies and summarises (None:
+    for traces of at least ``WORKER_ROWS`` GPU activities and operators, where that saves
+    more than the worker's start costs)."""
     path = Path(path)
     if not path.exists():
         raise UsageError(f"{path}: no such file or folder")
@@ -164,7 +180,10 @@ def report(
         if target is not None and target[1] is not None:
             copy = pool.submit(tbtrace.plugin_copy, target[1], target[0])
         try:
-            result = _run(path, dest, target, peak_tflops, bandwidth_gbs, classification, timings)
+            result = _run(
+                path, dest, target, peak_tflops, bandwidth_gbs, classification, plot_worker,
+                timings,
+            )  # fmt: skip
             if copy is not None:
                 t = time.perf_counter()
                 result.plugin_trace = copy.result()
@@ -188,6 +207,7 @@ def _run(
     peak_tflops: float | None,
     bandwidth_gbs: float | None,
     classification: Any,
+    plot_worker: bool | None,
     timings: dict[str, float],
 ) -> ReportResult:
     t = time.perf_counter()
@@ -198,6 +218,29 @@ def _run(
             f"{trace.path}: a CPU-only trace (no kernel, memcpy or memset events): nothing "
             "to report on the GPU; `tracekit parse` writes its CPU tables"
         )
+    if plot_worker is None:
+        plot_worker = len(trace.kernels) + len(trace.ops) >= WORKER_ROWS
+    with plots.PlotWorker() if plot_worker else contextlib.nullcontext() as worker:
+        return _analyse(
+            trace, dest, target, peak_tflops, bandwidth_gbs, classification, worker, timings
+        )
+
+
+def _analyse(
+    trace: Trace,
+    dest: Path,
+    target: tuple[Path, Path | None] | None,
+    peak_tflops: float | None,
+    bandwidth_gbs: float | None,
+    classification: Any,
+    worker: plots.PlotWorker | None,
+    timings: dict[str, float],
+) -> ReportResult:
+    t = time.perf_counter()
+    facts = trace_facts(trace)  # all the memory timeline needs: drawn during classify
+    if worker is not None:
+        worker.submit("memory_timeline", plots.memory_timeline_data(facts))
+    timings["summarize"] = time.perf_counter() - t
     t = time.perf_counter()
     cls = (
         classification
@@ -206,14 +249,27 @@ def _run(
     )
     timings["classify"] = time.perf_counter() - t
     t = time.perf_counter()
-    sm = summarize(trace, cls)
-    timings["summarize"] = time.perf_counter() - t
+    sm = summarize(
+        trace, cls, facts=facts, on_table=None if worker is None else _drawing(worker, facts)
+    )
+    timings["summarize"] += time.perf_counter() - t
     t = time.perf_counter()
-    pngs = plots.all_plots(sm)
+    pngs: dict[str, bytes] = plots.all_plots(sm) if worker is None else {}
     timings["plots"] = time.perf_counter() - t
+
+    waited = [0.0]
+
+    def drawn() -> dict[str, bytes]:
+        assert worker is not None
+        w = time.perf_counter()
+        pngs.update((name, worker.result(name)) for name in plots.NAMES)
+        waited[0] = time.perf_counter() - w
+        return pngs
+
     t = time.perf_counter()
-    files = write_outputs(sm, dest, pngs)
-    timings["write"] = time.perf_counter() - t
+    files = write_outputs(sm, dest, pngs if worker is None else drawn)
+    timings["write"] = time.perf_counter() - t - waited[0]
+    timings["plots"] += waited[0]  # the wait for the worker
     result = ReportResult(summary=sm, out=dest, files=files, timings=timings)
     if target is not None:
         from . import tensorboard as tb  # imported only when needed (~0.2 s)
@@ -224,6 +280,22 @@ def _run(
         )
         timings["tensorboard"] = time.perf_counter() - t
     return result
+
+
+def _drawing(worker: plots.PlotWorker, facts: TraceFacts) -> Callable[[str, Any], None]:
+    """A ``summarize`` ``on_table`` hook that has ``worker`` draw each table's plot while the
+    summary goes on (and the files that need no plot are written)."""
+    got: dict[str, Any] = {}
+
+    def on_table(name: str, value: Any) -> None:
+        got[name] = value
+        if name == "classes":
+            worker.submit("time_share", plots.time_share_data(value))
+        elif name == "operators":
+            data = plots.roofline_data(value, got["roofs"], facts.header.device)
+            worker.submit("roofline", data)
+
+    return on_table
 
 
 def summary_text(result: ReportResult) -> str:

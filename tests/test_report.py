@@ -19,7 +19,7 @@ from tensorboard.backend.event_processing import event_accumulator as ea
 
 from tracekit.cli import main
 from tracekit.parse import load
-from tracekit.reports import report, tbtrace, terminal
+from tracekit.reports import plots, report, tbtrace, terminal
 from tracekit.reports import run as report_mod
 
 from . import contract
@@ -480,3 +480,53 @@ def test_parsed_folder_input(trace_file: Path, tmp_path: Path) -> None:
     # with a logdir: events, but no trace file to copy for the profiler plugin
     res = _run(parsed, out=tmp_path / "o2", tensorboard=tmp_path / "tb")
     assert res.events is not None and res.plugin_trace is None
+
+
+def _files(res: report_mod.ReportResult) -> dict[str, bytes]:
+    return {str(p.relative_to(res.out)): p.read_bytes() for p in res.files}
+
+
+def test_plot_worker_writes_the_same_report(trace_file: Path, tmp_path: Path) -> None:
+    spawned: list[plots.PlotWorker] = []
+
+    class Spy(plots.PlotWorker):
+        def __init__(self) -> None:
+            super().__init__()
+            spawned.append(self)
+
+    in_process = _run(trace_file, out=tmp_path / "a", plot_worker=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plots, "PlotWorker", Spy)
+        mp.setattr(report_mod, "WORKER_ROWS", 1)  # a large trace: the worker by default
+        worker = _run(trace_file, out=tmp_path / "b")
+    assert len(spawned) == 1 and spawned[0]._proc is None  # used, and ended
+    assert set(_files(worker)) == REPORT_FILES
+    assert _files(worker) == _files(in_process)  # byte for byte, plots and HTML included
+    assert worker.timings["plots"] >= 0 and worker.timings["write"] >= 0
+
+
+def test_plot_worker_that_cannot_start_or_dies_is_replaced(
+    trace_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sm = _run(trace_file, out=tmp_path / "a", plot_worker=False).summary
+    expected = plots.all_plots(sm)
+    with monkeypatch.context() as mp:
+        mp.setattr(sys, "executable", str(tmp_path / "no-python"))
+        with plots.PlotWorker() as w:
+            for name in plots.NAMES:
+                w.submit(name, plots.DATA[name](sm))
+            assert {n: w.result(n) for n in plots.NAMES} == expected
+    with plots.PlotWorker() as w:
+        assert w._proc is not None
+        w._proc.kill()
+        w._proc.wait()
+        for name in plots.NAMES:
+            w.submit(name, plots.DATA[name](sm))
+        assert {n: w.result(n) for n in plots.NAMES} == expected
+
+
+def test_plot_worker_error_is_raised_as_in_process(tmp_path: Path) -> None:
+    with plots.PlotWorker() as w:
+        w.submit("time_share", {"classes": ["gemm"]})  # no shares: a KeyError when drawn
+        with pytest.raises(KeyError):
+            w.result("time_share")

@@ -10,8 +10,10 @@ from tracekit.summary.build import (
     SUMMARY_VERSION,
     Header,
     Summary,
+    TraceFacts,
     summarize,
     summary_json,
+    trace_facts,
 )
 from tracekit.summary.roofs import Roofs, roofs_from
 
@@ -21,7 +23,9 @@ __all__ = [
     "Header",
     "Roofs",
     "Summary",
+    "TraceFacts",
     "roofs_from",
     "summarize",
     "summary_json",
+    "trace_facts",
 ]

@@ -8,7 +8,8 @@ reading the optional per-category memory export of a run folder is the only file
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -66,32 +67,6 @@ class CategoryMemory:
     timeline: M.CategoryTimeline
     offset_ns: float | None  # add to times_us * 1000 to get trace time; None: not aligned
     path: str
-
-
-@dataclass
-class Summary:
-    header: Header
-    steps: list[int]
-    step_starts_ns: list[int]  # CPU start of each analysed step
-    step_table: pd.DataFrame
-    classes: pd.DataFrame
-    class_per_step: pd.DataFrame
-    operators: pd.DataFrame
-    kernels: pd.DataFrame
-    bound: dict[str, float | None]
-    roofs: Roofs
-    memory: M.MemoryStats | None
-    memory_source: str | None
-    memory_timeline: pd.DataFrame
-    memory_per_step: pd.DataFrame
-    categories: CategoryMemory | None
-    allocators: pd.DataFrame
-    bytes_per_token: float | None
-    launch: S.LaunchCheck
-    flop_sources: dict[str, float]
-    notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)
 
 
 def _get(d: Any, *keys: str) -> Any:
@@ -223,29 +198,48 @@ def _categories(trace: Any) -> tuple[CategoryMemory | None, list[str]]:
     return CategoryMemory(tl, offset, str(path)), notes
 
 
-def summarize(
-    trace: Any, cls: Any, *, top_operators: int = TOP_OPERATORS, top_kernels: int = TOP_KERNELS
-) -> Summary:
-    """Everything the report shows. ``trace``: a ``tracekit.parse.Trace``; ``cls``: its
-    ``tracekit.classify.Classification``."""
+@dataclass(kw_only=True)
+class TraceFacts:
+    """What the summary takes from the trace alone (no classification): known before the
+    classify stage, so that a report can draw the memory timeline meanwhile."""
+
+    steps: list[int]
+    step_starts_ns: list[int]  # CPU start of each analysed step
+    step_table: pd.DataFrame
+    header: Header
+    launch: S.LaunchCheck
+    memory: M.MemoryStats | None
+    memory_source: str | None
+    memory_timeline: pd.DataFrame
+    memory_per_step: pd.DataFrame
+    categories: CategoryMemory | None
+    allocators: pd.DataFrame
+    bytes_per_token: float | None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class Summary(TraceFacts):
+    """Everything the report shows (``notes``: the classify stage's and the trace's)."""
+
+    classes: pd.DataFrame
+    class_per_step: pd.DataFrame
+    operators: pd.DataFrame
+    kernels: pd.DataFrame
+    bound: dict[str, float | None]
+    roofs: Roofs
+    flop_sources: dict[str, float]
+    warnings: list[str] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def trace_facts(trace: Any) -> TraceFacts:
+    """The trace's part of :func:`summarize` (``trace``: a ``tracekit.parse.Trace``)."""
     steps = S.analysed_steps(trace.steps)
     table = S.step_table(trace.steps)
     n = max(1, len(steps))
-    # the columns the tables use: copying every classified column costs more than the rest
-    k = C.in_steps(cls.kernels[[c for c in KERNEL_COLUMNS if c in cls.kernels]], steps)
-    classes = C.class_table(k, n)
-    per_step = C.class_time_per_step(k)
-    ops = cls.ops[cls.ops["step"].isin(steps)] if "step" in cls.ops else cls.ops
-    operators = C.operator_table(ops, n)
-    kernels = C.kernel_table(k, n)
-    bound = C.bound_shares(k)
-    roofs = roofs_from(cls.device)
     header = _header(trace, steps, table)
     launch = S.launch_check(table, trace.kernels, trace.runtime, header.measured_step_time_ms)
-    notes = [str(x) for x in getattr(cls, "notes", [])]
-    warnings: list[str] = []
-    if launch.message:
-        warnings.append(launch.message)
 
     # memory: the trace's [memory] events, else the run's unprofiled measurement
     window_end = None
@@ -278,12 +272,66 @@ def summarize(
                 f"({_get(man, 'metrics', 'memory_method') or 'torch.cuda counters'})"
             )
     categories, cat_notes = _categories(trace)
-    notes.extend(cat_notes)
     per_token = (
         mem.peak_allocated_bytes / header.tokens_per_step
         if mem is not None and header.tokens_per_step
         else None
     )
+    st = trace.steps[trace.steps["step"] >= 0].sort_values("step")
+    return TraceFacts(
+        steps=steps,
+        step_starts_ns=[int(v) for v in st["cpu_ts"]],
+        step_table=table,
+        header=header,
+        launch=launch,
+        memory=mem,
+        memory_source=mem_source,
+        memory_timeline=M.timeline(memory),
+        memory_per_step=M.peaks_per_step(memory),
+        categories=categories,
+        allocators=M.top_allocators(memory, TOP_ALLOCATORS, steps=n),
+        bytes_per_token=per_token,
+        notes=cat_notes,
+    )
+
+
+def summarize(
+    trace: Any,
+    cls: Any,
+    *,
+    facts: TraceFacts | None = None,
+    top_operators: int = TOP_OPERATORS,
+    top_kernels: int = TOP_KERNELS,
+    on_table: Callable[[str, Any], None] | None = None,
+) -> Summary:
+    """Everything the report shows. ``trace``: a ``tracekit.parse.Trace``; ``cls``: its
+    ``tracekit.classify.Classification``; ``facts``: :func:`trace_facts` of the trace, if
+    already computed. ``on_table(name, value)`` is called with the ``roofs`` and the
+    ``classes`` and ``operators`` tables as soon as each is computed (so that a report can
+    draw them while the rest is summarised)."""
+    f = facts if facts is not None else trace_facts(trace)
+    steps = f.steps
+    n = max(1, len(steps))
+    roofs = roofs_from(cls.device)
+    if on_table is not None:
+        on_table("roofs", roofs)
+    # the columns the tables use: copying every classified column costs more than the rest
+    k = C.in_steps(cls.kernels[[c for c in KERNEL_COLUMNS if c in cls.kernels]], steps)
+    classes = C.class_table(k, n)
+    if on_table is not None:
+        on_table("classes", classes)
+    ops = cls.ops[cls.ops["step"].isin(steps)] if "step" in cls.ops else cls.ops
+    operators = C.operator_table(ops, n)
+    if on_table is not None:
+        on_table("operators", operators)
+    per_step = C.class_time_per_step(k)
+    kernels = C.kernel_table(k, n)
+    bound = C.bound_shares(k)
+    notes = [str(x) for x in getattr(cls, "notes", [])]
+    warnings: list[str] = []
+    if f.launch.message:
+        warnings.append(f.launch.message)
+    notes.extend(f.notes)
 
     # which FLOP counts are measured, modelled or absent, as shares of GPU time
     flop_sources: dict[str, float] = {}
@@ -294,26 +342,14 @@ def summarize(
     if total == 0:
         notes.append("no GPU activity in the analysed steps: time shares are undefined")
 
-    st = trace.steps[trace.steps["step"] >= 0].sort_values("step")
     sm = Summary(
-        header=header,
-        steps=steps,
-        step_starts_ns=[int(v) for v in st["cpu_ts"]],
-        step_table=table,
+        **{x.name: getattr(f, x.name) for x in fields(TraceFacts) if x.name != "notes"},
         classes=classes,
         class_per_step=per_step,
         operators=operators,
         kernels=kernels,
         bound=bound,
         roofs=roofs,
-        memory=mem,
-        memory_source=mem_source,
-        memory_timeline=M.timeline(memory),
-        memory_per_step=M.peaks_per_step(memory),
-        categories=categories,
-        allocators=M.top_allocators(memory, TOP_ALLOCATORS, steps=n),
-        bytes_per_token=per_token,
-        launch=launch,
         flop_sources=flop_sources,
         notes=notes,
         warnings=warnings,
