@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.classify.codes import combine_codes, factorized
+
 NAN = float("nan")
 
 # Element size and canonical name of every dtype string the profiler writes.
@@ -1239,30 +1241,6 @@ def op_cost(
     return cost
 
 
-def factorized(col: pd.Series | None, n: int) -> tuple[np.ndarray, list[str | None]]:
-    """Codes of a text column and its distinct values (``_s``: missing or empty -> None).
-
-    Code ``len(values) - 1`` is always None (the missing values, or an absent column), so
-    ``values[code]`` never needs a bounds check. Strings are hashed once each in Arrow
-    (``pd.factorize``), not once per row in Python."""
-    if col is None:
-        return np.zeros(n, dtype=np.int64), [None]
-    codes, uniq = pd.factorize(col, sort=False)
-    values = [_s(u) for u in uniq]
-    values.append(None)
-    return np.where(codes < 0, len(values) - 1, codes).astype(np.int64), values
-
-
-def combine_codes(*codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Codes of the distinct tuples of several code arrays (first occurrence order) and the
-    row of each tuple's first occurrence."""
-    key = np.zeros(len(codes[0]) if codes else 0, dtype=np.int64)
-    for c in codes:
-        key, _ = pd.factorize(key * (int(c.max()) + 1 if len(c) else 1) + c, sort=False)
-    _, first = np.unique(key, return_index=True)  # codes are 0..k-1 in that order
-    return key.astype(np.int64), first.astype(np.int64)
-
-
 @dataclass
 class OpCosts:
     """:func:`model_ops` as arrays aligned with the ops (object arrays hold str/None)."""
@@ -1338,12 +1316,6 @@ def model_ops(
             "cost_note")  # fmt: skip
     frame: pd.DataFrame = pd.DataFrame({k: getattr(c, k) for k in cols}, index=ops.index)
     return frame
-
-
-def _s(v: Any) -> str | None:
-    if v is None or v == "" or (isinstance(v, float) and math.isnan(v)):
-        return None
-    return str(v)
 
 
 def per_element_markdown() -> str:

@@ -31,6 +31,7 @@ import pandas as pd
 from tracekit.classify import classes as C
 from tracekit.classify import counters as K
 from tracekit.classify import flops as F
+from tracekit.classify.codes import combine_codes, factorized, group_sums, text
 from tracekit.classify.devices import Roofline, pipe_for, pipe_from_kernel_name, resolve_roofline
 from tracekit.classify.schema import TABLES
 from tracekit.errors import TraceError
@@ -337,9 +338,9 @@ def _refine_lists(
             continue
         c = F.op_cost(
             str(rec["name"][i]),
-            F._s(rec["input_dims"].get(i)),
-            F._s(rec["input_types"].get(i)),
-            F._s(rec["concrete_inputs"].get(i)),
+            text(rec["input_dims"].get(i)),
+            text(rec["input_types"].get(i)),
+            text(rec["concrete_inputs"].get(i)),
             size or 4,
             numel,
         )
@@ -919,10 +920,10 @@ def _pipes(
     conv = np.zeros(n, dtype=np.int64)
     if len(is_conv):
         conv = np.where(conv_codes >= 0, is_conv[np.maximum(conv_codes, 0)], False)
-    cls_codes, cls_vals = F.factorized(pd.Series(kcls, dtype=object), n)
-    dt_codes, dt_vals = F.factorized(pd.Series(dtype, dtype=object), n)
+    cls_codes, cls_vals = factorized(pd.Series(kcls, dtype=object), n)
+    dt_codes, dt_vals = factorized(pd.Series(dtype, dtype=object), n)
     conv = conv.astype(np.int64)
-    codes, first = F.combine_codes(cls_codes, dt_codes, conv, name_codes)
+    codes, first = combine_codes(cls_codes, dt_codes, conv, name_codes)
     vals = np.array(
         [
             pipe_for(cls_vals[c] or "", dt_vals[d], roof, conv=bool(cv), named=named[k])
@@ -992,9 +993,13 @@ def _op_roofline(
         v[(g[c].count() < size).to_numpy()] = NAN  # a NaN in any kernel: total unknown
         out[c] = v
     first = {c: g[c].first().to_numpy(dtype=float) for c in _FIRST}
-    cls_time = k.groupby(["_key", "_cls"])["dur"].sum().reset_index()
-    cls_time = cls_time.sort_values(["_key", "dur"], ascending=[True, False], kind="stable")
-    best = cls_time.drop_duplicates("_key")["_cls"].to_numpy()
+    # each op's class of most GPU time (ties: the first class name), from a (op, class) grid
+    op_code = np.searchsorted(out["op_id"], key[rows])
+    n_cls = len(cls_uniq)
+    cell = op_code * n_cls + cls_codes[rows]
+    grid = np.bincount(cell, weights=dur[rows], minlength=len(size) * n_cls)
+    grid[np.bincount(cell, minlength=len(grid)) == 0] = -1.0  # absent, even beside 0 ns
+    best = grid.reshape(len(size), n_cls).argmax(axis=1)
     # by GPU time, descending (stable: ties in op id order); every column taken in that order
     order = np.argsort(-out["gpu_dur"], kind="stable")
     res: dict[str, Any] = {c: v[order] for c, v in out.items()}
@@ -1013,7 +1018,7 @@ def _op_roofline(
             if c not in ops:
                 res[c] = np.full(n, None, dtype=object)
                 continue
-            col = ops[c].iloc[np.maximum(pos, 0)]
+            col = pd.Series(ops[c].array.take(np.maximum(pos, 0)))
             if not found.all():
                 col = col.where(found)
             res[c] = _column(col, n)
@@ -1038,29 +1043,40 @@ def _op_roofline(
 
 
 def _classes(kr: pd.DataFrame, n_steps: int) -> pd.DataFrame:
-    total_t = float(kr["dur"].sum())
-    fl = kr["flops"].where(np.isfinite(kr["flops"]), 0.0)
-    total_f = float(fl.sum())
-    rows = []
-    for c in C.CLASSES:
-        m = (kr["class"] == c).to_numpy()
-        t = int(kr["dur"][m].sum())
-        f = float(fl[m].sum())
-        mem_t = float(kr["dur"][m & (kr["bound"] == "memory-bound").to_numpy()].sum())
-        rows.append(
-            {
-                "class": c,
-                "gpu_time": t,
-                "time_share_pct": 100.0 * t / total_t if total_t else 0.0,
-                "ms_per_step": t / n_steps / 1e6,
-                "flops": f,
-                "flop_share_pct": 100.0 * f / total_f if total_f else 0.0,
-                "bytes": float(np.nansum(kr["bytes"][m])),
-                "kernel_count": int(m.sum()),
-                "memory_bound_pct": 100.0 * mem_t / t if t else 0.0,
-            }
-        )
+    """One row per class of :data:`C.CLASSES` (sums per class in row order, as a mask and
+    ``Series.sum`` per class gave them)."""
+    known = list(C.CLASSES)
+    codes = pd.Index(known).get_indexer(kr["class"].to_numpy(dtype=object))
+    ok = codes >= 0
+    gid, n = codes[ok], len(known)
+    dur = kr["dur"].to_numpy(dtype=np.int64)
+    flops = kr["flops"].to_numpy(dtype=float)
+    flops = np.where(np.isfinite(flops), flops, 0.0)
+    total_t, total_f = float(dur.sum()), float(flops.sum())
+    mem = (kr["bound"] == "memory-bound").to_numpy()
+    t = np.bincount(gid, weights=dur[ok], minlength=n)  # exact: integers below 2**53
+    mem_t = np.bincount(gid, weights=np.where(mem, dur, 0)[ok], minlength=n)
+    f = group_sums(flops[ok], gid, n)
+    b = group_sums(kr["bytes"].to_numpy(dtype=float)[ok], gid, n)
+    count = np.bincount(gid, minlength=n)
+    rows = [
+        {
+            "class": c,
+            "gpu_time": int(t[i]),
+            "time_share_pct": 100.0 * int(t[i]) / total_t if total_t else 0.0,
+            "ms_per_step": int(t[i]) / n_steps / 1e6,
+            "flops": float(f[i]),
+            "flop_share_pct": 100.0 * float(f[i]) / total_f if total_f else 0.0,
+            "bytes": float(b[i]),
+            "kernel_count": int(count[i]),
+            "memory_bound_pct": 100.0 * float(mem_t[i]) / int(t[i]) if t[i] else 0.0,
+        }
+        for i, c in enumerate(known)
+    ]
     return cast(pd.DataFrame, pd.DataFrame(rows)[[c.name for c in TABLES["classes"]]])
+
+
+_BOUNDS = ("memory-bound", "compute-bound", "unknown")
 
 
 def _union(starts: np.ndarray, ends: np.ndarray) -> int:
@@ -1097,13 +1113,14 @@ def _steps(
     a_dur = kr["dur"].to_numpy(np.int64)[sel]
     a_fl = kr["flops"].to_numpy(float)[sel]
     a_by = kr["bytes"].to_numpy(float)[sel]
-    a_kind = kr["kind"].to_numpy(dtype=object)[sel] == "kernel"
-    a_bound = kr["bound"].to_numpy(dtype=object)[sel]
-    st = (
-        steps_in.set_index("step")
-        if steps_in is not None and len(steps_in) and ("step" in steps_in)
-        else None
-    )
+    a_kind = (kr["kind"] == "kernel").to_numpy()[sel]
+    a_bound = {b: (kr["bound"] == b).to_numpy()[sel] for b in _BOUNDS}
+    # the parser's per-step GPU span and busy time, where it has them
+    given: dict[str, dict[int, Any]] = {}
+    if steps_in is not None and len(steps_in) and ("step" in steps_in):
+        for c in ("gpu_dur", "gpu_busy"):
+            if c in steps_in:
+                given[c] = dict(zip(steps_in["step"].tolist(), steps_in[c].tolist(), strict=True))
     rows = []
     for g in groups:
         s = int(steps_sorted[g[0]])
@@ -1111,12 +1128,10 @@ def _steps(
         end = ts + dur
         span = int(end.max() - ts.min()) if len(g) else 0
         busy = _union(ts, end)
-        if st is not None and s in st.index:
-            r = st.loc[s]
-            if "gpu_dur" in st and pd.notna(r.get("gpu_dur")):
-                span = int(r["gpu_dur"])
-            if "gpu_busy" in st and pd.notna(r.get("gpu_busy")):
-                busy = int(r["gpu_busy"])
+        if pd.notna(v := given.get("gpu_dur", {}).get(s)):
+            span = int(v)
+        if pd.notna(v := given.get("gpu_busy", {}).get(s)):
+            busy = int(v)
         kt = float(dur.sum())
         fl, by = a_fl[g], a_by[g]
         is_k = a_kind[g]
@@ -1125,7 +1140,6 @@ def _steps(
         # FLOPs are only meaningful for kernels: unknown if no kernel has them
         f = float(np.nansum(fl)) if known_t > 0 else NAN
         b_ = float(np.nansum(by))
-        bound = a_bound[g]
         secs = span * 1e-9
         row = {
             "step": s,
@@ -1139,11 +1153,12 @@ def _steps(
             "intensity": f / b_ if b_ else NAN,
             "achieved_flops": f / secs if secs else NAN,
             "achieved_bw": b_ / secs if secs else NAN,
-            "memory_bound_time_pct": 100.0 * dur[bound == "memory-bound"].sum() / kt if kt else NAN,
-            "compute_bound_time_pct": 100.0 * dur[bound == "compute-bound"].sum() / kt
-            if kt
-            else NAN,
-            "unknown_bound_time_pct": 100.0 * dur[bound == "unknown"].sum() / kt if kt else NAN,
+            **{
+                f"{b.split('-')[0]}_bound_time_pct": 100.0 * dur[a_bound[b][g]].sum() / kt
+                if kt
+                else NAN
+                for b in _BOUNDS
+            },
             "gpu_idle_pct": 100.0 * (1.0 - busy / span) if span else NAN,
         }
         row["bw_util_pct"] = 100.0 * row["achieved_bw"] / roof.bandwidth if roof.bandwidth else NAN

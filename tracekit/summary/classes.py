@@ -8,12 +8,12 @@ class's share is exactly its summed durations over the total.
 
 from __future__ import annotations
 
-import itertools
 import json
 
 import numpy as np
 import pandas as pd
 
+from tracekit.classify.codes import group_sums
 from tracekit.summary.memory import empty
 
 # The issue's order: softmax, layernorm and gemm always first, then the rest.
@@ -134,20 +134,6 @@ def group_first(values: pd.Series, gid: np.ndarray, n: int) -> list[object]:
     return out
 
 
-def group_sum(values: np.ndarray, gid: np.ndarray, n: int) -> np.ndarray:
-    """``Series.sum(min_count=1)`` of each of ``n`` groups (NaN: no value), with the same
-    (numpy pairwise) summation per group as that, so the sums agree to the last bit."""
-    order = np.argsort(gid, kind="stable")
-    v = values[order].astype(np.float64)
-    missing = np.isnan(v)
-    v[missing] = 0.0
-    has = np.bincount(gid[order][~missing], minlength=n) > 0
-    bounds = np.searchsorted(gid[order], np.arange(n + 1))
-    out = np.array([v[a:b].sum() for a, b in itertools.pairwise(bounds.tolist())], dtype=float)
-    out[~has] = np.nan
-    return out
-
-
 def operator_table(ops: pd.DataFrame, n_steps: int) -> pd.DataFrame:
     """The per-operator roofline (``Classification.ops``: one row per operator call that
     ran GPU work) grouped by operator name, class and input shapes/types: calls, GPU time,
@@ -200,7 +186,7 @@ def operator_table(ops: pd.DataFrame, n_steps: int) -> pd.DataFrame:
     )
     gid, n = g.ngroup().to_numpy(), len(t)
     for c in ("flops", "bytes"):
-        t[c] = group_sum(ops[c].to_numpy(dtype=np.float64), gid, n)
+        t[c] = group_sums(ops[c].to_numpy(dtype=np.float64), gid, n, min_count=1)
     for c in ("pipe", "bound", "source"):
         t[c] = group_first(ops[c], gid, n) if c in ops else [None] * n
     t = t.reset_index()
