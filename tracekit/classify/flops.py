@@ -1267,14 +1267,19 @@ def model_op_costs(
     dt = np.full(n, None, dtype=object)
     note = np.full(n, "", dtype=object)
     rows = np.flatnonzero(only) if only is not None else np.arange(n)
+
+    def at(col: str) -> pd.Series | None:  # the column at the (current) rows
+        return pd.Series(ops[col].array.take(rows)) if col in ops else None
+
     if len(rows):
-        codes_n, uniq_n = pd.factorize(ops["name"].iloc[rows].astype(str), sort=False)
-        modelled = np.array([has_formula(str(u)) for u in uniq_n], dtype=bool)
-        rows = rows[modelled[codes_n]]
+        name_codes, names = factorized(at("name"), len(rows))
+        modelled = np.array([u is not None and has_formula(u) for u in names], dtype=bool)
+        keep = modelled[name_codes]
+        rows, name_codes = rows[keep], name_codes[keep]
     if len(rows):
-        parts = [
-            factorized(ops[c].iloc[rows] if c in ops else None, len(rows))
-            for c in ("name", "input_dims", "input_types", "concrete_inputs")
+        parts = [(name_codes, names)]
+        parts += [
+            factorized(at(c), len(rows)) for c in ("input_dims", "input_types", "concrete_inputs")
         ]
         codes, first = combine_codes(*(c for c, _ in parts))
         nm, d, t, c = (np.array(v, dtype=object)[k[first]].tolist() for k, v in parts)

@@ -228,7 +228,7 @@ def _cost_ops(
     for _ in range(MAX_COST_HOPS + 1):
         need[cur] = True
         cur = ctx.ppos[cur]
-        cur = np.unique(cur[cur >= 0])
+        cur = cur[cur >= 0]  # repeats are harmless (and never more than the kernels)
         if not len(cur):
             break
     cost = F.model_op_costs(ops, list_bytes=list_bytes, only=need)
