@@ -159,7 +159,8 @@ class PlotWorker:
         self._ended = False  # the worker is gone: every plot is drawn here
         draw_path = str(Path(__file__).with_name("draw.py"))
         code = (  # the draw module alone, by path: neither tracekit nor pandas is imported
-            "import sys, importlib.util as u\n"
+            "import signal, sys, importlib.util as u\n"
+            "signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the report ends it\n"
             "sys.path[:] = [p for p in sys.path if p not in ('', '.')]\n"
             f"s = u.spec_from_file_location('tracekit_draw_worker', {draw_path!r})\n"
             "m = u.module_from_spec(s)\n"

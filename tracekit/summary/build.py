@@ -307,7 +307,7 @@ def summarize(
     """Everything the report shows. ``trace``: a ``tracekit.parse.Trace``; ``cls``: its
     ``tracekit.classify.Classification``; ``facts``: :func:`trace_facts` of the trace, if
     already computed. ``on_table(name, value)`` is called with the ``roofs`` and the
-    ``classes`` and ``operators`` tables as soon as each is computed (so that a report can
+    ``operators`` and ``classes`` tables as soon as each is computed (so that a report can
     draw them while the rest is summarised)."""
     f = facts if facts is not None else trace_facts(trace)
     steps = f.steps
@@ -315,15 +315,16 @@ def summarize(
     roofs = roofs_from(cls.device)
     if on_table is not None:
         on_table("roofs", roofs)
+    # the operators first: their plot (the roofline) takes longest to draw
+    ops = cls.ops[cls.ops["step"].isin(steps)] if "step" in cls.ops else cls.ops
+    operators = C.operator_table(ops, n)
+    if on_table is not None:
+        on_table("operators", operators)
     # the columns the tables use: copying every classified column costs more than the rest
     k = C.in_steps(cls.kernels[[c for c in KERNEL_COLUMNS if c in cls.kernels]], steps)
     classes = C.class_table(k, n)
     if on_table is not None:
         on_table("classes", classes)
-    ops = cls.ops[cls.ops["step"].isin(steps)] if "step" in cls.ops else cls.ops
-    operators = C.operator_table(ops, n)
-    if on_table is not None:
-        on_table("operators", operators)
     per_step = C.class_time_per_step(k)
     kernels = C.kernel_table(k, n)
     bound = C.bound_shares(k)
