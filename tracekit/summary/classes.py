@@ -118,7 +118,7 @@ def _first(s: pd.Series) -> object:
     return u[0] if len(u) == 1 else ("mixed" if len(u) else None)
 
 
-def group_first(values: pd.Series, gid: np.ndarray, n: int) -> list[object]:
+def group_first(values: pd.Series, gid: np.ndarray, n: int) -> np.ndarray:
     """:func:`_first` of each of ``n`` groups (``gid``: group number of each row): its one
     distinct non-missing value, 'mixed' for several, None for none; without a Python call
     per group."""
@@ -128,7 +128,7 @@ def group_first(values: pd.Series, gid: np.ndarray, n: int) -> list[object]:
     pairs = np.unique(gid[ok].astype(np.int64) * width + codes[ok])  # distinct (group, value)
     grp, val = pairs // width, pairs % width
     count = np.bincount(grp, minlength=n)
-    out: list[object] = [None] * n
+    out = np.full(n, None, dtype=object)
     for g, v in zip(grp.tolist(), val.tolist(), strict=True):
         out[g] = uniq[v] if count[g] == 1 else "mixed"
     return out
@@ -188,7 +188,7 @@ def operator_table(ops: pd.DataFrame, n_steps: int) -> pd.DataFrame:
     for c in ("flops", "bytes"):
         t[c] = group_sums(ops[c].to_numpy(dtype=np.float64), gid, n, min_count=1)
     for c in ("pipe", "bound", "source"):
-        t[c] = group_first(ops[c], gid, n) if c in ops else [None] * n
+        t[c] = group_first(ops[c], gid, n) if c in ops else np.full(n, None, dtype=object)
     t = t.reset_index()
     total = float(dur.sum())
     secs = t["gpu_time_ns"].to_numpy(dtype=np.float64) / 1e9
@@ -232,12 +232,9 @@ def kernel_table(kernels: pd.DataFrame, n_steps: int) -> pd.DataFrame:
     if kernels.empty:
         return empty(cols)
     g = kernels.groupby("name", sort=False)
-    t = g.agg(
-        calls=("dur", "size"),
-        gpu_time_ns=("dur", "sum"),
-        kind=("kind", "first"),
-        **{"class": ("class", _first)},
-    ).reset_index()
+    t = g.agg(calls=("dur", "size"), gpu_time_ns=("dur", "sum"), kind=("kind", "first"))
+    t["class"] = group_first(kernels["class"], g.ngroup().to_numpy(), len(t))
+    t = t.reset_index()
     total = float(kernels["dur"].sum())
     t["ms_per_step"] = t["gpu_time_ns"] / 1e6 / max(1, n_steps)
     t["mean_us"] = t["gpu_time_ns"] / t["calls"] / 1e3
