@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -162,7 +163,7 @@ def report(
     ``classification`` replaces the classify stage's output (tests only). ``plot_worker``:
     draw the plots in a separate process while this one classifies and summarises (None:
     for traces of at least ``WORKER_ROWS`` GPU activities and operators, where that saves
-    more than the worker's start costs)."""
+    more than the worker's start costs, when this process may use more than one core)."""
     path = Path(path)
     if not path.exists():
         raise UsageError(f"{path}: no such file or folder")
@@ -218,8 +219,8 @@ def _run(
             f"{trace.path}: a CPU-only trace (no kernel, memcpy or memset events): nothing "
             "to report on the GPU; `tracekit parse` writes its CPU tables"
         )
-    if plot_worker is None:
-        plot_worker = len(trace.kernels) + len(trace.ops) >= WORKER_ROWS
+    if plot_worker is None:  # (on one core a worker would only add its own start)
+        plot_worker = len(trace.kernels) + len(trace.ops) >= WORKER_ROWS and _cores() > 1
     with plots.PlotWorker() if plot_worker else contextlib.nullcontext() as worker:
         return _analyse(
             trace, dest, target, peak_tflops, bandwidth_gbs, classification, worker, timings
@@ -280,6 +281,13 @@ def _analyse(
         )
         timings["tensorboard"] = time.perf_counter() - t
     return result
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
 
 
 def _drawing(worker: plots.PlotWorker, facts: TraceFacts) -> Callable[[str, Any], None]:

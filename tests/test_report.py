@@ -498,7 +498,10 @@ def test_plot_worker_writes_the_same_report(trace_file: Path, tmp_path: Path) ->
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(plots, "PlotWorker", Spy)
         mp.setattr(report_mod, "WORKER_ROWS", 1)  # a large trace: the worker by default
+        mp.setattr(report_mod, "_cores", lambda: 2)
         worker = _run(trace_file, out=tmp_path / "b")
+        mp.setattr(report_mod, "_cores", lambda: 1)  # but not on one core
+        _run(trace_file, out=tmp_path / "c")
     assert len(spawned) == 1 and spawned[0]._proc is None  # used, and ended
     assert set(_files(worker)) == REPORT_FILES
     assert _files(worker) == _files(in_process)  # byte for byte, plots and HTML included
