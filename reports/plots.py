@@ -14,7 +14,9 @@ still classifying. matplotlib is imported only when a plot is drawn here.
 
 from __future__ import annotations
 
+import contextlib
 import pickle
+import queue
 import subprocess
 import sys
 import threading
@@ -147,16 +149,20 @@ class PlotWorker:
     """Draws plots in a separate Python process, so that the report's own process neither
     imports matplotlib nor waits for the drawing while it has other work.
 
-    ``submit`` sends a plot's data and returns at once; ``result`` waits for the PNG. A plot
-    the worker could not draw (or a worker that could not start or died) is drawn in this
-    process instead, so errors surface here as they would without a worker. ``close`` (or
-    leaving the ``with`` block) ends the process."""
+    ``submit`` hands a plot's data to a thread that sends it, and returns at once (the
+    worker reads nothing before matplotlib is imported, and a pipe holds only 64 KiB);
+    ``result`` waits for the PNG. A plot the worker could not draw (or a worker that could
+    not start, died or hung) is drawn in this process instead, so errors surface here as
+    they would without a worker. ``close`` (or leaving the ``with`` block) ends it."""
+
+    TIMEOUT_S = 600.0  # a worker this late is taken for hung: the plot is drawn here
 
     def __init__(self) -> None:
         self._pending: dict[str, Future[bytes]] = {}
         self._data: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._ended = False  # the worker is gone: every plot is drawn here
+        self._outbox: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue()
         draw_path = str(Path(__file__).with_name("draw.py"))
         code = (  # the draw module alone, by path: neither tracekit nor pandas is imported
             "import signal, sys, importlib.util as u\n"
@@ -177,14 +183,39 @@ class PlotWorker:
         except OSError:
             self._proc, self._ended = None, True
             return
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        self._threads = [
+            threading.Thread(target=self._write, args=(self._proc,), daemon=True),
+            threading.Thread(target=self._read, args=(self._proc,), daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
 
-    def _read(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
+    def _fail_pending(self) -> None:
+        """The worker is gone: whatever it still owes is drawn here."""
+        with self._lock:
+            self._ended = True
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(RuntimeError("plot worker ended"))
+
+    def _write(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdin is not None
+        stdin = proc.stdin
+        try:
+            while (job := self._outbox.get()) is not None:
+                pickle.dump(job, stdin, protocol=pickle.HIGHEST_PROTOCOL)
+                stdin.flush()
+        except (OSError, ValueError):
+            self._fail_pending()
+        finally:
+            with contextlib.suppress(OSError):
+                stdin.close()  # the worker ends when its input does
+
+    def _read(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
         try:
             while True:
-                name, png, error = pickle.load(self._proc.stdout)
+                name, png, error = pickle.load(proc.stdout)
                 with self._lock:
                     fut = self._pending.get(name)
                 if fut is not None and not fut.done():
@@ -194,12 +225,8 @@ class PlotWorker:
                         fut.set_exception(RuntimeError(error))
         except (EOFError, OSError, pickle.UnpicklingError, ValueError):
             pass
-        finally:  # the worker is gone: whatever it still owed is drawn here
-            with self._lock:
-                self._ended = True
-                for fut in self._pending.values():
-                    if not fut.done():
-                        fut.set_exception(RuntimeError("plot worker ended"))
+        finally:
+            self._fail_pending()
 
     def submit(self, name: str, data: dict[str, Any]) -> None:
         fut: Future[bytes] = Future()
@@ -209,31 +236,26 @@ class PlotWorker:
             if self._ended:
                 fut.set_exception(RuntimeError("no plot worker"))
                 return
-        try:
-            assert self._proc is not None and self._proc.stdin is not None
-            pickle.dump((name, data), self._proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
-            self._proc.stdin.flush()
-        except (OSError, ValueError) as e:
-            if not fut.done():
-                fut.set_exception(RuntimeError(f"plot worker: {e}"))
+        self._outbox.put((name, data))
 
     def result(self, name: str) -> bytes:
         try:
-            return self._pending[name].result()
-        except RuntimeError:
+            return self._pending[name].result(timeout=self.TIMEOUT_S)
+        except (RuntimeError, TimeoutError):
             return _draw().PLOTS[name](self._data[name])  # type: ignore[no-any-return]
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
         if proc is None:
             return
+        self._outbox.put(None)
         try:
-            if proc.stdin is not None:
-                proc.stdin.close()
             proc.wait(timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
+        except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        for t in self._threads:
+            t.join(timeout=10)
 
     def __enter__(self) -> PlotWorker:
         return self

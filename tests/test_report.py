@@ -5,13 +5,16 @@ from __future__ import annotations
 import gzip
 import html as htmlmod
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 from rich.console import Console
@@ -526,6 +529,19 @@ def test_plot_worker_that_cannot_start_or_dies_is_replaced(
         for name in plots.NAMES:
             w.submit(name, plots.DATA[name](sm))
         assert {n: w.result(n) for n in plots.NAMES} == expected
+
+
+def test_plot_worker_takes_data_larger_than_a_pipe_at_once(trace_file: Path) -> None:
+    sm = _run(trace_file, plot_worker=False).summary
+    data = {**plots.memory_timeline_data(sm), "ballast": np.zeros(1_000_000)}  # 8 MB
+    with plots.PlotWorker() as w:
+        assert w._proc is not None
+        os.kill(w._proc.pid, signal.SIGSTOP)  # a worker that reads nothing yet
+        try:
+            w.submit("memory_timeline", data)  # returns all the same: a thread sends it
+        finally:
+            os.kill(w._proc.pid, signal.SIGCONT)
+        assert w.result("memory_timeline") == plots.memory_timeline(sm)
 
 
 def test_plot_worker_error_is_raised_as_in_process(tmp_path: Path) -> None:
