@@ -1065,6 +1065,9 @@ def _fused_text(names: Any) -> np.ndarray:
     )
 
 
+_SOURCES = np.array(["op", "kernel", "ancestor", "none"], dtype=object)
+
+
 def kernel_classes(
     kernels: pd.DataFrame,
     ops: pd.DataFrame | None,
@@ -1079,25 +1082,28 @@ def kernel_classes(
     if names is None:
         names = pd.factorize(kernels["name"].astype(str), sort=False)
     inv, uniq = names[0], [str(u) for u in names[1]]
-    km = [match_kernel(s) for s in uniq]
-    k_cls = np.array([m.cls for m in km], dtype=object)[inv]
-    k_prio = np.array([m.priority for m in km], dtype=np.int64)[inv]
-    k_rule = np.array([m.rule for m in km], dtype=object)[inv]
+    # every candidate match as an index into one table: NO_MATCH, the kernel names' matches,
+    # then the op context's (its own NO_MATCH last)
+    km = [NO_MATCH, *(match_kernel(s) for s in uniq)]
+    t_cls = np.array([m.cls for m in km], dtype=object)
+    t_prio = np.array([m.priority for m in km], dtype=np.int64)
+    t_rule = np.array([m.rule for m in km], dtype=object)
     fused = _fused_text(uniq)[inv]
 
-    o_cls = np.full(n, "other", dtype=object)
-    o_prio = np.full(n, -1, dtype=np.int64)
-    o_rule = np.full(n, "", dtype=object)
-    a_cls, a_prio, a_rule = o_cls.copy(), o_prio.copy(), o_rule.copy()
+    k_idx = 1 + np.asarray(inv, dtype=np.int64)
+    o_idx = np.zeros(n, dtype=np.int64)  # NO_MATCH
+    a_idx = np.zeros(n, dtype=np.int64)
     autograd = np.full(n, None, dtype=object)
     if ops is not None and len(ops) and "op_id" in kernels:
         ctx = ctx if ctx is not None else op_context(ops)
         pos = ctx.ids.get_indexer(pd.Index(kernels["op_id"].to_numpy(dtype=np.int64)))
         ok = pos >= 0
         q = pos[ok]
-        own, anc = ctx.own[q], ctx.anc[q]
-        o_cls[ok], o_prio[ok], o_rule[ok] = ctx.cls[own], ctx.prio[own], ctx.rule[own]
-        a_cls[ok], a_prio[ok], a_rule[ok] = ctx.cls[anc], ctx.prio[anc], ctx.rule[anc]
+        base = len(km)
+        t_cls = np.concatenate([t_cls, ctx.cls])
+        t_prio = np.concatenate([t_prio, ctx.prio])
+        t_rule = np.concatenate([t_rule, ctx.rule])
+        o_idx[ok], a_idx[ok] = base + ctx.own[q], base + ctx.anc[q]
         autograd[ok] = ctx.autograd(q)
         # an innermost Triton op carries the fused list of its kernel
         if "op_name" in kernels:
@@ -1111,17 +1117,14 @@ def kernel_classes(
             fused[ok] = sub
 
     # candidates in rank order: innermost op (0), kernel name (1), ancestors (2+)
-    cls = np.full(n, "other", dtype=object)
-    src = np.full(n, "none", dtype=object)
-    rule = np.full(n, "", dtype=object)
+    chosen = np.zeros(n, dtype=np.int64)
+    src_code = np.full(n, 3, dtype=np.int64)  # _SOURCES: "none"
     best = np.full(n, -1, dtype=np.int64)
-    for c_cls, c_prio, c_rule, label in (
-        (o_cls, o_prio, o_rule, "op"),
-        (k_cls, k_prio, k_rule, "kernel"),
-        (a_cls, a_prio, a_rule, "ancestor"),
-    ):
-        win = c_prio > best
-        cls[win], src[win], rule[win], best[win] = c_cls[win], label, c_rule[win], c_prio[win]
+    for code, idx in enumerate((o_idx, k_idx, a_idx)):
+        prio = t_prio[idx]
+        win = prio > best
+        chosen[win], src_code[win], best[win] = idx[win], code, prio[win]
+    cls, src, rule = t_cls[chosen], _SOURCES[src_code], t_rule[chosen]
     for kind in ("memcpy", "memset"):
         is_kind = kinds == kind
         cls[is_kind], src[is_kind], rule[is_kind] = kind, "kind", f"kind:{kind}"

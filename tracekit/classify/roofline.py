@@ -510,6 +510,11 @@ def _split(anchor: np.ndarray, dur: np.ndarray, total: np.ndarray) -> np.ndarray
 # --- bounds ---------------------------------------------------------------------------
 
 
+_BOUNDS = ("memory-bound", "compute-bound", "unknown")
+_BOUND_LABELS = np.array(_BOUNDS, dtype=object)
+_LEVELS = np.array(["dram", "compute", "l2", None], dtype=object)
+
+
 def _bounds(
     flops: np.ndarray,
     nbytes: np.ndarray,
@@ -528,9 +533,8 @@ def _bounds(
         att_b = np.where(secs > 0, nbytes / secs, NAN)
         roof_dram = np.minimum(peak, intensity * bwv)
         binding = roof_dram.copy()
-        level = np.where(np.isfinite(roof_dram) & (roof_dram < peak), "dram", "compute").astype(
-            object
-        )
+        # labels as indices into _LEVELS / _BOUND_LABELS: one shared str object per label
+        level = np.where(np.isfinite(roof_dram) & (roof_dram < peak), 0, 1)
         i_l2 = np.full(n, NAN)
         if l2_bytes is not None:
             i_l2 = np.where(l2_bytes > 0, flops / l2_bytes, NAN)
@@ -538,11 +542,11 @@ def _bounds(
                 roof_l2 = np.minimum(peak, i_l2 * l2_bw)
                 use_l2 = np.isfinite(roof_l2) & (roof_l2 < binding)
                 binding = np.where(use_l2, roof_l2, binding)
-                level[use_l2] = "l2"
+                level[use_l2] = 2
         known = np.isfinite(flops) & np.isfinite(nbytes) & np.isfinite(peak) & math.isfinite(bwv)
         known &= (flops > 0) | (nbytes > 0)
         mem = binding < peak
-        bound = np.where(known, np.where(mem, "memory-bound", "compute-bound"), "unknown")
+        bound = np.where(known, np.where(mem, 0, 1), 2)
         roof_pct = np.where(
             known,
             np.where(
@@ -552,14 +556,14 @@ def _bounds(
             ),
             NAN,
         )
-    level[~known] = None
+    level[~known] = 3
     return {
         "intensity": np.where(np.isinf(intensity), NAN, intensity),
         "intensity_l2": i_l2,
         "attained_flops": att_f,
         "attained_bw": att_b,
-        "bound": bound.astype(object),
-        "bound_level": level,
+        "bound": _BOUND_LABELS[bound],
+        "bound_level": _LEVELS[level],
         "roof_pct": roof_pct,
         "ridge": np.where(np.isfinite(peak), peak / bwv, NAN),
     }
@@ -1046,7 +1050,8 @@ def _classes(kr: pd.DataFrame, n_steps: int) -> pd.DataFrame:
     """One row per class of :data:`C.CLASSES` (sums per class in row order, as a mask and
     ``Series.sum`` per class gave them)."""
     known = list(C.CLASSES)
-    codes = pd.Index(known).get_indexer(kr["class"].to_numpy(dtype=object))
+    codes, uniq = pd.factorize(kr["class"])  # in Arrow; then map the few distinct names
+    codes = np.append(pd.Index(known).get_indexer(uniq), -1)[codes]
     ok = codes >= 0
     gid, n = codes[ok], len(known)
     dur = kr["dur"].to_numpy(dtype=np.int64)
@@ -1074,9 +1079,6 @@ def _classes(kr: pd.DataFrame, n_steps: int) -> pd.DataFrame:
         for i, c in enumerate(known)
     ]
     return cast(pd.DataFrame, pd.DataFrame(rows)[[c.name for c in TABLES["classes"]]])
-
-
-_BOUNDS = ("memory-bound", "compute-bound", "unknown")
 
 
 def _union(starts: np.ndarray, ends: np.ndarray) -> int:
