@@ -982,21 +982,28 @@ def _op_roofline(
     dur = kr["dur"].to_numpy(dtype=np.int64)
     rows = sel[np.argsort(-dur[sel], kind="stable")]  # longest first, ties in kernel order
     cls_codes, cls_uniq = pd.factorize(kr["class"], sort=True)
-    k = pd.DataFrame({"_key": key[rows], "dur": dur[rows], "_cls": cls_codes[rows]})
-    for c in _SUMMED:
-        k[c] = kr[c].to_numpy(dtype=float)[rows]
     at = np.arange(len(rows), dtype=float)
-    for c in _FIRST:  # position in ``rows`` where the column has a value
-        k[c] = np.where(kr[c].notna().to_numpy()[rows], at, NAN)
+    k = pd.DataFrame(
+        {
+            "_key": key[rows],
+            "dur": dur[rows],
+            **{c: kr[c].to_numpy(dtype=float)[rows] for c in _SUMMED},
+            # position in ``rows`` where the column has a value
+            **{c: np.where(kr[c].notna().to_numpy()[rows], at, NAN) for c in _FIRST},
+        }
+    )
     g = k.groupby("_key", sort=True)
-    size = g["dur"].size()
+    size = g.size()
     out = {"op_id": size.index.to_numpy(dtype=np.int64), "gpu_dur": g["dur"].sum().to_numpy()}
     out["kernel_count"] = size.to_numpy()
-    for c in _SUMMED:
-        v = g[c].sum(min_count=1).to_numpy(dtype=float, copy=True)
-        v[(g[c].count() < size).to_numpy()] = NAN  # a NaN in any kernel: total unknown
+    sums = g[list(_SUMMED)].sum(min_count=1)
+    partial = g[list(_SUMMED)].count().to_numpy() < size.to_numpy()[:, None]
+    for i, c in enumerate(_SUMMED):
+        v = sums[c].to_numpy(dtype=float, copy=True)
+        v[partial[:, i]] = NAN  # a NaN in any kernel: total unknown
         out[c] = v
-    first = {c: g[c].first().to_numpy(dtype=float) for c in _FIRST}
+    firsts = g[list(_FIRST)].first()
+    first = {c: firsts[c].to_numpy(dtype=float) for c in _FIRST}
     # each op's class of most GPU time (ties: the first class name), from a (op, class) grid
     op_code = np.searchsorted(out["op_id"], key[rows])
     n_cls = len(cls_uniq)
