@@ -428,8 +428,16 @@ def _with_profiler_flops(
     lookup = {
         (n, norm(d)): f for n, d, f in zip(t["name"], t["input_dims"], t["flops"], strict=True)
     }
-    keys = zip(ops["name"].astype(str), (norm(d) for d in ops["input_dims"]), strict=True)
-    found = np.array([lookup.get(k, math.nan) for k in keys], dtype=float)
+    # looked up once per distinct (name, input dims): half a million ops have a few hundred
+    n_codes, n_uniq = pd.factorize(ops["name"].astype(str))
+    d_codes, d_uniq = pd.factorize(ops["input_dims"])
+    names = [*n_uniq.tolist(), math.nan]  # code -1: missing
+    dims = [*(norm(d) for d in d_uniq), None]
+    codes, first = combine_codes(n_codes % len(names), d_codes % len(dims))
+    found = np.array(
+        [lookup.get((names[n_codes[r]], dims[d_codes[r]]), math.nan) for r in first.tolist()],
+        dtype=float,
+    )[codes]
     have = (
         pd.to_numeric(ops["flops"], errors="coerce").to_numpy(dtype=float)
         if ("flops" in ops)
