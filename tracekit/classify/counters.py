@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import csv
 import difflib
+import functools
 import io
 import math
 import re
@@ -182,6 +183,7 @@ def _strip_group(s: str, close: str) -> tuple[str, str]:
     return s, ""
 
 
+@functools.lru_cache(maxsize=65536)  # a trace has few distinct kernel names, many calls
 def base_name(name: str) -> str:
     """Normalised function name of a kernel, the same for ncu's and Kineto's spellings.
 
@@ -423,7 +425,11 @@ def _dims(kernels: pd.DataFrame, prefix: str) -> list[str]:
     if not all(c in kernels for c in cols):
         return [""] * len(kernels)
     vals = kernels[cols].fillna(1).astype(np.int64).to_numpy()
-    return [f"{a},{b},{c}" for a, b, c in vals]
+    if not len(vals):
+        return []
+    uniq, inv = np.unique(vals, axis=0, return_inverse=True)  # text once per distinct shape
+    text = [f"{a},{b},{c}" for a, b, c in uniq.tolist()]
+    return [text[i] for i in inv.reshape(-1).tolist()]
 
 
 def _aligned(ts: list[int], cs: list[int]) -> list[tuple[int, int]]:
