@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.summary import Roofs, Summary
+from tracekit.summary import Roofs, Summary, TraceFacts
 from tracekit.summary.classes import ORDER as CLASS_ORDER
 
 from . import fmt
@@ -98,9 +98,8 @@ def roofline_data(
     }
 
 
-def memory_timeline_data(m: Any) -> dict[str, Any]:
-    """From a :class:`Summary`, or anything with its ``memory_timeline``, ``categories``,
-    ``steps``, ``step_starts_ns`` and ``memory``."""
+def memory_timeline_data(m: TraceFacts) -> dict[str, Any]:
+    """From a :class:`Summary`, or the :class:`TraceFacts` known before classifying."""
     tl, cat = m.memory_timeline, m.categories
     return {
         "ts": tl["ts"].to_numpy(dtype=np.int64) if len(tl) else np.zeros(0, dtype=np.int64),
