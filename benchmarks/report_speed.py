@@ -12,7 +12,8 @@ it), write, tensorboard, waiting for the profiler-plugin copy, and the terminal 
 the total including imports, the CPU time and the peak RSS; then the CPU seconds this
 process spent in the main stages (on a machine shared with other work they vary less than
 wall times; a plot worker's CPU is not in them). Outputs go to a temporary folder that is
-removed afterwards. This checkout's tracekit is measured, whichever tracekit is installed.
+removed afterwards. This checkout's tracekit is measured, whichever tracekit is installed,
+with its process tuned as `tracekit report` tunes it.
 """
 
 from __future__ import annotations
@@ -34,11 +35,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _this_checkout() -> None:
-    """Import tracekit and tracekit.reports from this checkout: an editable install of
-    another checkout maps ``tracekit.reports`` to its own folder (see conftest.py)."""
+    """Import tracekit and tracekit.reports from this checkout (an editable install of
+    another checkout maps ``tracekit.reports`` to its own folder: see conftest.py), the
+    process tuned as `tracekit report` tunes it."""
     sys.path.insert(0, str(ROOT))
     import tracekit
+    from tracekit import cli
 
+    if hasattr(cli, "dedicate_to_report"):  # what the command does first (older: nothing)
+        cli.dedicate_to_report()  # before pandas and pyarrow are imported
     spec = importlib.util.spec_from_file_location(
         "tracekit.reports", ROOT / "reports" / "__init__.py",
         submodule_search_locations=[str(ROOT / "reports")],

@@ -327,6 +327,7 @@ def report(
 
     if format not in ("text", "json"):
         raise UsageError(f"--format must be 'text' or 'json', not {format!r}")
+    dedicate_to_report()
     from tracekit.reports import report as run_report
     from tracekit.reports import summary_text
 
@@ -347,6 +348,18 @@ def report(
 
     terminal.render(result.summary, Console(), result.describe())
     _finished_cleanly()
+
+
+def dedicate_to_report() -> None:
+    """Tune this process for `tracekit report`, which exits after its output, like
+    `tracekit parse`: no OpenBLAS threads, freed memory kept in the heap for reuse and Arrow
+    allocating from that heap (:func:`tracekit.parse.dedicate_process`). Call it before
+    numpy and pyarrow are imported (benchmarks/report_speed.py does, to measure the same)."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    keep_freed_memory()
+    from tracekit.parse import dedicate_process
+
+    dedicate_process()
 
 
 # Set by a command that has written, closed and joined everything it started: the console
