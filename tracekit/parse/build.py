@@ -74,14 +74,23 @@ def nest(thread: I64, start: I64, dur: I64) -> tuple[I64, I64, I64]:
     zero = dur == 0
     # Boundaries: starts (type 1), ends (type 0: before starts at the same time; a zero-length
     # interval's end comes right after its own start so that equal-time instants are siblings).
-    b_thread = np.concatenate([thread, thread])
+    # 2n of them: keys are kept in the narrowest exact type (a 5 GB trace has 11 M).
+    small = np.int32 if 2 * n < (1 << 31) and int(thread.max()) < (1 << 31) else np.int64
+    b_thread = np.concatenate([thread, thread]).astype(small, copy=False)
     b_time = np.concatenate([start, end])
-    b_type = np.concatenate([np.ones(n, dtype=np.int8), np.where(zero, 1, 0).astype(np.int8)])
-    b_tie = np.concatenate([rank * 2, rank * 2 + 1])
-    b_delta = np.concatenate([np.ones(n, dtype=np.int64), -np.ones(n, dtype=np.int64)])
+    del end
+    b_type = np.concatenate([np.ones(n, dtype=np.int8), zero.astype(np.int8)])
+    b_tie = np.empty(2 * n, dtype=small)
+    np.multiply(rank, 2, out=b_tie[:n], casting="unsafe")
+    np.add(b_tie[:n], 1, out=b_tie[n:])
     bo = np.lexsort((b_tie, b_type, b_time, b_thread))
-    cum = np.cumsum(b_delta[bo])
+    del b_tie, b_type, b_time, b_thread
     is_start = bo < n
+    step = is_start.astype(np.int8)  # +1 at a start, -1 at an end
+    step *= 2
+    step -= 1
+    cum = np.cumsum(step, dtype=np.int32)
+    del step
     depth = np.empty(n, dtype=np.int64)
     depth[bo[is_start]] = cum[is_start] - 1
     depth = np.maximum(depth, 0)
@@ -225,7 +234,8 @@ def _labels(codes: npt.NDArray[np.int8], names: dict[int, str], default: str) ->
     (building a numpy string array and converting it costs ~10x more)."""
     size = max([*names, int(codes.max()) if len(codes) else 0]) + 1
     lookup = pa.array([names.get(k, default) for k in range(size)], type=pa.string())
-    return lookup.take(pa.array(codes))
+    # Dictionary-encoded: _table casts it to plain strings unless the build is lazy.
+    return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), lookup)
 
 
 def _table(name: str, cols: dict[str, Any], lazy: bool = False) -> pa.Table:
