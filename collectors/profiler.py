@@ -19,7 +19,6 @@ from sources you trust** (unpickling can run arbitrary code).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gc
 import gzip
@@ -38,7 +37,7 @@ from typing import Any
 import torch
 
 from tracekit.errors import UsageError
-from tracekit.io import file_mode
+from tracekit.io import atomic_file
 
 MEMORY_TIMELINE_FORMAT = "tracekit.memory_timeline"
 
@@ -130,28 +129,11 @@ def default_worker_name() -> str:
     return f"{socket.gethostname()}_{os.getpid()}"
 
 
-@contextlib.contextmanager
-def _temporary_beside(final: Path, suffix: str) -> Any:
-    """Yield a temporary path beside ``final`` (ending in ``suffix``); on success
-    rename it to ``final``, on any exception (Ctrl-C included) delete it."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix, dir=final.parent)
-    os.fchmod(fd, file_mode())
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.replace(tmp, final)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def write_trace(prof: torch.profiler.profile, path: Path) -> Path:
     """Export ``prof``'s Chrome trace to ``path`` (gzipped when it ends in .gz), atomically."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     # torch gzips when the name ends in ".gz"; keep that ending on the temporary name.
-    with _temporary_beside(path, ".tmp.json.gz" if path.suffix == ".gz" else ".tmp.json") as t:
+    with atomic_file(path, ".tmp.json.gz" if path.suffix == ".gz" else ".tmp.json") as t:
         prof.export_chrome_trace(str(t))
     return path
 
@@ -177,7 +159,7 @@ def write_profiler_flops(prof: torch.profiler.profile, path: Path) -> Path:
         if getattr(e, "flops", 0)
     ]
     doc = {"format": PROFILER_FLOPS_FORMAT, "version": 1, "rows": rows}
-    with _temporary_beside(path, ".tmp.json.gz") as t, gzip.open(t, "wt") as f:
+    with atomic_file(path, ".tmp.json.gz") as t, gzip.open(t, "wt") as f:
         json.dump(doc, f)
     return path
 
@@ -232,7 +214,7 @@ def write_memory_timeline(prof: torch.profiler.profile, path: Path, device: str)
         "bytes": rows,
     }
     data = gzip.compress(json.dumps(doc, separators=(",", ":")).encode(), mtime=0)
-    with _temporary_beside(Path(path), ".tmp") as t:
+    with atomic_file(Path(path), ".tmp") as t:
         t.write_bytes(data)
     return Path(path)
 
@@ -384,7 +366,7 @@ def record_memory_snapshot(
     try:
         run()
         torch.cuda.synchronize(device)
-        with _temporary_beside(Path(path), ".tmp") as t:
+        with atomic_file(Path(path), ".tmp") as t:
             memory._dump_snapshot(str(t))  # type: ignore[no-untyped-call]
     finally:
         memory._record_memory_history(enabled=None)

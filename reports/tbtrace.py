@@ -21,14 +21,13 @@ The plugin finds traces as ``<logdir>/<run>/<worker>[.<span>].pt.trace.json[.gz]
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracekit.io import atomic_file
 from tracekit.parse.reader import BLOCK, iter_bytes
 
 # Every runtime/driver category Kineto writes for a launch or other API call.
@@ -68,36 +67,28 @@ def plugin_copy(trace: Path, dest_dir: Path, block: int = BLOCK) -> CopyResult:
     """Write ``dest_dir/<worker>.pt.trace.json.gz`` with runtime categories renamed.
 
     Written under a temporary name and renamed into place (atomic)."""
-    dest_dir.mkdir(parents=True, exist_ok=True)
     final = dest_dir / plugin_name(trace)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=dest_dir)
     n_sub = 0
     n_in = 0
-    try:
-        with os.fdopen(fd, "wb") as f:
-            comp = zlib.compressobj(LEVEL, zlib.DEFLATED, zlib.MAX_WBITS | 16)
-            carry = b""
-            for data in iter_bytes(trace, block):
-                n_in += len(data)
-                buf = carry + data
-                cut = max(0, len(buf) - _MAX_MATCH)
-                # a match that straddles the cut is completed in this round
-                for m in CATEGORY.finditer(buf, max(0, cut - _MAX_MATCH)):
-                    if m.start() < cut < m.end():
-                        cut = m.end()
-                head, n = _sub(buf[:cut])
-                n_sub += n
-                f.write(comp.compress(head))
-                carry = buf[cut:]
-            tail, n = _sub(carry)
+    with atomic_file(final) as tmp, open(tmp, "wb") as f:
+        comp = zlib.compressobj(LEVEL, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+        carry = b""
+        for data in iter_bytes(trace, block):
+            n_in += len(data)
+            buf = carry + data
+            cut = max(0, len(buf) - _MAX_MATCH)
+            # a match that straddles the cut is completed in this round
+            for m in CATEGORY.finditer(buf, max(0, cut - _MAX_MATCH)):
+                if m.start() < cut < m.end():
+                    cut = m.end()
+            head, n = _sub(buf[:cut])
             n_sub += n
-            f.write(comp.compress(tail))
-            f.write(comp.flush())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, final)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
+            f.write(comp.compress(head))
+            carry = buf[cut:]
+        tail, n = _sub(carry)
+        n_sub += n
+        f.write(comp.compress(tail))
+        f.write(comp.flush())
+        f.flush()
+        os.fsync(f.fileno())
     return CopyResult(path=final, rewritten=n_sub, bytes_in=n_in)

@@ -54,22 +54,31 @@ def atomic_dir(final: Path, *, replace: bool = True) -> Iterator[Path]:
         raise
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and an atomic rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+@contextlib.contextmanager
+def atomic_file(final: Path, suffix: str = ".tmp") -> Iterator[Path]:
+    """Yield a new, empty temporary file beside ``final`` (its name ends in ``suffix``, for
+    writers that pick a format by extension); rename it to ``final`` on success, delete it
+    on any exception (Ctrl-C included)."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix, dir=final.parent)
+    os.fchmod(fd, file_mode())  # mkstemp makes 0600
+    os.close(fd)
     try:
-        os.fchmod(fd, file_mode())  # mkstemp makes 0600
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        yield Path(tmp)
+        os.replace(tmp, final)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and an atomic rename."""
+    with atomic_file(path) as tmp, open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def atomic_write_text(path: Path, text: str) -> None:
