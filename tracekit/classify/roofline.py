@@ -70,26 +70,21 @@ class Classification:
         ``flops_measured``, ``flops_ratio`` (measured / modelled), ``bytes_model``,
         ``bytes_measured``, ``bytes_ratio``, ``l2_bytes``, ``extrapolated`` (kernels whose
         counters came from another launch of the same signature)."""
+        cols = [
+            "kernels",
+            "flops_model",
+            "flops_measured",
+            "flops_ratio",
+            "bytes_model",
+            "bytes_measured",
+            "bytes_ratio",
+            "l2_bytes",
+            "extrapolated",
+        ]
         k = self.kernels[_scope(self.kernels)]
         k = k[(k["source"] == "measured") & np.isfinite(k["flops_model"])]
         if not len(k):
-            return cast(
-                pd.DataFrame,
-                pd.DataFrame(
-                    columns=[
-                        "class",
-                        "kernels",
-                        "flops_model",
-                        "flops_measured",
-                        "flops_ratio",
-                        "bytes_model",
-                        "bytes_measured",
-                        "bytes_ratio",
-                        "l2_bytes",
-                        "extrapolated",
-                    ]
-                ),
-            )
+            return cast(pd.DataFrame, pd.DataFrame(columns=["class", *cols]))
         g = k.groupby("class")
         out = pd.DataFrame(
             {
@@ -105,17 +100,6 @@ class Classification:
         with np.errstate(divide="ignore", invalid="ignore"):
             out["flops_ratio"] = out["flops_measured"] / out["flops_model"]
             out["bytes_ratio"] = out["bytes_measured"] / out["bytes_model"]
-        cols = [
-            "kernels",
-            "flops_model",
-            "flops_measured",
-            "flops_ratio",
-            "bytes_model",
-            "bytes_measured",
-            "bytes_ratio",
-            "l2_bytes",
-            "extrapolated",
-        ]
         return cast(pd.DataFrame, out[cols].reset_index())
 
     def summary(self) -> dict[str, Any]:

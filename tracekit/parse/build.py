@@ -655,6 +655,13 @@ def build(
     with_launch = int((rt_id >= 0).sum())
     linked = int(((rt_id >= 0) & (k_op >= 0)).sum())
     devprops = header.get("deviceProperties")
+    seen = {  # the profiler options, as the events show them
+        "record_shapes": bool(n_op and dims_null < n_op),
+        "profile_memory": n_m > 0,
+        "with_stack": acc.python_events > 0,
+        "with_modules": with_modules,
+        "with_flops": bool(n_op and flops_null < n_op),
+    }
     meta: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "time_unit": "ns",
@@ -662,23 +669,8 @@ def build(
         "trace_start_ns": t0,
         "device_properties": devprops if isinstance(devprops, list) else [],
         "devices": k_devices if n_k else [],
-        "options": _options(
-            header,
-            {
-                "record_shapes": bool(n_op and dims_null < n_op),
-                "profile_memory": n_m > 0,
-                "with_stack": acc.python_events > 0,
-                "with_modules": with_modules,
-                "with_flops": bool(n_op and flops_null < n_op),
-            },
-        ),
-        "options_in_data": {
-            "record_shapes": bool(n_op and dims_null < n_op),
-            "profile_memory": n_m > 0,
-            "with_stack": acc.python_events > 0,
-            "with_modules": with_modules,
-            "with_flops": bool(n_op and flops_null < n_op),
-        },
+        "options": _options(header, seen),
+        "options_in_data": seen,
         "versions": {
             k: header[k]
             for k in (

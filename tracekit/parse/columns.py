@@ -428,12 +428,13 @@ class Accumulator:
         self.dropped: dict[str, int] = {}
         self.metadata: list[tuple[str, Any, Any, Any]] = []  # (name, pid, tid, args.name)
         self.python_events = 0  # python_function events (with_stack), before filtering
-        self._dropped_counts: dict[int, int] = {}  # kind -> rows, after drop()
+        self.rows: dict[int, int] = {}  # kind -> rows added (kept when columns are freed)
 
     def _put(self, kind: int, cols: dict[str, Any]) -> None:
         t = self.tables.setdefault(kind, {})
         for k, v in cols.items():
             t.setdefault(k, []).append(v)
+        self.rows[kind] = self.rows.get(kind, 0) + len(cols["ts"])
 
     def add(self, events: list[Event] | Scanned) -> None:
         """Add one chunk: msgspec structs, or the native scanner's rows (same columns)."""
@@ -579,6 +580,8 @@ class Accumulator:
             self.raw_counts[k] = self.raw_counts.get(k, 0) + v
         for k, v in other.dropped.items():
             self.dropped[k] = self.dropped.get(k, 0) + v
+        for kind, n in other.rows.items():
+            self.rows[kind] = self.rows.get(kind, 0) + n
         self.metadata.extend(other.metadata)
         self.python_events += other.python_events
 
@@ -594,24 +597,15 @@ class Accumulator:
     def pop(self, kind: int, name: str) -> Any:
         """:meth:`column`, and free the accumulated parts (for a column read once)."""
         col = self.column(kind, name)
-        cols = self.tables.get(kind)
-        if cols is not None and name in cols and name != "ts":  # ts gives the count
-            del cols[name]
+        self.tables.get(kind, {}).pop(name, None)
         return col
 
     def drop(self, *kinds: int) -> None:
         """Free the columns of ``kinds`` (once their table is built); counts stay."""
         for kind in kinds:
-            cols = self.tables.get(kind)
-            if cols:
-                self._dropped_counts[kind] = self.count(kind)
-                self.tables.pop(kind)
+            self.tables.pop(kind, None)
 
     def count(self, kind: int) -> int:
-        if kind in self._dropped_counts:
-            return self._dropped_counts[kind]
-        parts = self.tables.get(kind, {}).get("ts")
-        return int(sum(len(p) for p in parts)) if parts else 0
-
+        return self.rows.get(kind, 0)
 
 Converter = Callable[[list[Any]], Any]

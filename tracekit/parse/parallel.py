@@ -203,25 +203,28 @@ def parse_parallel(path: Path, chunk: int, workers: int) -> ParallelParse | None
     pa.array([0])  # pyarrow's one-time pandas probe, done once here rather than per worker
     n_events = 0
     inflight: deque[Future[ChunkResult]] = deque()
+
+    def merge_until(left: int) -> bool:
+        """Merge finished chunks, in file order, until ``left`` are in flight."""
+        nonlocal n_events
+        while len(inflight) > left:
+            r = inflight.popleft().result()
+            if not r.ok or r.acc is None:
+                return False
+            acc.merge(r.acc)
+            n_events += r.events
+            header.update(r.rest)
+        return True
+
     with _executor(workers) as pool:
         try:
             for task in tasks:
                 inflight.append(pool.submit(_work, task))
                 del task
-                while len(inflight) > workers:
-                    r = inflight.popleft().result()
-                    if not r.ok or r.acc is None:
-                        return None
-                    acc.merge(r.acc)
-                    n_events += r.events
-                    header.update(r.rest)
-            while inflight:
-                r = inflight.popleft().result()
-                if not r.ok or r.acc is None:
+                if not merge_until(workers):
                     return None
-                acc.merge(r.acc)
-                n_events += r.events
-                header.update(r.rest)
+            if not merge_until(0):
+                return None
         except BrokenProcessPool:
             return None
         finally:
