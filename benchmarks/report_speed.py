@@ -42,8 +42,8 @@ def _this_checkout() -> None:
     import tracekit
     from tracekit import cli
 
-    if hasattr(cli, "dedicate_to_report"):  # what the command does first (older: nothing)
-        cli.dedicate_to_report()  # before pandas and pyarrow are imported
+    if hasattr(cli, "dedicate_process"):  # what the command does first (older: nothing)
+        cli.dedicate_process()  # before pandas and pyarrow are imported
     spec = importlib.util.spec_from_file_location(
         "tracekit.reports", ROOT / "reports" / "__init__.py",
         submodule_search_locations=[str(ROOT / "reports")],

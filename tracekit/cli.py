@@ -41,18 +41,14 @@ def parse(
     ] = None,
 ) -> None:
     """Parse a trace into Parquet tables (kernels, ops, memory, steps, runtime) + meta.json."""
-    # This process only parses, then exits. Before numpy and pyarrow are imported: no
-    # OpenBLAS threads (no linear algebra here: they would only spin, ~0.1 s on 2 cores),
-    # freed memory kept for reuse (see keep_freed_memory), and no cyclic GC (the parse
-    # makes no cycles; the collector would rescan the imports' objects: ~0.04 s).
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    keep_freed_memory()
+    # This process only parses, then exits: tuned as dedicate_process() says, and no cyclic
+    # GC (the parse makes no cycles; the collector would rescan the imports' objects).
     gc.disable()
     try:
-        from tracekit.parse import dedicate_process, parse_to_dir, skip_pandas_probe
+        dedicate_process()
+        from tracekit.parse import parse_to_dir, skip_pandas_probe
 
         skip_pandas_probe()  # the command never needs pandas
-        dedicate_process()
         result = parse_to_dir(trace, out)
     finally:
         gc.enable()  # for callers of main() that go on (tests)
@@ -327,7 +323,7 @@ def report(
 
     if format not in ("text", "json"):
         raise UsageError(f"--format must be 'text' or 'json', not {format!r}")
-    dedicate_to_report()
+    dedicate_process()
     from tracekit.reports import report as run_report
     from tracekit.reports import summary_text
 
@@ -350,16 +346,18 @@ def report(
     _finished_cleanly()
 
 
-def dedicate_to_report() -> None:
-    """Tune this process for `tracekit report`, which exits after its output, like
-    `tracekit parse`: no OpenBLAS threads, freed memory kept in the heap for reuse and Arrow
-    allocating from that heap (:func:`tracekit.parse.dedicate_process`). Call it before
-    numpy and pyarrow are imported (benchmarks/report_speed.py does, to measure the same)."""
+def dedicate_process() -> None:
+    """Tune this process for a command that exits after its output (`tracekit parse`,
+    `tracekit report`). Call it before numpy and pyarrow are imported: no OpenBLAS threads
+    (no linear algebra here: they would only spin, ~0.1 s on 2 cores), freed memory kept in
+    the heap for reuse and Arrow allocating from that heap
+    (:func:`tracekit.parse.dedicate_process`). benchmarks/report_speed.py calls it too, to
+    measure the same."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     keep_freed_memory()
-    from tracekit.parse import dedicate_process
+    from tracekit.parse import dedicate_process as tune_parse
 
-    dedicate_process()
+    tune_parse()
 
 
 # Set by a command that has written, closed and joined everything it started: the console

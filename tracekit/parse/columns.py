@@ -608,4 +608,5 @@ class Accumulator:
     def count(self, kind: int) -> int:
         return self.rows.get(kind, 0)
 
+
 Converter = Callable[[list[Any]], Any]
