@@ -498,6 +498,7 @@ def join_counters(
     vocab: dict[tuple[str, str, str], int] = {}
     cs = [vocab.setdefault(s, len(vocab)) for s in csig]
     sig_rows, launch_rows = range(n_sig), range(n_sig, len(cs))
+    sig_codes, launch_codes = cs[:n_sig], cs[n_sig:]
     rows: list[tuple[int, int, bool]] = []  # (trace row position, counter row, extrapolated)
     unmatched: list[dict[str, object]] = []
     kid = k["kernel_id"].to_numpy()
@@ -525,7 +526,7 @@ def join_counters(
         if len(launch_rows):
             hit_t, hit_c = set(), set()
             by_shape: dict[tuple[int, str], int] = {}  # (signature, op shapes) -> launch row
-            for a, b in _aligned(ts, [cs[j] for j in launch_rows]):
+            for a, b in _aligned(ts, launch_codes):
                 rows.append((int(pos[a]), launch_rows[b], False))
                 hit_t.add(a)
                 hit_c.add(b)
@@ -551,7 +552,7 @@ def join_counters(
                 else:
                     trace_miss(s, int(p), p)
             continue
-        hits = _aligned([ts[i] for i in todo], [cs[j] for j in sig_rows])
+        hits = _aligned([ts[i] for i in todo], sig_codes)
         hit_t, hit_c = set(), set()
         for a, b in hits:
             rows.append((int(pos[todo[a]]), b, False))

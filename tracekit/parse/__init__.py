@@ -188,7 +188,7 @@ def parse_tables(
                 del events
             header, array_format = stream.header.fields, stream.header.array_format
             bytes_read, n_events = stream.bytes_read, stream.events
-        if bytes_read > HUGE_TRACE:
+        if _json_bytes(path) > HUGE_TRACE:  # the same test as parse_to_dir's writer
             return_freed_memory()
         tables = build(acc, header, str(path), on_table, lazy=lazy, release=release)
     finally:
