@@ -185,42 +185,76 @@ def block_saved(
     return saved, t2
 
 
-def estimate(
-    model: Mapping[str, Any] | ModelShape,
-    *,
-    batch: int,
-    seq: int,
-    dtype: str = "fp32",
-    attention: str = "naive",
-    device: str = "cuda",
-) -> MemoryEstimate:
-    """The analytic memory of one steady-state training step (see the module docstring)."""
-    shape = model if isinstance(model, ModelShape) else ModelShape.from_mapping(model)
+@dataclass(frozen=True)
+class _Held:
+    """The tensors one step holds, in bytes (the terms of the module docstring)."""
+
+    params: int  # fp32 master weights
+    grads: int  # fp32 .grad of every parameter
+    optim: int  # AdamW's two moments
+    autocast: int  # low-precision weight copies (0 in fp32)
+    per_layer: int  # saved by one block
+    t2: int  # the T² part of per_layer
+    loss_saved: int  # log_softmax's output (+ its fp32 copy under autocast)
+    head_saved: int  # ln_f's input, mean/rstd and output
+    saved: int  # everything saved for backward
+    logits: int
+    buffers: int  # causal masks + token pool
+
+    @property
+    def static(self) -> int:
+        return self.params + self.optim + self.buffers
+
+    @property
+    def at_backward(self) -> int:
+        """Everything held when backward starts."""
+        return self.static + self.autocast + self.saved
+
+
+def _check(dtype: str, attention: str, batch: int, seq: int) -> None:
     if dtype not in DTYPE_BYTES:
         raise UsageError(f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
     if attention not in ATTENTIONS:
         raise UsageError(f"attention must be one of {', '.join(ATTENTIONS)}, got {attention!r}")
     if batch < 1 or seq < 1:
         raise UsageError(f"batch and seq must be >= 1, got {batch}, {seq}")
+
+
+def _held(shape: ModelShape, batch: int, seq: int, dtype: str, attention: str) -> _Held:
     a = DTYPE_BYTES[dtype]
     N, C, V, L = batch * seq, shape.n_embd, shape.vocab_size, shape.n_layer
     P = shape.n_params()
-    params, grads, optim = FP32 * P, FP32 * P, 2 * FP32 * P
-    autocast = a * shape.linear_weights() if a != FP32 else 0
     per_layer, t2 = block_saved(shape, batch, seq, dtype, attention)
     # cross_entropy = log_softmax + nll_loss. log_softmax runs at the activation dtype and
     # saves its output; under autocast nll_loss (an fp32 op) saves an fp32 copy of it.
     loss_saved = a * N * V + (FP32 * N * V if a != FP32 else 0)
     head_saved = FP32 * N * C + 2 * FP32 * N + a * N * C  # ln_f input + mean/rstd, its output
-    saved = L * per_layer + head_saved + loss_saved
-    logits = a * N * V
     masks = L * shape.block_size**2 if attention == "naive" else 0
     tokens = POOL_BATCHES * batch * (seq + 1) * 8
-    buffers = masks + tokens
-    static = params + optim + buffers
-    act = static + autocast + saved  # everything held when backward starts
+    return _Held(
+        params=FP32 * P,
+        grads=FP32 * P,
+        optim=2 * FP32 * P,
+        autocast=a * shape.linear_weights() if a != FP32 else 0,
+        per_layer=per_layer,
+        t2=t2,
+        loss_saved=loss_saved,
+        head_saved=head_saved,
+        saved=L * per_layer + head_saved + loss_saved,
+        logits=a * N * V,
+        buffers=masks + tokens,
+    )
 
-    fwd_end = act + logits  # logits are freed once the loss exists
+
+def _phases(
+    shape: ModelShape, h: _Held, batch: int, seq: int, dtype: str, attention: str, device: str
+) -> dict[str, int]:
+    """Bytes held at each moment of the step that can be the peak."""
+    a = DTYPE_BYTES[dtype]
+    N, C, V, L = batch * seq, shape.n_embd, shape.vocab_size, shape.n_layer
+    P = shape.n_params()
+    act = h.at_backward
+    fwd_end = act + h.logits  # logits are freed once the loss exists
     # nll_loss_backward's gradient (fp32); in fp32 log_softmax's backward then allocates
     # the logits' gradient while it and the saved output are alive.
     loss_transient = FP32 * N * V + (FP32 * N * V if a == FP32 else 0)
@@ -230,9 +264,9 @@ def estimate(
     head_mm = a * N * V + a * V * C
     head_cast = (a * V * C + FP32 * V * C + a * N * C) if a != FP32 else 0
     head_transient = max(head_mm, head_cast)
-    head_bwd = act - loss_saved + head_transient
+    head_bwd = act - h.loss_saved + head_transient
     opt_tmp = FP32 * P if device == "cuda" else 2 * FP32 * shape.largest_param()
-    optimizer = static + grads + opt_tmp
+    optimizer = h.static + h.grads + opt_tmp
     phases = {
         "forward_end": fwd_end,
         "loss_backward": loss_bwd,
@@ -248,49 +282,68 @@ def estimate(
         attn_transient = 2 * FP32 * bhtt
         mlp_saved = (FP32 + 10 * a) * N * C + 2 * FP32 * N
         block_grads = FP32 * (P - V * C - shape.block_size * C) // L
-        phases["attention_backward"] = (
-            act - loss_saved - head_saved - mlp_saved + FP32 * V * C + block_grads + attn_transient
-        )
-    peak_phase = max(phases, key=lambda k: phases[k])
-    cats: dict[str, int]
+        held = act - h.loss_saved - h.head_saved - mlp_saved
+        phases["attention_backward"] = held + FP32 * V * C + block_grads + attn_transient
+    return phases
+
+
+def _categories(
+    shape: ModelShape, h: _Held, phases: dict[str, int], peak_phase: str
+) -> dict[str, int]:
+    """The peak phase's bytes split into CATEGORIES."""
     if peak_phase == "optimizer":
-        cats = dict(
-            parameters=params,
-            gradients=grads,
-            optimizer_state=optim,
+        return dict(
+            parameters=h.params,
+            gradients=h.grads,
+            optimizer_state=h.optim,
             activations=0,
-            other=buffers + opt_tmp,
+            other=phases["optimizer"] - h.params - h.grads - h.optim,
         )
-    else:
-        held = {
-            "forward_end": saved + autocast,
-            "loss_backward": saved + autocast,
-            "head_backward": saved - loss_saved + autocast,
-            "attention_backward": saved - loss_saved - head_saved + autocast,
-        }[peak_phase]
-        g = (
-            FP32 * V * C + FP32 * (P - V * C) // max(1, L)
-            if peak_phase == "attention_backward"
-            else 0
-        )
-        cats = dict(
-            parameters=params,
-            gradients=g,
-            optimizer_state=optim,
-            activations=held,
-            other=phases[peak_phase] - params - optim - held - g,
-        )
+    C, V, L = shape.n_embd, shape.vocab_size, shape.n_layer
+    P = shape.n_params()
+    held = {
+        "forward_end": h.saved + h.autocast,
+        "loss_backward": h.saved + h.autocast,
+        "head_backward": h.saved - h.loss_saved + h.autocast,
+        "attention_backward": h.saved - h.loss_saved - h.head_saved + h.autocast,
+    }[peak_phase]
+    g = FP32 * V * C + FP32 * (P - V * C) // max(1, L) if peak_phase == "attention_backward" else 0
+    return dict(
+        parameters=h.params,
+        gradients=g,
+        optimizer_state=h.optim,
+        activations=held,
+        other=phases[peak_phase] - h.params - h.optim - held - g,
+    )
+
+
+def estimate(
+    model: Mapping[str, Any] | ModelShape,
+    *,
+    batch: int,
+    seq: int,
+    dtype: str = "fp32",
+    attention: str = "naive",
+    device: str = "cuda",
+) -> MemoryEstimate:
+    """The analytic memory of one steady-state training step (see the module docstring)."""
+    shape = model if isinstance(model, ModelShape) else ModelShape.from_mapping(model)
+    _check(dtype, attention, batch, seq)
+    h = _held(shape, batch, seq, dtype, attention)
+    phases = _phases(shape, h, batch, seq, dtype, attention, device)
+    peak_phase = max(phases, key=lambda k: phases[k])
+    cats = _categories(shape, h, phases, peak_phase)
     assert sum(cats.values()) == phases[peak_phase], (cats, phases)
     return MemoryEstimate(
-        parameters=params,
-        gradients_total=grads,
-        optimizer_state=optim,
-        autocast_weights=autocast,
-        activations_per_layer=per_layer,
-        attention_matrix_per_layer=t2,
-        activations_saved=saved,
-        logits=logits,
-        buffers=buffers,
+        parameters=h.params,
+        gradients_total=h.grads,
+        optimizer_state=h.optim,
+        autocast_weights=h.autocast,
+        activations_per_layer=h.per_layer,
+        attention_matrix_per_layer=h.t2,
+        activations_saved=h.saved,
+        logits=h.logits,
+        buffers=h.buffers,
         phases=phases,
         peak_phase=peak_phase,
         peak=phases[peak_phase],
