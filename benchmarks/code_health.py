@@ -2,28 +2,33 @@
 
     python benchmarks/code_health.py             # top 15 functions and modules, all cycles
     python benchmarks/code_health.py --top 40    # more rows
+    python benchmarks/code_health.py --all       # also list tests/ and benchmarks/
     python benchmarks/code_health.py --lazy      # also count function-level (lazy) imports
 
 Reads the source with ``ast`` only (nothing is imported), so it runs in well under a second.
+tests/test_code_health.py holds the code to the limits with the same functions.
 
 * **Functions**: every ``def`` (methods and nested functions included) in tracekit/,
   collectors/, reports/, with its length from the ``def`` line to its last line (decorators
-  not counted, a nested function's lines count for its parent too). A *plain table* — a
-  function whose body, after an optional docstring, is one ``return`` of a literal (dict,
-  list, tuple or set built only from constants, names and nested literals) — is listed but
-  marked ``table``: the 100-line limit does not apply to it. tests/ and benchmarks/ are
-  listed with ``--all`` but are exempt from the limit.
+  not counted; a nested function's lines count for its parent too). A *plain table* — a
+  function whose body, after an optional docstring, is one ``return`` of a dict, list,
+  tuple or set literal built only from constants, names and nested literals — is marked
+  ``table``: the limit does not apply to it (data, not logic). tests/ and benchmarks/ are
+  listed with ``--all`` but exempt: a test's data builder may be long and flat.
 * **Modules**: lines per file.
 * **Import cycles**: among tracekit's modules (tracekit/, collectors/ as tracekit.collectors,
-  reports/ as tracekit.reports), using module-level imports, the ones that run when the
-  module is imported (imports under ``if TYPE_CHECKING:`` are not counted; imports inside
-  ``try``/``if`` at module level are). Function-level lazy imports are *not* counted by
-  default — they run after every module has finished loading, so they cannot deadlock an
-  import — ``--lazy`` adds them. ``import a.b.c`` depends on ``a.b.c`` and on the packages
-  ``a.b`` / ``a`` unless the importer lives inside them (a package being imported is
-  already in ``sys.modules``); ``from p import n`` depends on ``p.n`` when that is a
-  module, and on ``p`` itself when ``n`` is a name that ``p/__init__.py`` defines or when
-  ``p`` is not an ancestor of the importer.
+  reports/ as tracekit.reports), from *module-level* imports: those in the module body,
+  also inside module-level ``if``/``try`` blocks, and ``if TYPE_CHECKING:`` imports too
+  (the type checker follows them, and a cycle that only typing closes still ties the
+  modules together). Function-level lazy imports are *not* counted by default — they run
+  after the modules have loaded — and ``--lazy`` adds them. An import depends on the module
+  it names: ``from p import n`` on ``p`` (its ``__init__``), and on ``p.n`` too when that
+  is a module; ``import a.b.c`` on ``a.b.c``. Both also depend on the packages loaded on
+  the way (``a``, ``a.b``), except the ones the importing module lives in. So a module
+  that takes a sibling from its own package's ``__init__`` (``from tracekit.classify import
+  classes``) closes a cycle with an ``__init__`` that imports it; ``import
+  tracekit.classify.classes as classes`` or ``from tracekit.classify.classes import X``
+  does not. Each cycle is printed with the file:line of every import in it.
 
 Exit status 1 when a limit is broken (outside tests/ and benchmarks/), else 0.
 """
@@ -33,8 +38,8 @@ from __future__ import annotations
 import argparse
 import ast
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,12 +47,12 @@ MAX_FUNCTION_LINES = 100
 MAX_MODULE_LINES = 700
 # source folder -> the package it installs as (pyproject.toml's package-dir)
 PACKAGES = {"tracekit": "tracekit", "collectors": "tracekit.collectors", "reports": "tracekit.reports"}
-EXEMPT = ("tests", "benchmarks")  # listed, not held to the limits
+EXEMPT = ("tests", "benchmarks")  # listed with --all, not held to the limits
 
 
 @dataclass(frozen=True)
 class Function:
-    path: str  # relative to ROOT, '/'-separated
+    path: str  # relative to the root, '/'-separated
     line: int
     name: str  # qualified: Class.method, outer.<locals>.inner
     lines: int
@@ -57,30 +62,37 @@ class Function:
 @dataclass(frozen=True)
 class Module:
     path: str
-    name: str  # dotted module name
     lines: int
 
 
-def source_files(folders: tuple[str, ...] = tuple(PACKAGES)) -> Iterator[Path]:
+@dataclass
+class Graph:
+    """Module -> {module it depends on: line of the first import that makes it so}."""
+
+    edges: dict[str, dict[str, int]]
+    files: dict[str, str]  # module -> path relative to the root
+    lazy_imports: int  # function-level imports of these modules (edges only with lazy=True)
+    lazy: bool = field(default=False)
+
+
+def source_files(
+    folders: tuple[str, ...] = tuple(PACKAGES), root: Path = ROOT, suffix: str = ".py"
+) -> Iterator[Path]:
     for folder in folders:
-        base = ROOT / folder
-        if base.is_dir():
-            yield from sorted(p for p in base.rglob("*.py") if "build" not in p.parts[:-1])
+        if (root / folder).is_dir():
+            yield from sorted((root / folder).rglob("*" + suffix))
 
 
-def source_files_with(suffix: str) -> Iterator[Path]:
-    for folder in PACKAGES:
-        if (ROOT / folder).is_dir():
-            yield from sorted((ROOT / folder).rglob("*" + suffix))
-
-
-def module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT)
-    parts = [PACKAGES.get(rel.parts[0], rel.parts[0]), *rel.parts[1:]]
-    parts[-1] = parts[-1].removesuffix(".py")
+def module_name(path: Path, root: Path = ROOT, packages: Mapping[str, str] = PACKAGES) -> str:
+    rel = path.relative_to(root)
+    parts = [packages.get(rel.parts[0], rel.parts[0]), *rel.parts[1:]]
+    parts[-1] = parts[-1].rsplit(".", 1)[0]
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
+
+
+# ---------------------------------------------------------------------------- functions
 
 
 def _is_literal(node: ast.expr) -> bool:
@@ -102,31 +114,23 @@ def is_plain_table(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     body = fn.body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]
-    return (
-        len(body) == 1
-        and isinstance(body[0], ast.Return)
-        and body[0].value is not None
-        and isinstance(body[0].value, (ast.Dict, ast.List, ast.Tuple, ast.Set))
-        and _is_literal(body[0].value)
-    )
+    if len(body) != 1 or not isinstance(body[0], ast.Return):
+        return False
+    value = body[0].value
+    return isinstance(value, (ast.Dict, ast.List, ast.Tuple, ast.Set)) and _is_literal(value)
 
 
-def functions(path: Path, tree: ast.Module | None = None) -> list[Function]:
-    tree = tree or ast.parse(path.read_text(), str(path))
-    rel = path.relative_to(ROOT).as_posix()
+def functions(tree: ast.Module, path: str) -> list[Function]:
+    """Every function and method in ``tree``, nested ones included."""
     found: list[Function] = []
 
     def visit(node: ast.AST, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                end = child.end_lineno or child.lineno
-                found.append(
-                    Function(
-                        rel, child.lineno, prefix + child.name, end - child.lineno + 1,
-                        is_plain_table(child),
-                    )
-                )  # fmt: skip
-                visit(child, f"{prefix}{child.name}.<locals>.")
+                length = (child.end_lineno or child.lineno) - child.lineno + 1
+                name = prefix + child.name
+                found.append(Function(path, child.lineno, name, length, is_plain_table(child)))
+                visit(child, f"{name}.<locals>.")
             elif isinstance(child, ast.ClassDef):
                 visit(child, f"{prefix}{child.name}.")
             else:
@@ -134,6 +138,37 @@ def functions(path: Path, tree: ast.Module | None = None) -> list[Function]:
 
     visit(tree, "")
     return found
+
+
+def scan(
+    folders: tuple[str, ...] = tuple(PACKAGES), root: Path = ROOT
+) -> tuple[list[Function], list[Module]]:
+    """Functions and modules of ``folders``, longest first."""
+    funcs: list[Function] = []
+    mods: list[Module] = []
+    for path in source_files(folders, root):
+        text = path.read_text()
+        rel = path.relative_to(root).as_posix()
+        funcs += functions(ast.parse(text, rel), rel)
+        mods.append(Module(rel, len(text.splitlines())))
+    funcs.sort(key=lambda f: (-f.lines, f.path, f.line))
+    mods.sort(key=lambda m: (-m.lines, m.path))
+    return funcs, mods
+
+
+def exempt(path: str) -> bool:
+    return path.split("/")[0] in EXEMPT
+
+
+def long_functions(funcs: list[Function]) -> list[Function]:
+    return [f for f in funcs if f.lines > MAX_FUNCTION_LINES and not f.table and not exempt(f.path)]
+
+
+def large_modules(mods: list[Module]) -> list[Module]:
+    return [m for m in mods if m.lines > MAX_MODULE_LINES and not exempt(m.path)]
+
+
+# ---------------------------------------------------------------------------- imports
 
 
 def _import_nodes(tree: ast.Module, lazy: bool) -> Iterator[ast.Import | ast.ImportFrom]:
@@ -150,8 +185,8 @@ def _import_nodes(tree: ast.Module, lazy: bool) -> Iterator[ast.Import | ast.Imp
                         n for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))
                     )
             else:
-                for field in ("body", "orelse", "finalbody", "handlers"):
-                    yield from walk(getattr(node, field, []))
+                for name in ("body", "orelse", "finalbody", "handlers"):
+                    yield from walk(getattr(node, name, []))
 
     return walk(tree.body)
 
@@ -161,53 +196,8 @@ def _ancestors(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def import_graph(lazy: bool = False) -> tuple[dict[str, dict[str, int]], int]:
-    """Module -> {tracekit module it imports: line of the first such import}; and the number
-    of function-level imports of tracekit modules (counted in the graph only with ``lazy``)."""
-    files = list(source_files())
-    trees = {module_name(p): (p, ast.parse(p.read_text(), str(p))) for p in files}
-    known = set(trees) | {  # compiled extensions, known by their stubs
-        module_name(p.with_suffix(".py")) for p in source_files_with(".pyi")
-    }
-    packages = {n for n, (p, _) in trees.items() if p.name == "__init__.py"}
-    graph: dict[str, dict[str, int]] = {n: {} for n in trees}
-    lazy_count = 0
-    for name, (_path, tree) in trees.items():
-        own = set(_ancestors(name))
-        package = name if name in packages else name.rpartition(".")[0]
-        edges = graph[name]
-
-        def add(target: str, line: int, edges: dict[str, int] = edges, name: str = name) -> None:
-            if target in trees and target != name:
-                edges.setdefault(target, line)
-
-        def named(target: str, line: int, own: set[str] = own) -> None:
-            add(target, line)  # the module the statement names ...
-            for mod in _ancestors(target):  # ... and the packages it loads first,
-                if mod not in own:  # except those this module lives in (already loading)
-                    add(mod, line)
-
-        module_level = {id(n) for n in _import_nodes(tree, lazy=False)}
-        for node in _import_nodes(tree, lazy=True):
-            if id(node) not in module_level:
-                targets = _targets(node, package)
-                if not any(t.split(".")[0] == "tracekit" for t in targets):
-                    continue
-                lazy_count += 1
-                if not lazy:
-                    continue
-            for target in _targets(node, package):
-                named(target, node.lineno)
-            if isinstance(node, ast.ImportFrom):
-                base = _targets(node, package)[0]
-                for alias in node.names:
-                    if f"{base}.{alias.name}" in known:
-                        add(f"{base}.{alias.name}", node.lineno)
-    return graph, lazy_count
-
-
-def _targets(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
-    """The module names an import statement names (``from p import n``: ``p``)."""
+def _named(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
+    """The modules an import statement names (``from p import n``: ``p``)."""
     if isinstance(node, ast.Import):
         return [a.name for a in node.names]
     base = node.module or ""
@@ -218,7 +208,54 @@ def _targets(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
     return [base]
 
 
-def components(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+def import_graph(
+    lazy: bool = False, root: Path = ROOT, packages: Mapping[str, str] = PACKAGES
+) -> Graph:
+    """The import graph of the modules under ``packages`` (see the module docstring)."""
+    folders = tuple(packages)
+    trees: dict[str, ast.Module] = {}
+    files: dict[str, str] = {}
+    inits: set[str] = set()
+    for p in source_files(folders, root):
+        name = module_name(p, root, packages)
+        trees[name] = ast.parse(p.read_text(), str(p))
+        files[name] = p.relative_to(root).as_posix()
+        if p.name == "__init__.py":
+            inits.add(name)
+    # compiled extensions count as modules, known by their stubs
+    known = set(trees) | {module_name(p, root, packages) for p in source_files(folders, root, ".pyi")}
+    graph = Graph({n: {} for n in trees}, files, 0, lazy)
+    for name, tree in trees.items():
+        own = set(_ancestors(name))
+        package = name if name in inits else name.rpartition(".")[0]
+        edges = graph.edges[name]
+
+        def need(target: str, line: int, edges: dict[str, int] = edges, me: str = name) -> None:
+            if target in trees and target != me:
+                edges.setdefault(target, line)
+
+        module_level = {id(n) for n in _import_nodes(tree, lazy=False)}
+        for node in _import_nodes(tree, lazy=True):
+            named = _named(node, package)
+            if id(node) not in module_level:
+                if not any(t in known or t.split(".")[0] in inits for t in named):
+                    continue  # not one of ours
+                graph.lazy_imports += 1
+                if not lazy:
+                    continue
+            for target in named:
+                need(target, node.lineno)  # the module the statement names ...
+                for mod in _ancestors(target):  # ... the packages loaded on the way,
+                    if mod not in own:  # except those this module lives in
+                        need(mod, node.lineno)
+            if isinstance(node, ast.ImportFrom):
+                for alias in node.names:  # ... and a submodule taken by name
+                    if f"{named[0]}.{alias.name}" in known:
+                        need(f"{named[0]}.{alias.name}", node.lineno)
+    return graph
+
+
+def components(edges: Mapping[str, Mapping[str, int]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan), sorted."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -230,7 +267,7 @@ def components(graph: dict[str, dict[str, int]]) -> list[list[str]]:
         index[v] = low[v] = len(index)
         stack.append(v)
         on.add(v)
-        for w in sorted(graph[v]):
+        for w in sorted(edges[v]):
             if w not in index:
                 strong(w)
                 low[v] = min(low[v], low[w])
@@ -247,21 +284,21 @@ def components(graph: dict[str, dict[str, int]]) -> list[list[str]]:
             if len(comp) > 1:
                 comps.append(sorted(comp))
 
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(graph) + 100))
-    for v in sorted(graph):
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(edges) + 100))
+    for v in sorted(edges):
         if v not in index:
             strong(v)
     return sorted(comps)
 
 
-def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+def cycles(edges: Mapping[str, Mapping[str, int]]) -> list[list[str]]:
     """Import cycles, as paths ``[a, b, ..., a]``: for every module in a cycle, one
     shortest cycle through it (rotated to start at its smallest name, duplicates dropped)."""
     found: list[list[str]] = []
-    for comp in components(graph):
+    for comp in components(edges):
         members = set(comp)
         for start in comp:
-            cyc = _shortest_cycle(graph, members, start)
+            cyc = _shortest_cycle(edges, members, start)
             k = cyc.index(min(cyc[:-1]))
             cyc = [*cyc[k:-1], *cyc[:k], cyc[k]]
             if cyc not in found:
@@ -269,13 +306,15 @@ def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
     return found
 
 
-def _shortest_cycle(graph: dict[str, dict[str, int]], members: set[str], start: str) -> list[str]:
+def _shortest_cycle(
+    edges: Mapping[str, Mapping[str, int]], members: set[str], start: str
+) -> list[str]:
     prev: dict[str, str] = {}
     frontier = [start]
     while frontier:
         nxt = []
         for v in frontier:
-            for w in sorted(graph[v].keys() & members):
+            for w in sorted(edges[v].keys() & members):
                 if w == start:
                     path = [v]
                     while path[-1] != start:
@@ -288,67 +327,51 @@ def _shortest_cycle(graph: dict[str, dict[str, int]], members: set[str], start: 
     raise AssertionError(f"{start} is in no cycle")  # not for a member of a component
 
 
-def describe(graph: dict[str, dict[str, int]], cycle: list[str]) -> str:
-    """``a -> b (a.py:12) -> a (b.py:7)``: each step with the line of the import."""
-    files = {module_name(p): p.relative_to(ROOT).as_posix() for p in source_files()}
+def describe(graph: Graph, cycle: list[str]) -> str:
+    """``a -> b (a.py:12) -> a (b.py:7)``: each step with the import that makes it."""
     steps = [cycle[0]]
     for a, b in zip(cycle, cycle[1:]):
-        steps.append(f"{b} ({files[a]}:{graph[a][b]})")
+        steps.append(f"{b} ({graph.files[a]}:{graph.edges[a][b]})")
     return " -> ".join(steps)
 
 
-def scan(folders: tuple[str, ...] = tuple(PACKAGES)) -> tuple[list[Function], list[Module]]:
-    funcs: list[Function] = []
-    mods: list[Module] = []
-    for path in source_files(folders):
-        text = path.read_text()
-        funcs += functions(path, ast.parse(text, str(path)))
-        mods.append(
-            Module(path.relative_to(ROOT).as_posix(), module_name(path), len(text.splitlines()))
-        )
-    return funcs, mods
-
-
-def _exempt(path: str) -> bool:
-    return path.split("/")[0] in EXEMPT
+# ---------------------------------------------------------------------------- report
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--top", type=int, default=15, help="rows per list (default 15)")
     ap.add_argument("--all", action="store_true", help="also list tests/ and benchmarks/")
     ap.add_argument("--lazy", action="store_true", help="count function-level imports too")
     args = ap.parse_args(argv)
-    folders = (*PACKAGES, *EXEMPT) if args.all else tuple(PACKAGES)
-    funcs, mods = scan(folders)
-    funcs.sort(key=lambda f: (-f.lines, f.path, f.line))
-    mods.sort(key=lambda m: (-m.lines, m.path))
+    funcs, mods = scan((*PACKAGES, *EXEMPT) if args.all else tuple(PACKAGES))
 
-    long = [f for f in funcs if f.lines > MAX_FUNCTION_LINES and not f.table]
+    long, big = long_functions(funcs), large_modules(mods)
     print(
         f"Longest functions (limit {MAX_FUNCTION_LINES} lines, plain tables exempt; "
-        f"{len(long)} over, {sum(f.lines > 80 for f in funcs)} over 80):"
+        f"{len(long)} over, {sum(f.lines > 80 and not exempt(f.path) for f in funcs)} over 80):"
     )
     for f in funcs[: args.top]:
-        mark = "  table" if f.table else ("  exempt" if _exempt(f.path) else "")
-        flag = " *" if f.lines > MAX_FUNCTION_LINES and not f.table and not mark else "  "
+        mark = "  (table)" if f.table else "  (exempt)" if exempt(f.path) else ""
+        flag = " *" if f in long else "  "
         print(f" {flag}{f.lines:5d}  {f.path}:{f.line}  {f.name}{mark}")
 
-    big = [m for m in mods if m.lines > MAX_MODULE_LINES and not _exempt(m.path)]
     print(f"\nLargest modules (limit {MAX_MODULE_LINES} lines; {len(big)} over):")
     for m in mods[: args.top]:
-        flag = " *" if m.lines > MAX_MODULE_LINES and not _exempt(m.path) else "  "
-        print(f" {flag}{m.lines:5d}  {m.path}")
+        flag = " *" if m in big else "  "
+        print(f" {flag}{m.lines:5d}  {m.path}{'  (exempt)' if exempt(m.path) else ''}")
 
-    graph, lazy = import_graph(args.lazy)
-    found = cycles(graph)
-    what = "module-level and function-level" if args.lazy else "module-level"
-    note = "" if args.lazy else f"; {lazy} function-level lazy imports not counted (--lazy)"
-    print(f"\nImport cycles ({what} imports, {len(graph)} modules{note}): {len(found) or 'none'}")
+    graph = import_graph(args.lazy)
+    found = cycles(graph.edges)
+    what = (
+        "module-level and function-level imports"
+        if args.lazy
+        else f"module-level imports; {graph.lazy_imports} function-level ones not counted"
+    )
+    print(f"\nImport cycles among {len(graph.edges)} modules ({what}): {len(found) or 'none'}")
     for c in found:
         print("   " + describe(graph, c))
-    over = [f for f in long if not _exempt(f.path)]
-    return 1 if over or big or found else 0
+    return 1 if long or big or found else 0
 
 
 if __name__ == "__main__":
