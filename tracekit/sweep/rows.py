@@ -209,25 +209,47 @@ def run_row(
     row.update(_nan_row())
     notes: list[str] = []
     m = manifest or {}
+    row.update(manifest_columns(m))
+    row.update(memory_columns(point, run_dir, m, row["peak_allocated_bytes"], notes))
+    row.update(roof_columns(point, m.get("ceilings") or ceilings or {}, row["model_flops_per_s"]))
+    row.update(model_columns(point, m, row["peak_bytes"]))
+    # the parsed trace: GPU idle share; classify's columns
+    row["gpu_idle_pct"] = math.nan
+    if with_trace and (m.get("artifacts") or {}).get("trace"):
+        row.update(trace_columns(run_dir, manifest, row["matmul_roof_flops"], notes))
+    row["notes"] = "; ".join(notes) or None
+    return row
+
+
+def manifest_columns(m: Mapping[str, Any]) -> dict[str, Any]:
+    """Step time, throughput, allocator memory and the device, as the manifest records
+    them (measured on unprofiled steps)."""
     met = m.get("metrics") or {}
     st = met.get("step_time_ms") or {}
-    row["step_time_ms"] = _f(st.get("median"))
-    row["step_time_p10_ms"] = _f(st.get("p10"))
-    row["step_time_p90_ms"] = _f(st.get("p90"))
-    row["samples_per_s"] = _f(met.get("samples_per_s"))
-    row["tokens_per_s"] = _f(met.get("tokens_per_s"))
-    row["model_flops_per_s"] = _f(met.get("model_flops_per_s"))
-    row["peak_allocated_bytes"] = _f(met.get("peak_allocated_bytes"))
-    row["peak_reserved_bytes"] = _f(met.get("peak_reserved_bytes"))
-    row["avg_allocated_bytes"] = _f(met.get("avg_allocated_bytes"))
-    row["profiler_overhead_pct"] = _f(met.get("profiler_overhead_pct"))
     dev = m.get("device") or {}
-    row["device_name"] = dev.get("name")
-    row["device_total_bytes"] = _f(dev.get("total_memory"))
-    ceil = m.get("ceilings") or ceilings or {}
-    row["n_params"] = _f((m.get("model") or {}).get("n_params"))
+    return {
+        "step_time_ms": _f(st.get("median")),
+        "step_time_p10_ms": _f(st.get("p10")),
+        "step_time_p90_ms": _f(st.get("p90")),
+        "samples_per_s": _f(met.get("samples_per_s")),
+        "tokens_per_s": _f(met.get("tokens_per_s")),
+        "model_flops_per_s": _f(met.get("model_flops_per_s")),
+        "peak_allocated_bytes": _f(met.get("peak_allocated_bytes")),
+        "peak_reserved_bytes": _f(met.get("peak_reserved_bytes")),
+        "avg_allocated_bytes": _f(met.get("avg_allocated_bytes")),
+        "profiler_overhead_pct": _f(met.get("profiler_overhead_pct")),
+        "device_name": dev.get("name"),
+        "device_total_bytes": _f(dev.get("total_memory")),
+        "n_params": _f((m.get("model") or {}).get("n_params")),
+    }
 
-    # memory by category at the timeline's peak
+
+def memory_columns(
+    point: Point, run_dir: Path, m: Mapping[str, Any], peak_allocated: float, notes: list[str]
+) -> dict[str, Any]:
+    """The measured peak (the allocator's on CUDA, else the memory timeline's) and its
+    split into CATEGORIES at the timeline's peak; a note when there is no timeline."""
+    row: dict[str, Any] = {}
     tl_name = (m.get("artifacts") or {}).get("memory_timeline")
     tl = {}
     if tl_name and (run_dir / tl_name).is_file():
@@ -238,9 +260,8 @@ def run_row(
         row[f"tl_{c}_bytes"] = tl.get(f"tl_{c}_bytes", math.nan)
     row["timeline_peak_bytes"] = tl.get("timeline_peak_bytes", math.nan)
 
-    # the measured peak: the allocator's (CUDA), else the timeline's (CPU)
-    if not math.isnan(row["peak_allocated_bytes"]):
-        row["peak_bytes"], row["peak_source"] = row["peak_allocated_bytes"], "allocator"
+    if not math.isnan(peak_allocated):
+        row["peak_bytes"], row["peak_source"] = peak_allocated, "allocator"
     elif not math.isnan(row["timeline_peak_bytes"]):
         row["peak_bytes"], row["peak_source"] = row["timeline_peak_bytes"], "memory timeline"
     else:
@@ -257,51 +278,62 @@ def run_row(
         for c in CATEGORIES:
             row[f"mem_{c}_bytes"] = math.nan
     row["mem_per_token_bytes"] = row["peak_bytes"] / point.tokens
-    static = 3 * 4 * row["n_params"]  # fp32 weights + AdamW's two fp32 moments
+    static = 3 * 4 * _f((m.get("model") or {}).get("n_params"))  # fp32 weights + AdamW moments
     row["dynamic_peak_bytes"] = row["peak_bytes"] - static
+    return row
 
-    # utilisation of the measured matmul roof by the model's FLOP rate
+
+def roof_columns(point: Point, ceil: Mapping[str, Any], model_flops: float) -> dict[str, Any]:
+    """The measured matmul roof of the run's precision and bandwidth roof, and the
+    utilisation of the matmul roof by the model's FLOP rate."""
     roofs = ceil.get("matmul_flops") or {}
-    roof = roofs.get(point.dtype) if point.dtype != "fp32" else roofs.get("fp32")
-    row["matmul_roof_flops"] = _f(roof)
-    row["bandwidth_roof_Bps"] = _f(ceil.get("memory_bandwidth_Bps"))
-    row["model_flops_util_pct"] = 100.0 * row["model_flops_per_s"] / row["matmul_roof_flops"]
+    roof = _f(roofs.get(point.dtype) if point.dtype != "fp32" else roofs.get("fp32"))
+    return {
+        "matmul_roof_flops": roof,
+        "bandwidth_roof_Bps": _f(ceil.get("memory_bandwidth_Bps")),
+        "model_flops_util_pct": 100.0 * model_flops / roof,
+    }
 
-    # the analytic model next to the measurement
+
+def model_columns(point: Point, m: Mapping[str, Any], peak: float) -> dict[str, Any]:
+    """The analytic memory model next to the measured peak (none without the manifest's
+    model config)."""
     model_cfg = (m.get("config") or {}).get("model")
-    if model_cfg:
-        est = estimate(
-            model_cfg,
-            batch=point.batch,
-            seq=point.seq,
-            dtype=point.dtype,
-            attention=point.attention,
-            device=dev.get("type") or "cuda",
-        )
-        row["model_peak_bytes"] = float(est.peak)
-        row["model_peak_phase"] = est.peak_phase
-        for c in CATEGORIES:
-            row[f"model_{c}_bytes"] = float(est.categories[c])
-        row["model_activations_per_layer_bytes"] = float(est.activations_per_layer)
-        row["model_attention_matrix_per_layer_bytes"] = float(est.attention_matrix_per_layer)
-        row["model_kv_cache_bytes"] = float(est.kv_cache_inference)
-        row["model_error_pct"] = 100.0 * (est.peak - row["peak_bytes"]) / row["peak_bytes"]
+    if not model_cfg:
+        return {}
+    est = estimate(
+        model_cfg,
+        batch=point.batch,
+        seq=point.seq,
+        dtype=point.dtype,
+        attention=point.attention,
+        device=(m.get("device") or {}).get("type") or "cuda",
+    )
+    row: dict[str, Any] = {"model_peak_bytes": float(est.peak), "model_peak_phase": est.peak_phase}
+    for c in CATEGORIES:
+        row[f"model_{c}_bytes"] = float(est.categories[c])
+    row["model_activations_per_layer_bytes"] = float(est.activations_per_layer)
+    row["model_attention_matrix_per_layer_bytes"] = float(est.attention_matrix_per_layer)
+    row["model_kv_cache_bytes"] = float(est.kv_cache_inference)
+    row["model_error_pct"] = 100.0 * (est.peak - peak) / peak
+    return row
 
-    # the parsed trace: GPU idle share; classify's columns
-    row["gpu_idle_pct"] = math.nan
-    if with_trace and (m.get("artifacts") or {}).get("trace"):
-        from tracekit.parse import load
 
-        trace = load(run_dir)
-        row["gpu_idle_pct"] = gpu_idle_pct(trace.steps)
-        k = trace.kernels
-        row["kernels_per_step"] = float(len(k)) / max(1, len(trace.steps)) if len(k) else math.nan
-        ccols, note = classify_columns(trace, manifest)
-        row.update(ccols)
-        row["kernel_flops_util_pct"] = 100.0 * row["achieved_flops"] / row["matmul_roof_flops"]
-        if note:
-            notes.append(note)
-    row["notes"] = "; ".join(notes) or None
+def trace_columns(
+    run_dir: Path, manifest: Mapping[str, Any] | None, matmul_roof: float, notes: list[str]
+) -> dict[str, Any]:
+    """GPU idle share and kernels per step from the parsed trace, and classify's columns."""
+    from tracekit.parse import load
+
+    trace = load(run_dir)
+    row: dict[str, Any] = {"gpu_idle_pct": gpu_idle_pct(trace.steps)}
+    k = trace.kernels
+    row["kernels_per_step"] = float(len(k)) / max(1, len(trace.steps)) if len(k) else math.nan
+    ccols, note = classify_columns(trace, manifest)
+    row.update(ccols)
+    row["kernel_flops_util_pct"] = 100.0 * row["achieved_flops"] / matmul_roof
+    if note:
+        notes.append(note)
     return row
 
 
