@@ -91,95 +91,104 @@ def axis_findings(table: pd.DataFrame, axis: str) -> list[str]:
         if g[axis].nunique() < 2:
             continue
         name = _line_name({k: fixed[k] for k in fixed_cols})
-        ok = g[g["status"] == "ok"]
-        oom = g[g["status"] == "oom"]
-        first_oom = oom.iloc[0] if len(oom) else None
-        # capacity: OOM, or the peak near the device's memory
-        cap_at = None
-        total = _num(ok["device_total_bytes"].max()) if len(ok) else math.nan
-        if len(ok) and not math.isnan(total):
-            near = ok[ok["peak_bytes"] >= NEAR_CAPACITY * total]
-            if len(near):
-                cap_at = near.iloc[0]
-        # plateau: the first step along the axis where tokens/s grows < PLATEAU_GAIN
-        plateau = None
+        sentence = _line_finding(g, axis, name)
+        if sentence is not None:
+            out.append(sentence)
+    return out
+
+
+def _line_finding(g: pd.DataFrame, axis: str, name: str) -> str | None:
+    """The sentence for one line (rows sorted along ``axis``): its first wall and the next,
+    or how far it got without one; None when fewer than two rows ran."""
+    ok = g[g["status"] == "ok"]
+    oom = g[g["status"] == "oom"]
+    total = _num(ok["device_total_bytes"].max()) if len(ok) else math.nan
+    walls = [w for w in (_capacity_wall(ok, oom, axis, total), _plateau_wall(ok, axis)) if w]
+    s = f"Along {axis} ({name}): "
+    xs = ok[axis].to_numpy()
+    if walls:
+        walls.sort(key=lambda w: w[0])
+        s += "first " + walls[0][1]
+        if len(walls) > 1:
+            s += "; then " + walls[1][1]
+    elif len(ok) >= 2:
         tps = ok["tokens_per_s"].to_numpy(dtype=float)
-        xs = ok[axis].to_numpy()
-        for i in range(1, len(ok)):
-            if tps[i] < PLATEAU_GAIN * tps[i - 1]:
-                plateau = (ok.iloc[i - 1], ok.iloc[i])
-                break
-        s = f"Along {axis} ({name}): "
-        walls: list[tuple[float, str]] = []
-        if first_oom is not None:
-            req = _num(first_oom.get("oom_requested_bytes"))
-            ask = f", asking for {_gib(req)} more" if not math.isnan(req) else ""
-            last_ok = ok[ok[axis] < first_oom[axis]]
-            prev = (
-                (
-                    f" after {axis} {int(last_ok.iloc[-1][axis])} peaked at "
-                    f"{_gib(last_ok.iloc[-1]['peak_bytes'])}"
-                )
-                if len(last_ok)
-                else ""
+        gain = 100 * (tps[-1] / tps[0] - 1)
+        peak = ok.iloc[-1]["peak_bytes"]
+        cap = (
+            f", {100 * peak / total:.0f} % of the device's {_gib(total)}"
+            if not math.isnan(total)
+            else ""
+        )
+        s += (
+            f"no wall up to {axis} {int(xs[-1])}: tokens/s still grows ({gain:+.0f} % "
+            f"from {axis} {int(xs[0])}) and the peak is {_gib(peak)}{cap}"
+        )
+    else:
+        return None
+    idle = ok["gpu_idle_pct"].to_numpy(dtype=float) if len(ok) else []
+    if len(idle) >= 2 and not math.isnan(idle[0]) and idle[0] >= IDLE_LAUNCH_PCT:
+        s += (
+            f". At {axis} {int(xs[0])} the GPU idles {idle[0]:.0f} % of the step "
+            f"(launch-bound), at {axis} {int(xs[-1])} {idle[-1]:.0f} %"
+        )
+    return s + "."
+
+
+def _capacity_wall(
+    ok: pd.DataFrame, oom: pd.DataFrame, axis: str, total: float
+) -> tuple[float, str] | None:
+    """(position, text) of the capacity wall: the first OOM, else the first peak at
+    ``NEAR_CAPACITY`` of the device's memory."""
+    if len(oom):
+        first_oom = oom.iloc[0]
+        req = _num(first_oom.get("oom_requested_bytes"))
+        ask = f", asking for {_gib(req)} more" if not math.isnan(req) else ""
+        last_ok = ok[ok[axis] < first_oom[axis]]
+        prev = (
+            (
+                f" after {axis} {int(last_ok.iloc[-1][axis])} peaked at "
+                f"{_gib(last_ok.iloc[-1]['peak_bytes'])}"
             )
-            walls.append(
-                (
-                    float(first_oom[axis]),
-                    f"the capacity wall: {axis} "
-                    f"{int(first_oom[axis])} ran out of memory{ask}{prev}",
-                )
-            )
-        elif cap_at is not None:
-            walls.append(
-                (
-                    float(cap_at[axis]),
-                    f"the capacity wall: at {axis} "
-                    f"{int(cap_at[axis])} the peak ({_gib(cap_at['peak_bytes'])}) is "
-                    f"{100 * cap_at['peak_bytes'] / total:.0f} % of the device's "
-                    f"{_gib(total)}",
-                )
-            )
-        if plateau is not None:
-            a, b = plateau
+            if len(last_ok)
+            else ""
+        )
+        return (
+            float(first_oom[axis]),
+            f"the capacity wall: {axis} {int(first_oom[axis])} ran out of memory{ask}{prev}",
+        )
+    if not len(ok) or math.isnan(total):
+        return None
+    near = ok[ok["peak_bytes"] >= NEAR_CAPACITY * total]
+    if not len(near):
+        return None
+    cap_at = near.iloc[0]
+    return (
+        float(cap_at[axis]),
+        f"the capacity wall: at {axis} "
+        f"{int(cap_at[axis])} the peak ({_gib(cap_at['peak_bytes'])}) is "
+        f"{100 * cap_at['peak_bytes'] / total:.0f} % of the device's "
+        f"{_gib(total)}",
+    )
+
+
+def _plateau_wall(ok: pd.DataFrame, axis: str) -> tuple[float, str] | None:
+    """(position, text) of the first step along the axis where tokens/s grows by less
+    than ``PLATEAU_GAIN``, with the plateau's kind."""
+    tps = ok["tokens_per_s"].to_numpy(dtype=float)
+    for i in range(1, len(ok)):
+        if tps[i] < PLATEAU_GAIN * tps[i - 1]:
+            a, b = ok.iloc[i - 1], ok.iloc[i]
             kind, why = plateau_kind(b)
             gain = 100 * (b["tokens_per_s"] / a["tokens_per_s"] - 1)
             verb = "stops growing" if gain >= 0 else "falls"
-            walls.append(
-                (
-                    float(a[axis]),
-                    f"a throughput plateau ({kind}): tokens/s {verb} "
-                    f"from {axis} {int(a[axis])} to {int(b[axis])} ({gain:+.0f} %: "
-                    f"{a['tokens_per_s']:,.0f} -> {b['tokens_per_s']:,.0f}; {why})",
-                )
+            return (
+                float(a[axis]),
+                f"a throughput plateau ({kind}): tokens/s {verb} "
+                f"from {axis} {int(a[axis])} to {int(b[axis])} ({gain:+.0f} %: "
+                f"{a['tokens_per_s']:,.0f} -> {b['tokens_per_s']:,.0f}; {why})",
             )
-        if walls:
-            walls.sort(key=lambda w: w[0])
-            s += "first " + walls[0][1]
-            if len(walls) > 1:
-                s += "; then " + walls[1][1]
-        elif len(ok) >= 2:
-            gain = 100 * (tps[-1] / tps[0] - 1)
-            peak = ok.iloc[-1]["peak_bytes"]
-            cap = (
-                f", {100 * peak / total:.0f} % of the device's {_gib(total)}"
-                if not math.isnan(total)
-                else ""
-            )
-            s += (
-                f"no wall up to {axis} {int(xs[-1])}: tokens/s still grows ({gain:+.0f} % "
-                f"from {axis} {int(xs[0])}) and the peak is {_gib(peak)}{cap}"
-            )
-        else:
-            continue
-        idle = ok["gpu_idle_pct"].to_numpy(dtype=float) if len(ok) else []
-        if len(idle) >= 2 and not math.isnan(idle[0]) and idle[0] >= IDLE_LAUNCH_PCT:
-            s += (
-                f". At {axis} {int(xs[0])} the GPU idles {idle[0]:.0f} % of the step "
-                f"(launch-bound), at {axis} {int(xs[-1])} {idle[-1]:.0f} %"
-            )
-        out.append(s + ".")
-    return out
+    return None
 
 
 def _all_lines(table: pd.DataFrame, axis: str) -> list[tuple[dict[str, Any], pd.DataFrame]]:
