@@ -21,13 +21,17 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+import tracekit.reports.draw as draw
+import tracekit.reports.fmt as fmt
+import tracekit.reports.html as html
+import tracekit.reports.markdown as markdown
+import tracekit.reports.plots as plots
+import tracekit.reports.terminal as term
 from tracekit.compare import Comparison, compare
 from tracekit.errors import UsageError
 from tracekit.io import atomic_dir, atomic_write_json, atomic_write_text
 from tracekit.parse import load
 
-from . import draw, fmt, html, markdown, plots
-from . import terminal as term
 from .run import _stem, classify_trace
 
 # ----------------------------------------------------------------------------- values

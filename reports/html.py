@@ -16,9 +16,8 @@ from typing import Any
 
 import pandas as pd
 
+import tracekit.reports.fmt as fmt
 from tracekit.summary import Summary
-
-from . import fmt
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;

@@ -13,9 +13,8 @@ from typing import Any
 
 import pandas as pd
 
+import tracekit.reports.fmt as fmt
 from tracekit.summary import Summary
-
-from . import fmt
 
 _MD = re.compile(r"([\\`*_{}\[\]()#+!|~-])")
 

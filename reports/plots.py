@@ -29,10 +29,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+import tracekit.reports.fmt as fmt
 from tracekit.summary import Roofs, Summary, TraceFacts
 from tracekit.summary.classes import ORDER as CLASS_ORDER
-
-from . import fmt
 
 NAMES = ("time_share", "roofline", "memory_timeline")  # the report's order
 

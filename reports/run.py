@@ -20,12 +20,14 @@ from typing import Any
 
 import pandas as pd
 
+import tracekit.reports.html as html
+import tracekit.reports.markdown as markdown
+import tracekit.reports.plots as plots
+import tracekit.reports.tbtrace as tbtrace
 from tracekit.errors import TraceError, UsageError
 from tracekit.io import atomic_dir, atomic_write_json, atomic_write_text
 from tracekit.parse import TRACE_SUFFIXES, Trace, find_trace, load
 from tracekit.summary import Summary, TraceFacts, summarize, trace_facts
-
-from . import html, markdown, plots, tbtrace
 
 REPORT_DIR = "report"
 # GPU activities + operators from which the plots are drawn in a worker process: its start

@@ -16,9 +16,8 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+import tracekit.reports.fmt as fmt
 from tracekit.summary import Summary
-
-from . import fmt
 
 BAR = 14  # width of the time-share bars
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from tracekit.compare import diff as D
+import tracekit.compare.diff as D
 from tracekit.summary import Summary, summarize
 from tracekit.summary.build import _clean
 from tracekit.summary.classes import in_steps
