@@ -439,34 +439,45 @@ def _memory_lines(
         next_id += 1
         peak = 0
         for rec in recs:
-            delta = _int(rec["bytes"], 0)
-            total = _int(rec["total_allocated"], 0)
-            peak = max(peak, total)
-            xe = line.events.add(
-                metadata_id=plane.event_id(
-                    "MemoryAllocation" if delta >= 0 else "MemoryDeallocation"
-                ),
-                offset_ps=_int(rec["ts"], 0) * _PS_PER_NS,
-                duration_ps=0,
-            )
-            plane.add_ref(xe, "allocator_name", alloc)
-            plane.add_stat(xe, "bytes_allocated", total)
-            plane.add_stat(xe, "bytes_reserved", 0)
-            plane.add_stat(xe, "peak_bytes_in_use", peak)
-            cap = capacity.get(_int(rec["device"], -1), -1) if alloc != "CPU" else -1
-            if cap > 0:
-                plane.add_stat(xe, "bytes_available", max(cap - total, 0))
-            plane.add_stat(xe, "requested_bytes", abs(delta))
-            plane.add_stat(xe, "allocation_bytes", abs(delta))
-            plane.add_stat(xe, "addr", _int(rec["addr"], 0))
-            if _present(rec["total_reserved"]):
-                plane.add_stat(xe, "total_reserved", _int(rec["total_reserved"]))
-            if _present(rec["op_name"]):
-                plane.add_ref(xe, "tf_op", str(rec["op_name"]))
-            step = _int(rec["step"])
-            if step in produced:
-                plane.add_stat(xe, "_ct", GENERIC_CONTEXT)
-                plane.add_stat(xe, "_c", step)
+            peak = max(peak, _int(rec["total_allocated"], 0))
+            _memory_event(plane, line, rec, alloc, peak, capacity, produced)
+
+
+def _memory_event(
+    plane: _Plane,
+    line: Any,
+    rec: Mapping[str, object],
+    alloc: str,
+    peak: int,
+    capacity: Mapping[int, int],
+    produced: set[int],
+) -> None:
+    """One allocator event on ``line``, with the stats xprof's memory profile reads."""
+    delta = _int(rec["bytes"], 0)
+    total = _int(rec["total_allocated"], 0)
+    xe = line.events.add(
+        metadata_id=plane.event_id("MemoryAllocation" if delta >= 0 else "MemoryDeallocation"),
+        offset_ps=_int(rec["ts"], 0) * _PS_PER_NS,
+        duration_ps=0,
+    )
+    plane.add_ref(xe, "allocator_name", alloc)
+    plane.add_stat(xe, "bytes_allocated", total)
+    plane.add_stat(xe, "bytes_reserved", 0)
+    plane.add_stat(xe, "peak_bytes_in_use", peak)
+    cap = capacity.get(_int(rec["device"], -1), -1) if alloc != "CPU" else -1
+    if cap > 0:
+        plane.add_stat(xe, "bytes_available", max(cap - total, 0))
+    plane.add_stat(xe, "requested_bytes", abs(delta))
+    plane.add_stat(xe, "allocation_bytes", abs(delta))
+    plane.add_stat(xe, "addr", _int(rec["addr"], 0))
+    if _present(rec["total_reserved"]):
+        plane.add_stat(xe, "total_reserved", _int(rec["total_reserved"]))
+    if _present(rec["op_name"]):
+        plane.add_ref(xe, "tf_op", str(rec["op_name"]))
+    step = _int(rec["step"])
+    if step in produced:
+        plane.add_stat(xe, "_ct", GENERIC_CONTEXT)
+        plane.add_stat(xe, "_c", step)
 
 
 def _device_plane(
@@ -479,21 +490,7 @@ def _device_plane(
     span_ps: int,
 ) -> None:
     plane = _Plane(space.planes.add(id=device + 1, name=f"{GPU_PLANE_PREFIX}{device}"))
-    # Device capabilities, as xla's CUPTI collector writes them (GetDeviceCaps reads
-    # them for the run environment). The trace has no clock rate or memory
-    # bandwidth, so xprof's peak FLOP/s and bandwidth stay 0.
-    plane.add_stat(plane.msg, "device_vendor", vendor)
-    if props:
-        if _present(props.get("name")):
-            plane.add_stat(plane.msg, "gpu_device_name", str(props["name"]))
-        for stat, key in (
-            ("core_count", "numSms"),
-            ("memory_size", "totalGlobalMem"),
-            ("compute_cap_major", "computeMajor"),
-            ("compute_cap_minor", "computeMinor"),
-        ):
-            if _present(props.get(key)):
-                plane.add_stat(plane.msg, stat, int(props[key]))
+    _device_caps(plane, props, vendor)
     rows = rows.sort_values(["stream", "ts"], kind="stable")
     for stream in sorted(int(x) for x in rows["stream"].unique()):
         srows = rows[rows["stream"] == stream]
@@ -516,28 +513,50 @@ def _device_plane(
             duration_ps=span_ps,
         )
         for rec in _records(srows, _KERNEL_COLS):
-            xe = line.events.add(
-                metadata_id=plane.event_id(*device_event_name(str(rec["kind"]), str(rec["name"]))),
-                offset_ps=_int(rec["ts"], 0) * _PS_PER_NS,
-                duration_ps=max(_int(rec["dur"], 0), 0) * _PS_PER_NS,
-            )
-            corr = _int(rec["correlation"])
-            if corr >= 0:
-                plane.add_stat(xe, "correlation_id", corr)
-            kind = rec["kind"]
-            if kind == "kernel":
-                plane.add_ref(xe, "kernel_details", kernel_details(rec))
-            elif kind == "memcpy":
-                # Newline-separated so both of xprof's parsers (space/newline for
-                # kernel details, ':'/newline for memcpy num_bytes) can read it.
-                label = memcpy_kind(str(rec["name"]))
-                plane.add_ref(
-                    xe, "memcpy_details", f"kind:{label}\nnum_bytes:{_int(rec['bytes'], 0)}"
-                )
-            elif kind == "memset":
-                plane.add_ref(xe, "Memset_details", f"num_bytes:{_int(rec['bytes'], 0)}")
-            if _present(rec["op_name"]):
-                plane.add_ref(xe, "tf_op", str(rec["op_name"]))
-            ext = _int(rec["external_id"])
-            if ext >= 0:
-                plane.add_stat(xe, "external_id", ext)
+            _device_event(plane, line, rec)
+
+
+def _device_caps(plane: _Plane, props: Mapping[str, Any] | None, vendor: str) -> None:
+    """Device capabilities, as xla's CUPTI collector writes them (GetDeviceCaps reads
+    them for the run environment). The trace has no clock rate or memory bandwidth, so
+    xprof's peak FLOP/s and bandwidth stay 0."""
+    plane.add_stat(plane.msg, "device_vendor", vendor)
+    if not props:
+        return
+    if _present(props.get("name")):
+        plane.add_stat(plane.msg, "gpu_device_name", str(props["name"]))
+    for stat, key in (
+        ("core_count", "numSms"),
+        ("memory_size", "totalGlobalMem"),
+        ("compute_cap_major", "computeMajor"),
+        ("compute_cap_minor", "computeMinor"),
+    ):
+        if _present(props.get(key)):
+            plane.add_stat(plane.msg, stat, int(props[key]))
+
+
+def _device_event(plane: _Plane, line: Any, rec: Mapping[str, object]) -> None:
+    """One kernel, memcpy or memset on its stream's line."""
+    xe = line.events.add(
+        metadata_id=plane.event_id(*device_event_name(str(rec["kind"]), str(rec["name"]))),
+        offset_ps=_int(rec["ts"], 0) * _PS_PER_NS,
+        duration_ps=max(_int(rec["dur"], 0), 0) * _PS_PER_NS,
+    )
+    corr = _int(rec["correlation"])
+    if corr >= 0:
+        plane.add_stat(xe, "correlation_id", corr)
+    kind = rec["kind"]
+    if kind == "kernel":
+        plane.add_ref(xe, "kernel_details", kernel_details(rec))
+    elif kind == "memcpy":
+        # Newline-separated so both of xprof's parsers (space/newline for
+        # kernel details, ':'/newline for memcpy num_bytes) can read it.
+        label = memcpy_kind(str(rec["name"]))
+        plane.add_ref(xe, "memcpy_details", f"kind:{label}\nnum_bytes:{_int(rec['bytes'], 0)}")
+    elif kind == "memset":
+        plane.add_ref(xe, "Memset_details", f"num_bytes:{_int(rec['bytes'], 0)}")
+    if _present(rec["op_name"]):
+        plane.add_ref(xe, "tf_op", str(rec["op_name"]))
+    ext = _int(rec["external_id"])
+    if ext >= 0:
+        plane.add_stat(xe, "external_id", ext)
