@@ -95,10 +95,16 @@ def _rt(name: str, tid: int, ts: int, dur: int, corr: int, op_id: int, step: int
 
 GEMM = "ampere_sgemm_128x64_nn"
 BWD_GEMM = "ampere_sgemm_64x64_tn"
+HTOD = "Memcpy HtoD (Pageable -> Device)"
 
 
 def make_trace() -> FakeTrace:
-    ops = _frame(
+    return FakeTrace(_kernels(), _ops(), _memory(), _steps(), _runtime(), _meta())
+
+
+def _ops() -> pd.DataFrame:
+    """Two steps on the main thread, backward on the autograd thread."""
+    return _frame(
         "ops",
         [
             _op(0, "ProfilerStep#1", MAIN, 1000, 10000, -1, 0, 1, "user_annotation"),
@@ -133,7 +139,11 @@ def make_trace() -> FakeTrace:
             _op(11, "aten::add", MAIN, 18000, 1000, 4, 1, 2),
         ],
     )
-    runtime = _frame(
+
+
+def _runtime() -> pd.DataFrame:
+    """Launches, a memcpy, a memset and a synchronize."""
+    return _frame(
         "runtime",
         [
             _rt("cudaLaunchKernel", MAIN, 1300, 500, 11, 2, 1),
@@ -146,120 +156,54 @@ def make_trace() -> FakeTrace:
             _rt("cudaDeviceSynchronize", MAIN, 23000, 100, 15, -1, -1),
         ],
     )
-    launch = dict(
-        grid_x=64,
-        grid_y=2,
-        grid_z=1,
-        block_x=256,
-        block_y=1,
-        block_z=1,
-        registers_per_thread=72,
-        shared_memory=12288,
-    )
-    kernels = _frame(
+
+
+_LAUNCH = dict(
+    grid_x=64,
+    grid_y=2,
+    grid_z=1,
+    block_x=256,
+    block_y=1,
+    block_z=1,
+    registers_per_thread=72,
+    shared_memory=12288,
+)
+
+
+def _gpu(
+    kind: str, name: str, device: int, stream: int, ts: int, dur: int, corr: int, step: int,
+    op_id: int, op_name: str, **kw: Any,
+) -> dict[str, Any]:  # fmt: skip
+    return dict(
+        kind=kind, name=name, device=device, stream=stream, ts=ts, dur=dur, correlation=corr,
+        step=step, op_id=op_id, op_name=op_name, **kw,
+    )  # fmt: skip
+
+
+def _kernels() -> pd.DataFrame:
+    """GEMMs on device 0's compute stream, a memcpy and a memset on its copy stream, one
+    kernel on device 1."""
+    small = dict(grid_x=4, grid_y=1, grid_z=1, block_x=128, block_y=1, block_z=1)
+    small.update(registers_per_thread=16, shared_memory=0)
+    return _frame(
         "kernels",
         [
-            dict(
-                kind="kernel",
-                name=GEMM,
-                device=0,
-                stream=7,
-                ts=2000,
-                dur=1500,
-                correlation=11,
-                step=1,
-                op_id=2,
-                op_name="aten::mm",
-                **launch,
-            ),
-            dict(
-                kind="kernel",
-                name=BWD_GEMM,
-                device=0,
-                stream=7,
-                ts=4000,
-                dur=1200,
-                correlation=16,
-                step=1,
-                op_id=8,
-                op_name="aten::mm",
-                **launch,
-            ),
-            dict(
-                kind="memcpy",
-                name="Memcpy HtoD (Pageable -> Device)",
-                device=0,
-                stream=8,
-                ts=5500,
-                dur=200,
-                correlation=12,
-                bytes=4096,
-                step=1,
-                op_id=3,
-                op_name="aten::copy_",
-            ),
-            dict(
-                kind="kernel",
-                name=GEMM,
-                device=0,
-                stream=7,
-                ts=13000,
-                dur=1500,
-                correlation=13,
-                step=2,
-                op_id=5,
-                op_name="aten::mm",
-                **launch,
-            ),
-            dict(
-                kind="memset",
-                name="Memset (Device)",
-                device=0,
-                stream=8,
-                ts=15500,
-                dur=50,
-                correlation=14,
-                bytes=1024,
-                step=2,
-                op_id=6,
-                op_name="aten::zero_",
-            ),
-            dict(
-                kind="kernel",
-                name=BWD_GEMM,
-                device=0,
-                stream=7,
-                ts=17000,
-                dur=1300,
-                correlation=17,
-                step=2,
-                op_id=10,
-                op_name="aten::mm",
-                **launch,
-            ),
-            dict(
-                kind="kernel",
-                name="vectorized_add_kernel",
-                device=1,
-                stream=7,
-                ts=19000,
-                dur=700,
-                correlation=19,
-                step=2,
-                op_id=11,
-                op_name="aten::add",
-                grid_x=4,
-                grid_y=1,
-                grid_z=1,
-                block_x=128,
-                block_y=1,
-                block_z=1,
-                registers_per_thread=16,
-                shared_memory=0,
+            _gpu("kernel", GEMM, 0, 7, 2000, 1500, 11, 1, 2, "aten::mm", **_LAUNCH),
+            _gpu("kernel", BWD_GEMM, 0, 7, 4000, 1200, 16, 1, 8, "aten::mm", **_LAUNCH),
+            _gpu("memcpy", HTOD, 0, 8, 5500, 200, 12, 1, 3, "aten::copy_", bytes=4096),
+            _gpu("kernel", GEMM, 0, 7, 13000, 1500, 13, 2, 5, "aten::mm", **_LAUNCH),
+            _gpu("memset", "Memset (Device)", 0, 8, 15500, 50, 14, 2, 6, "aten::zero_", bytes=1024),
+            _gpu("kernel", BWD_GEMM, 0, 7, 17000, 1300, 17, 2, 10, "aten::mm", **_LAUNCH),
+            _gpu(
+                "kernel", "vectorized_add_kernel", 1, 7, 19000, 700, 19, 2, 11, "aten::add", **small
             ),
         ],
     )
-    memory = _frame(
+
+
+def _memory() -> pd.DataFrame:
+    """CUDA and CPU allocator events, one free."""
+    return _frame(
         "memory",
         [
             dict(
@@ -324,7 +268,11 @@ def make_trace() -> FakeTrace:
             ),
         ],
     )
-    steps = _frame(
+
+
+def _steps() -> pd.DataFrame:
+    """The two profiler steps."""
+    return _frame(
         "steps",
         [
             dict(
@@ -349,6 +297,10 @@ def make_trace() -> FakeTrace:
             ),
         ],
     )
+
+
+def _meta() -> dict[str, Any]:
+    """Two H100s in the device properties."""
     props = [
         dict(
             id=i,
@@ -360,5 +312,4 @@ def make_trace() -> FakeTrace:
         )
         for i in (0, 1)
     ]
-    meta = dict(schema_version=1, device_properties=props, trace_start_us=1.7e15)
-    return FakeTrace(kernels, ops, memory, steps, runtime, meta)
+    return dict(schema_version=1, device_properties=props, trace_start_us=1.7e15)
