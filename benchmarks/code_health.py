@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import itertools
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -46,7 +47,11 @@ ROOT = Path(__file__).resolve().parents[1]
 MAX_FUNCTION_LINES = 100
 MAX_MODULE_LINES = 700
 # source folder -> the package it installs as (pyproject.toml's package-dir)
-PACKAGES = {"tracekit": "tracekit", "collectors": "tracekit.collectors", "reports": "tracekit.reports"}
+PACKAGES = {
+    "tracekit": "tracekit",
+    "collectors": "tracekit.collectors",
+    "reports": "tracekit.reports",
+}
 EXEMPT = ("tests", "benchmarks")  # listed with --all, not held to the limits
 
 
@@ -223,7 +228,8 @@ def import_graph(
         if p.name == "__init__.py":
             inits.add(name)
     # compiled extensions count as modules, known by their stubs
-    known = set(trees) | {module_name(p, root, packages) for p in source_files(folders, root, ".pyi")}
+    stubs = source_files(folders, root, ".pyi")
+    known = set(trees) | {module_name(p, root, packages) for p in stubs}
     graph = Graph({n: {} for n in trees}, files, 0, lazy)
     for name, tree in trees.items():
         own = set(_ancestors(name))
@@ -330,7 +336,7 @@ def _shortest_cycle(
 def describe(graph: Graph, cycle: list[str]) -> str:
     """``a -> b (a.py:12) -> a (b.py:7)``: each step with the import that makes it."""
     steps = [cycle[0]]
-    for a, b in zip(cycle, cycle[1:]):
+    for a, b in itertools.pairwise(cycle):
         steps.append(f"{b} ({graph.files[a]}:{graph.edges[a][b]})")
     return " -> ".join(steps)
 
