@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import itertools
 import sys
 from collections.abc import Iterator, Mapping
@@ -88,6 +89,14 @@ def source_files(
             yield from sorted((root / folder).rglob("*" + suffix))
 
 
+@functools.cache
+def _parsed(path: Path) -> tuple[str, ast.Module]:
+    """A file's text and syntax tree (read once for the function scan and the import graph:
+    the files do not change while this runs)."""
+    text = path.read_text()
+    return text, ast.parse(text, str(path))
+
+
 def module_name(path: Path, root: Path = ROOT, packages: Mapping[str, str] = PACKAGES) -> str:
     rel = path.relative_to(root)
     parts = [packages.get(rel.parts[0], rel.parts[0]), *rel.parts[1:]]
@@ -125,12 +134,21 @@ def is_plain_table(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return isinstance(value, (ast.Dict, ast.List, ast.Tuple, ast.Set)) and _is_literal(value)
 
 
+def _block(node: ast.AST) -> Iterator[ast.AST]:
+    """The statements directly inside ``node``'s blocks (body, else, finally, except
+    handlers, match cases). Definitions only occur there, so expressions are never walked."""
+    for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+        block = getattr(node, name, None)
+        if isinstance(block, list):
+            yield from block
+
+
 def functions(tree: ast.Module, path: str) -> list[Function]:
     """Every function and method in ``tree``, nested ones included."""
     found: list[Function] = []
 
     def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
+        for child in _block(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = (child.end_lineno or child.lineno) - child.lineno + 1
                 name = prefix + child.name
@@ -152,9 +170,9 @@ def scan(
     funcs: list[Function] = []
     mods: list[Module] = []
     for path in source_files(folders, root):
-        text = path.read_text()
+        text, tree = _parsed(path)
         rel = path.relative_to(root).as_posix()
-        funcs += functions(ast.parse(text, rel), rel)
+        funcs += functions(tree, rel)
         mods.append(Module(rel, len(text.splitlines())))
     funcs.sort(key=lambda f: (-f.lines, f.path, f.line))
     mods.sort(key=lambda m: (-m.lines, m.path))
@@ -177,23 +195,17 @@ def large_modules(mods: list[Module]) -> list[Module]:
 
 
 def _import_nodes(tree: ast.Module, lazy: bool) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Module-level imports (also inside module-level if/try/with blocks, ``if
-    TYPE_CHECKING:`` included); with ``lazy`` also those inside functions and classes."""
+    """Module-level imports (also inside module-level if/try/with blocks and class bodies,
+    ``if TYPE_CHECKING:`` included); with ``lazy`` also those inside functions."""
 
-    def walk(nodes: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
-        for node in nodes:
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                yield node
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                if lazy:
-                    yield from (
-                        n for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))
-                    )
-            else:
-                for name in ("body", "orelse", "finalbody", "handlers"):
-                    yield from walk(getattr(node, name, []))
+    def walk(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+        for child in _block(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                yield child
+            elif not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) or lazy:
+                yield from walk(child)
 
-    return walk(tree.body)
+    return walk(tree)
 
 
 def _ancestors(name: str) -> list[str]:
@@ -223,7 +235,7 @@ def import_graph(
     inits: set[str] = set()
     for p in source_files(folders, root):
         name = module_name(p, root, packages)
-        trees[name] = ast.parse(p.read_text(), str(p))
+        trees[name] = _parsed(p)[1]
         files[name] = p.relative_to(root).as_posix()
         if p.name == "__init__.py":
             inits.add(name)
