@@ -17,9 +17,9 @@ from typing import Any
 import pandas as pd
 
 from tracekit.io import atomic_write_bytes
+from tracekit.summary.memory_model import CATEGORIES
 from tracekit.sweep.findings import findings
 from tracekit.sweep.fit import fit_table, largest_fitting, lines
-from tracekit.sweep.memory_model import CATEGORIES
 from tracekit.sweep.rows import CLASSES, complete
 
 CATEGORY_COLORS = {

@@ -18,7 +18,11 @@ STAGES: dict[str, tuple[str, set[str]]] = {
     "tracekit/classify": ("tracekit.classify", {"tracekit.parse"}),
     "tracekit/xspace": ("tracekit.xspace", {"tracekit.parse"}),
     "tracekit/summary": ("tracekit.summary", {"tracekit.parse", "tracekit.classify"}),
-    "tracekit/sweep": ("tracekit.sweep", {"tracekit.parse", "tracekit.classify"}),
+    # sweep reads the analytic memory model, which the report shares (tracekit.summary)
+    "tracekit/sweep": (
+        "tracekit.sweep",
+        {"tracekit.parse", "tracekit.classify", "tracekit.summary"},
+    ),
     "tracekit/compare": (
         "tracekit.compare",
         {"tracekit.parse", "tracekit.classify", "tracekit.summary"},

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tracekit.errors import UsageError
-from tracekit.sweep.memory_model import ModelShape, block_saved, estimate, kv_cache_bytes
+from tracekit.summary.memory_model import ModelShape, block_saved, estimate, kv_cache_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(vocab_size=512, n_layer=2, n_head=4, n_embd=64, block_size=128)

@@ -14,9 +14,9 @@ from typing import Any
 import pandas as pd
 
 from tracekit.io import atomic_write_bytes, atomic_write_text
+from tracekit.summary.memory_model import estimate, kv_cache_bytes
 from tracekit.sweep.findings import findings
 from tracekit.sweep.fit import fit_table, largest_fitting, power_fit, quadratic_fit
-from tracekit.sweep.memory_model import estimate, kv_cache_bytes
 from tracekit.sweep.plan import Point, SweepPlan
 from tracekit.sweep.rows import complete
 from tracekit.sweep.runner import read_table, run_sweep

@@ -16,25 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.classify.classes import CLASSES
-from tracekit.sweep.memory_model import CATEGORIES, estimate
+from tracekit.summary.memory_model import (
+    CATEGORIES,
+    TIMELINE_CATEGORIES,
+    TIMELINE_TO_CATEGORY,
+    estimate,
+)
 from tracekit.sweep.plan import Point
-
-# PyTorch's memory-timeline categories (torch/profiler/_memory_profiler.py, Category)
-# mapped onto the sweep's five. Saved tensors the profiler cannot trace to an autograd
-# node are 'unknown' (on the H200 fixture: 850 MB of 895 MB of saved activations), so
-# 'unknown' counts as activations; 'autograd_detail' is backward's own temporaries
-# (the loss gradients at the peak) and goes to 'other' with inputs and temporaries.
-TIMELINE_TO_CATEGORY = {
-    "parameter": "parameters",
-    "gradient": "gradients",
-    "optimizer_state": "optimizer_state",
-    "activation": "activations",
-    "unknown": "activations",
-    "autograd_detail": "other",
-    "temporary": "other",
-    "input": "other",
-}
-TIMELINE_CATEGORIES = tuple(TIMELINE_TO_CATEGORY)
 
 # Columns the classify stage fills: one time share per class.
 CLASSIFY_COLUMNS = (

@@ -71,6 +71,23 @@ POOL_BATCHES = 8  # collectors/train.py: POOL_BATCHES
 FP32 = 4
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "other")
 
+# PyTorch's memory-timeline categories (torch/profiler/_memory_profiler.py, Category)
+# mapped onto the model's five. Saved tensors the profiler cannot trace to an autograd
+# node are 'unknown' (on the H200 fixture: 850 MB of 895 MB of saved activations), so
+# 'unknown' counts as activations; 'autograd_detail' is backward's own temporaries
+# (the loss gradients at the peak) and goes to 'other' with inputs and temporaries.
+TIMELINE_TO_CATEGORY = {
+    "parameter": "parameters",
+    "gradient": "gradients",
+    "optimizer_state": "optimizer_state",
+    "activation": "activations",
+    "unknown": "activations",
+    "autograd_detail": "other",
+    "temporary": "other",
+    "input": "other",
+}
+TIMELINE_CATEGORIES = tuple(TIMELINE_TO_CATEGORY)
+
 
 @dataclass(frozen=True)
 class ModelShape:
