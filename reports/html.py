@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 import tracekit.reports.fmt as fmt
+import tracekit.reports.verdict as VR
 from tracekit.summary import Summary
 
 CSS = """
@@ -42,6 +43,8 @@ dl.kv dt{font-weight:600}dl.kv dd{margin:0}
 .bar{display:inline-block;height:10px;background:#4a90d9;vertical-align:middle}
 img{max-width:100%;border:1px solid #eee;margin:6px 0}
 .muted{color:#667}
+.verdict{background:#f3effa;border-left:4px solid #7a4fc2;padding:8px 12px;margin:8px 0}
+.verdict b.v{font-size:17px;color:#4b2a8a}.verdict ul{margin:4px 0 4px 18px;padding:0}
 """
 
 
@@ -122,6 +125,45 @@ def header(sm: Summary) -> str:
     out = [f"<h1>tracekit report: {esc(h.title)}</h1>", _kv(items)]
     out += [f'<div class="miss">missing: {esc(m)}</div>' for m in h.missing]
     out += [f'<div class="warn">{esc(w)}</div>' for w in sm.warnings]
+    return "\n".join(out)
+
+
+def verdict(sm: Summary) -> str:
+    """The verdict with its evidence and next lever, the step summary's figures, the
+    analytic traffic's terms and the per-step table."""
+    v = sm.verdict
+    box = [f"<div class='verdict'><b>Verdict:</b> <b class='v'>{esc(VR.verdict_line(sm))}</b>"]
+    if v is not None:
+        box.append("<ul>" + "".join(f"<li>{esc(e)}</li>" for e in v.evidence) + "</ul>")
+        if v.lever:
+            box.append(f"<div><b>Next lever:</b> {esc(v.lever)}</div>")
+    box.append("</div>")
+    out = ["<h2>Verdict and step summary</h2>", "".join(box), _kv(dict(VR.figures(sm)))]
+    t = sm.summary.get("step_summary", {}).get("analytic_traffic")
+    if t:
+        rows = "".join(
+            f"<tr><td class='l'>{esc(name)}</td><td>{esc(fmt.si(t[k] / 2, 'B'))}</td>"
+            f"<td>{esc(fmt.si(t[k], 'B'))}</td></tr>"
+            for k, name in VR.TRAFFIC_TERMS.items()
+        )
+        out.append(
+            f"<p>Analytic traffic per step: {esc(t['formula'])} (sizes from the analytic "
+            "memory model of the run's config).</p><table><thead><tr><th class='l'>term</th>"
+            f"<th>size</th><th>moved per step</th></tr></thead><tbody>{rows}"
+            f"<tr><td class='l'>total</td><td></td><td>{esc(fmt.si(t['total'], 'B'))}</td>"
+            "</tr></tbody></table>"
+        )
+    per = VR.per_step_rows(sm)
+    if per:
+        head = "".join(f"<th>{esc(k)}</th>" for k in per[0])
+        body = "".join(
+            "<tr>" + "".join(f"<td>{esc(x)}</td>" for x in r.values()) + "</tr>" for r in per[:50]
+        )
+        out.append(
+            "<p>Per analysed step (over the profiled step time):</p>"
+            f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{body}"
+            "</tbody></table></div>"
+        )
     return "\n".join(out)
 
 
@@ -268,12 +310,19 @@ def memory(sm: Summary, plots: Mapping[str, bytes]) -> str:
             "average allocated": fmt.nbytes(m.avg_allocated_bytes),
             "average reserved": fmt.nbytes(m.avg_reserved_bytes),
         }
-        if sm.bytes_per_token is not None:
-            items["peak allocated per token"] = (
-                f"{fmt.nbytes(sm.bytes_per_token)} ({sm.header.tokens_per_step} tokens/step)"
+        mf = sm.memory_facts
+        if mf.dynamic_peak_bytes is not None:
+            items["floor (lowest allocated in the steps)"] = fmt.nbytes(mf.floor_bytes)
+            items["dynamic peak (peak − floor)"] = fmt.nbytes(mf.dynamic_peak_bytes)
+        if mf.activation_bytes_per_token is not None:
+            items["dynamic memory per token"] = (
+                f"{fmt.nbytes(mf.activation_bytes_per_token)} "
+                f"({sm.header.tokens_per_step} tokens/step)"
             )
+        items["analytic model"] = VR.model_text(sm)
         items["source"] = sm.memory_source or ""
         out.append(_kv(items))
+        out.append(_categories(sm))
     if "memory_timeline" in plots:
         out.append(_img(plots["memory_timeline"], "memory timeline"))
     if len(sm.allocators):
@@ -293,6 +342,34 @@ def memory(sm: Summary, plots: Mapping[str, bytes]) -> str:
             )
         )
     return "\n".join(out)
+
+
+def _categories(sm: Summary) -> str:
+    """Memory at the category timeline's peak: torch's categories, then mapped onto the
+    analytic model's five beside the model."""
+    mf = sm.memory_facts
+    if not mf.category_peak or not mf.category_peak_model:
+        return ""
+    raw = "".join(
+        f"<tr><td class='l'>{esc(c)}</td><td>{esc(fmt.nbytes(v))}</td></tr>"
+        for c, v in mf.category_peak.items()
+    )
+    model = mf.model.categories if mf.model is not None else {}
+    rows = "".join(
+        f"<tr><td class='l'>{esc(c)}</td><td>{esc(fmt.nbytes(v))}</td>"
+        f"<td>{esc(fmt.nbytes(model.get(c)))}</td></tr>"
+        for c, v in mf.category_peak_model.items()
+    )
+    return (
+        "<p>Memory by category at the peak of the per-category timeline (PyTorch's "
+        "categories), and mapped onto the analytic model's: unknown → activations; "
+        "autograd_detail, temporary, input and the allocator memory the timeline does not "
+        "see → other.</p><div class='scroll' style='display:flex;gap:24px'>"
+        "<table><thead><tr><th class='l'>timeline category</th><th>at the peak</th></tr>"
+        f"</thead><tbody>{raw}</tbody></table><table><thead><tr><th class='l'>category</th>"
+        f"<th>measured</th><th>analytic model</th></tr></thead><tbody>{rows}</tbody></table>"
+        "</div>"
+    )
 
 
 def gpu(sm: Summary) -> str:
@@ -357,6 +434,7 @@ def render(sm: Summary, plots: Mapping[str, bytes]) -> str:
     body = "\n".join(
         [
             header(sm),
+            verdict(sm),
             classes(sm, plots),
             roofline(sm, plots),
             memory(sm, plots),

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 import tracekit.reports.fmt as fmt
+import tracekit.reports.verdict as VR
 from tracekit.summary import Summary
 
 _MD = re.compile(r"([\\`*_{}\[\]()#+!|~-])")
@@ -49,6 +50,8 @@ def _s(v: Any) -> str:
 def summary(sm: Summary) -> str:
     h = sm.header
     rows = [
+        ("verdict", VR.verdict_line(sm)),
+        *VR.figures(sm),
         ("device", h.device or sm.roofs.device or "unknown"),
         ("PyTorch", h.torch_version or "unknown"),
         ("steps analysed", ", ".join(str(s) for s in h.steps[:20])),
@@ -67,6 +70,10 @@ def summary(sm: Summary) -> str:
         rows.append((f"{k} GPU time", fmt.pct(v)))
     df = pd.DataFrame(rows, columns=["key", "value"])
     out = [table(df, [("", "key", _s), ("", "value", _s)])]
+    if sm.verdict is not None:
+        out += [f"* evidence: {esc(e)}" for e in sm.verdict.evidence]
+        if sm.verdict.lever:
+            out.append(f"* next lever: {esc(sm.verdict.lever)}")
     out += [f"* missing: {esc(m)}" for m in h.missing]
     out += [f"* **warning**: {esc(w)}" for w in sm.warnings]
     return "\n".join(out)

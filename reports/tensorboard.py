@@ -107,6 +107,7 @@ def write_events(
             w.scalar("gpu_idle_pct", float(r["gpu_idle_pct"]), step, t)
             if tokens and ms > 0:
                 w.scalar("tokens_per_s", tokens / (ms / 1e3), step, t)
+        _step_summary(w, sm, t)
         for r in sm.memory_per_step.to_dict("records"):
             w.scalar("memory/peak_allocated_bytes", float(r["peak_allocated"]), int(r["step"]), t)
             w.scalar("memory/peak_reserved_bytes", float(r["peak_reserved"]), int(r["step"]), t)
@@ -118,6 +119,7 @@ def write_events(
         if sm.memory is not None and sm.memory.events == 0:  # manifest figures only
             w.scalar("measured/peak_allocated_bytes", sm.memory.peak_allocated_bytes, first, t)
             w.scalar("measured/peak_reserved_bytes", sm.memory.peak_reserved_bytes, first, t)
+        _categories(w, sm, t)
         tl = M.thin(sm.memory_timeline, TIMELINE_POINTS)
         for ts, a, r in zip(tl["ts"], tl["allocated"], tl["reserved"], strict=True):
             us = int(ts) // 1000
@@ -129,6 +131,58 @@ def write_events(
             w.text(f"report/{name}", md, first, t)
 
     return write_event_file(run_dir, fill)
+
+
+STEP_SCALARS = (
+    "bandwidth_used",
+    "bandwidth_utilisation_pct",
+    "flops_per_s",
+    "compute_utilisation_pct",
+    "arithmetic_intensity",
+)
+
+
+def _step_summary(w: _Writer, sm: Summary, t: float) -> None:
+    """``step_summary/<figure>`` per step (profiled step time) and, at the first step, the
+    overall figures over the step summary's basis (``step_summary/<basis>/<figure>``);
+    memory model and dynamic memory at the first step."""
+    for r in sm.step_summary.per_step.to_dict("records"):
+        for key in STEP_SCALARS:
+            w.scalar(f"step_summary/{key}", r[key], int(r["step"]), t)
+    first = sm.steps[0] if sm.steps else 0
+    doc = sm.summary.get("step_summary", {})
+    for key in STEP_SCALARS:
+        v = doc.get(key)
+        if v is not None:
+            w.scalar(f"step_summary/{sm.step_summary.basis}/{key}", v, first, t)
+    mf = sm.memory_facts
+    for key, v in (
+        ("memory/dynamic_peak_bytes", mf.dynamic_peak_bytes),
+        ("memory/activation_bytes_per_token", mf.activation_bytes_per_token),
+        ("memory/model_peak_bytes", mf.model.peak if mf.model is not None else None),
+    ):
+        if v is not None:
+            w.scalar(key, v, first, t)
+
+
+def _categories(w: _Writer, sm: Summary, t: float) -> None:
+    """``memory_category/<category>`` over time (x = µs since the trace start when the
+    export is aligned with the trace, else since its own start), at most
+    :data:`TIMELINE_POINTS` points."""
+    cat = sm.categories
+    if cat is None:
+        return
+    tl = M.downsample_categories(cat.timeline, TIMELINE_POINTS)
+    if not len(tl.times_us):
+        return
+    x = (
+        tl.times_us * 1e3 + cat.offset_ns
+        if cat.offset_ns is not None
+        else ((tl.times_us - tl.times_us[0]) * 1e3)
+    )
+    for j, name in enumerate(tl.categories):
+        for ns, v in zip(x, tl.bytes[:, j], strict=True):
+            w.scalar(f"memory_category/{name}", float(v), int(ns) // 1000, t)
 
 
 def write_event_file(run_dir: Path, fill: Callable[[_Writer], None]) -> Path:

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 import tracekit.reports.fmt as fmt
+import tracekit.reports.verdict as VR
 from tracekit.summary import Summary
 
 BAR = 14  # width of the time-share bars
@@ -100,10 +101,59 @@ def header(sm: Summary) -> RenderableType:
         g.add_row("throughput", _t(", ".join(tp)))
     opts = " ".join(f"{k}{'✓' if v else '✗'}" for k, v in h.options.items())
     g.add_row("profiler", _t(opts))
-    parts: list[RenderableType] = [Text(f"tracekit report: {h.title}", style="bold"), g]
-    for m in h.missing:
-        parts.append(Text(f"  missing: {m}", style="yellow"))
+    return Group(Text(f"tracekit report: {h.title}", style="bold"), g)
+
+
+def missing(sm: Summary) -> RenderableType:
+    return Group(*(Text(f"  missing: {m}", style="yellow") for m in sm.header.missing))
+
+
+def verdict(sm: Summary) -> RenderableType:
+    """The verdict with its evidence and lever, then the step summary's figures (one grid,
+    so that wrapped lines stay in their column)."""
+    v = sm.verdict
+    g = Table.grid(padding=(0, 1))
+    g.add_column(style="bold", no_wrap=True)
+    g.add_column(overflow="fold")
+    g.add_row("verdict", Text(VR.verdict_line(sm), style="bold magenta"))
+    if v is not None:
+        for e in v.evidence:
+            g.add_row("", _t(f"· {e}"))
+        if v.lever:
+            g.add_row("", Text.assemble(("next lever: ", "bold"), v.lever))
+    for label, text in VR.figures(sm):
+        g.add_row(label, _t(text))
+    parts: list[RenderableType] = [g]
+    if len(sm.step_summary.per_step) > 1:
+        parts.append(per_step(sm))
     return Group(*parts)
+
+
+def per_step(sm: Summary, n: int = 10) -> RenderableType:
+    """Per analysed step (profiled step times): bandwidth, FLOP/s and their roofs."""
+    t = _table(
+        "Per step (profiled step time)",
+        [
+            ("step", "right"),
+            ("ms", "right"),
+            ("B/s", "right"),
+            ("BW roof", "right"),
+            ("FLOP/s", "right"),
+            ("roof", "right"),
+            ("FLOP/B", "right"),
+        ],
+    )
+    for r in sm.step_summary.per_step.head(n).to_dict("records"):
+        t.add_row(
+            str(int(r["step"])),
+            fmt.num(r["step_time_ms"]),
+            _si(r["bandwidth_used"]),
+            fmt.pct(r["bandwidth_utilisation_pct"]),
+            _si(r["flops_per_s"]),
+            fmt.pct(r["compute_utilisation_pct"]),
+            fmt.intensity(r["arithmetic_intensity"]),
+        )
+    return t
 
 
 def classes(sm: Summary) -> RenderableType:
@@ -206,16 +256,26 @@ def memory(sm: Summary) -> RenderableType:
             f"{fmt.nbytes(m.avg_reserved_bytes)} reserved"
         ),
     )
-    if sm.bytes_per_token is not None:
+    mf = sm.memory_facts
+    if mf.dynamic_peak_bytes is not None:
+        per = (
+            f" = {fmt.nbytes(mf.activation_bytes_per_token)} per token "
+            f"({sm.header.tokens_per_step} tokens per step)"
+            if mf.activation_bytes_per_token is not None
+            else ""
+        )
         g.add_row(
-            "per token",
+            "dynamic",
             _t(
-                f"{fmt.nbytes(sm.bytes_per_token)} peak allocated per "
-                f"token ({sm.header.tokens_per_step} tokens per step)"
+                f"{fmt.nbytes(mf.dynamic_peak_bytes)} above the floor of "
+                f"{fmt.nbytes(mf.floor_bytes)} (weights, optimizer state){per}"
             ),
         )
+    g.add_row("model", _t(VR.model_text(sm)))
     g.add_row("source", _t(sm.memory_source or ""))
     parts: list[RenderableType] = [Text("Memory", style="bold"), g]
+    if mf.category_peak_model:
+        parts.append(categories(sm))
     if len(sm.allocators):
         t = _table(
             "Top allocating operators",
@@ -237,6 +297,33 @@ def memory(sm: Summary) -> RenderableType:
             )
         parts.append(t)
     return Group(*parts)
+
+
+def categories(sm: Summary) -> RenderableType:
+    """Memory at the category timeline's peak, beside the analytic model's categories."""
+    mf = sm.memory_facts
+    assert mf.category_peak_model is not None
+    model = mf.model.categories if mf.model is not None else {}
+    t = _table(
+        "Memory by category at the peak",
+        [("category", "left"), ("measured", "right"), ("model", "right")],
+    )
+    for cat, v in mf.category_peak_model.items():
+        t.add_row(_t(cat), fmt.nbytes(v), fmt.nbytes(model.get(cat)))
+    t.add_row(
+        _t("total"),
+        fmt.nbytes(sum(mf.category_peak_model.values())),
+        fmt.nbytes(mf.model.peak if mf.model is not None else None),
+    )
+    return Group(
+        t,
+        Text(
+            "measured: the per-category timeline at its peak (torch categories mapped: "
+            "unknown → activations; autograd_detail, temporary, input and allocator memory "
+            "the timeline does not see → other)",
+            style="dim",
+        ),
+    )
 
 
 def gpu(sm: Summary) -> RenderableType:
@@ -282,8 +369,12 @@ def kernels(sm: Summary, n: int = 10) -> RenderableType:
 def render(sm: Summary, console: Console, outputs: Iterable[str] = ()) -> None:
     """Print every section to ``console``."""
     console.print(header(sm))
+    console.print(verdict(sm))
+    said = sm.verdict is not None and sm.verdict.verdict == "launch/host-bound"
     for w in sm.warnings:
-        console.print(Text(f"warning: {w}", style="bold yellow"))
+        if not (said and w.startswith("launch-bound")):  # the verdict says it with evidence
+            console.print(Text(f"warning: {w}", style="bold yellow"))
+    console.print(missing(sm))
     console.print()
     console.print(classes(sm))
     console.print()

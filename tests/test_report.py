@@ -70,7 +70,7 @@ def test_outputs_and_default_location(trace_file: Path) -> None:
         raise AssertionError(f"summary.json is not strict JSON: {c}")
 
     doc = json.loads((out / "summary.json").read_text(), parse_constant=no_nan)
-    assert doc["format"] == "tracekit.summary" and doc["version"] == 1
+    assert doc["format"] == "tracekit.summary" and doc["version"] == 2
     for key in ("softmax", "layernorm", "gemm"):
         assert key in doc["time_share_pct"]
     assert set(doc["bound_time_share_pct"]) >= {"memory-bound", "compute-bound"}
@@ -138,9 +138,11 @@ def test_terminal_fits_80_columns(trace_file: Path) -> None:
         "Memory",
         "Top allocating operators",
         "GPU utilisation",
-        "warning: launch-bound",
+        "verdict   launch/host-bound (0.100 ms step, profiled)",
     ):
         assert section in text
+    # the launch-bound warning says what the verdict says: printed once, as the verdict
+    assert "warning: launch-bound" not in text
 
 
 def test_terminal_markup_never_interpreted(trace_file: Path) -> None:
@@ -401,7 +403,10 @@ def test_run_folder(tmp_path: Path) -> None:
     assert doc["tokens_per_step"] == 1024
     assert doc["tokens_per_s"] == pytest.approx(1024 / 0.1e-3)  # trace step time 0.1 ms
     assert doc["measured_tokens_per_s"] == 24675.0 and doc["measured_step_time_ms"] == 41.5
-    assert doc["memory"]["bytes_per_token"] == pytest.approx((3072 + 8192) / 1024)
+    # dynamic memory only: the 8192-byte allocation above the 3072-byte floor, per token
+    assert doc["memory"]["floor_allocated_bytes"] == 3072
+    assert doc["memory"]["dynamic_peak_bytes"] == 8192
+    assert doc["memory"]["activation_bytes_per_token"] == 8192 / 1024
     assert doc["memory"]["categories"] is True
     assert res.summary.categories is not None and res.summary.categories.offset_ns == -tg.T0 * 1000
     # TensorBoard by default into the run's logdir, under the run's name

@@ -75,7 +75,8 @@ def test_fixture_report(run: Path, tmp_path: Path) -> None:
     peak = _raw_peak(find_trace(run)[0])
     if peak is not None:
         assert doc["memory"]["peak_allocated_bytes"] == peak
-        assert doc["memory"]["bytes_per_token"] == pytest.approx(peak / 1024)  # b8 x s128
+        dynamic = peak - doc["memory"]["floor_allocated_bytes"]
+        assert doc["memory"]["activation_bytes_per_token"] == dynamic / 1024  # b8 x s128
 
     c = Console(width=80, record=True, color_system=None)
     terminal.render(res.summary, c)

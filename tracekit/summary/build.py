@@ -18,17 +18,49 @@ import pandas as pd
 
 from tracekit.summary import classes as C
 from tracekit.summary import memory as M
+from tracekit.summary import memory_model as MM
 from tracekit.summary import steps as S
+from tracekit.summary import stepsummary as SS
+from tracekit.summary import verdict as V
+from tracekit.summary.document import (
+    SUMMARY_FORMAT,
+    SUMMARY_VERSION,
+    TOP_KERNELS,
+    TOP_OPERATORS,
+    _clean,
+    summary_json,
+)
 from tracekit.summary.roofs import Roofs, roofs_from
 
-SUMMARY_FORMAT = "tracekit.summary"
-SUMMARY_VERSION = 1
+__all__ = [  # summary_json and its helpers live in document.py; re-exported for callers
+    "SUMMARY_FORMAT",
+    "SUMMARY_VERSION",
+    "Header",
+    "MemoryFacts",
+    "Summary",
+    "TraceFacts",
+    "_clean",
+    "summarize",
+    "summary_json",
+    "trace_facts",
+]
 
-TOP_OPERATORS = 15
-TOP_KERNELS = 10
 TOP_ALLOCATORS = 10
 # the classified kernels' columns the summary reads
-KERNEL_COLUMNS = ("step", "name", "kind", "class", "dur", "flops", "bound", "source")
+KERNEL_COLUMNS = (
+    "step",
+    "name",
+    "kind",
+    "class",
+    "ts",
+    "dur",
+    "flops",
+    "bytes",
+    "bytes_model",
+    "pipe",
+    "bound",
+    "source",
+)
 
 # What each profiler option adds, and therefore what its absence costs.
 OPTION_COST: dict[str, str] = {
@@ -82,22 +114,6 @@ def _num(v: Any) -> float | None:
         return None
     f = float(v)
     return f if math.isfinite(f) else None
-
-
-def _clean(v: Any) -> Any:
-    """JSON-safe: NaN/inf -> None, numpy scalars -> Python."""
-    if isinstance(v, dict):
-        return {str(k): _clean(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_clean(x) for x in v]
-    if isinstance(v, np.bool_):
-        return bool(v)
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (float, np.floating)):
-        f = float(v)
-        return f if math.isfinite(f) else None
-    return v
 
 
 def _cuda_version(v: Any) -> str | None:
@@ -199,6 +215,20 @@ def _categories(trace: Any) -> tuple[CategoryMemory | None, list[str]]:
 
 
 @dataclass(kw_only=True)
+class MemoryFacts:
+    """Memory figures beyond the allocator totals: what persists across steps, the dynamic
+    part, the categories at the peak and the analytic model."""
+
+    floor_bytes: int | None  # lowest allocated in the analysed steps
+    dynamic_peak_bytes: int | None  # peak allocated - floor
+    activation_bytes_per_token: float | None  # dynamic peak / tokens per step
+    category_peak: dict[str, float] | None  # timeline categories at the timeline's peak
+    category_peak_model: dict[str, float] | None  # the same on the model's five + unseen
+    model: MM.MemoryEstimate | None
+    model_note: str  # why there is no model, or its caveat
+
+
+@dataclass(kw_only=True)
 class TraceFacts:
     """What the summary takes from the trace alone (no classification): known before the
     classify stage, so that a report can draw the memory timeline meanwhile."""
@@ -214,7 +244,8 @@ class TraceFacts:
     memory_per_step: pd.DataFrame
     categories: CategoryMemory | None
     allocators: pd.DataFrame
-    bytes_per_token: float | None
+    memory_facts: MemoryFacts
+    input_wait_ns: dict[int, int]  # per step: GPU idle while the host loads input
     notes: list[str] = field(default_factory=list)
 
 
@@ -229,8 +260,62 @@ class Summary(TraceFacts):
     bound: dict[str, float | None]
     roofs: Roofs
     flop_sources: dict[str, float]
+    step_summary: SS.StepSummary
+    breakdown: V.Breakdown | None
+    verdict: V.Verdict | None
     warnings: list[str] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
+
+
+def _manifest_memory(trace: Any) -> tuple[M.MemoryStats | None, str | None]:
+    """The run's unprofiled memory figures (manifest metrics), for a trace without
+    ``[memory]`` events."""
+    man = trace.manifest if isinstance(trace.manifest, dict) else None
+    peak_a = _num(_get(man, "metrics", "peak_allocated_bytes"))
+    if peak_a is None:
+        return None, None
+    mem = M.MemoryStats(
+        device=str(_get(man, "device", "type") or "cuda"),
+        events=0,
+        peak_allocated_bytes=int(peak_a),
+        peak_reserved_bytes=int(_num(_get(man, "metrics", "peak_reserved_bytes")) or 0),
+        avg_allocated_bytes=_num(_get(man, "metrics", "avg_allocated_bytes")) or float("nan"),
+        avg_reserved_bytes=float("nan"),
+        window_ns=0,
+    )
+    source = (
+        "measured without the profiler: run manifest metrics "
+        f"({_get(man, 'metrics', 'memory_method') or 'torch.cuda counters'})"
+    )
+    return mem, source
+
+
+def memory_facts(
+    memory: pd.DataFrame,
+    steps: list[int],
+    mem: M.MemoryStats | None,
+    categories: CategoryMemory | None,
+    tokens: int | None,
+    manifest: Any,
+) -> MemoryFacts:
+    """:class:`MemoryFacts` of the report device's ``[memory]`` events (``memory``)."""
+    floor = M.floor_allocated(memory, steps)
+    dynamic = mem.peak_allocated_bytes - floor if mem is not None and floor is not None else None
+    at_peak = M.category_peak(categories.timeline) if categories is not None else None
+    model, note = MM.from_manifest(manifest if isinstance(manifest, dict) else None)
+    return MemoryFacts(
+        floor_bytes=floor,
+        dynamic_peak_bytes=dynamic,
+        activation_bytes_per_token=dynamic / tokens if dynamic is not None and tokens else None,
+        category_peak=at_peak or None,
+        category_peak_model=(
+            M.model_categories(at_peak, mem.peak_allocated_bytes if mem else None)
+            if at_peak
+            else None
+        ),
+        model=model,
+        model_note=note,
+    )
 
 
 def trace_facts(trace: Any) -> TraceFacts:
@@ -254,30 +339,10 @@ def trace_facts(trace: Any) -> TraceFacts:
     if mem is not None:
         mem_source = f"measured: {mem.events} [memory] events of {mem.device} in the trace"
     else:
-        man = trace.manifest if isinstance(trace.manifest, dict) else None
-        peak_a = _num(_get(man, "metrics", "peak_allocated_bytes"))
-        if peak_a is not None:
-            mem = M.MemoryStats(
-                device=str(_get(man, "device", "type") or "cuda"),
-                events=0,
-                peak_allocated_bytes=int(peak_a),
-                peak_reserved_bytes=int(_num(_get(man, "metrics", "peak_reserved_bytes")) or 0),
-                avg_allocated_bytes=_num(_get(man, "metrics", "avg_allocated_bytes"))
-                or float("nan"),
-                avg_reserved_bytes=float("nan"),
-                window_ns=0,
-            )
-            mem_source = (
-                "measured without the profiler: run manifest metrics "
-                f"({_get(man, 'metrics', 'memory_method') or 'torch.cuda counters'})"
-            )
+        mem, mem_source = _manifest_memory(trace)
     categories, cat_notes = _categories(trace)
-    per_token = (
-        mem.peak_allocated_bytes / header.tokens_per_step
-        if mem is not None and header.tokens_per_step
-        else None
-    )
     st = trace.steps[trace.steps["step"] >= 0].sort_values("step")
+    spans = V.input_spans(trace.ops, trace.kernels)
     return TraceFacts(
         steps=steps,
         step_starts_ns=[int(v) for v in st["cpu_ts"]],
@@ -290,7 +355,10 @@ def trace_facts(trace: Any) -> TraceFacts:
         memory_per_step=M.peaks_per_step(memory),
         categories=categories,
         allocators=M.top_allocators(memory, TOP_ALLOCATORS, steps=n),
-        bytes_per_token=per_token,
+        memory_facts=memory_facts(
+            memory, steps, mem, categories, header.tokens_per_step, trace.manifest
+        ),
+        input_wait_ns=V.input_wait_ns(spans, trace.kernels),
         notes=cat_notes,
     )
 
@@ -303,12 +371,15 @@ def summarize(
     top_operators: int = TOP_OPERATORS,
     top_kernels: int = TOP_KERNELS,
     on_table: Callable[[str, Any], None] | None = None,
+    exposed_comm_pct: float | None = None,
 ) -> Summary:
     """Everything the report shows. ``trace``: a ``tracekit.parse.Trace``; ``cls``: its
     ``tracekit.classify.Classification``; ``facts``: :func:`trace_facts` of the trace, if
     already computed. ``on_table(name, value)`` is called with the ``roofs`` and the
     ``operators`` and ``classes`` tables as soon as each is computed (so that a report can
-    draw them while the rest is summarised)."""
+    draw them while the rest is summarised). ``exposed_comm_pct``: the share of the step
+    in which communication runs exposed, from a multi-rank analysis (replaces this trace's
+    own figure and the manifest's ``metrics.exposed_comm_pct``)."""
     f = facts if facts is not None else trace_facts(trace)
     steps = f.steps
     n = max(1, len(steps))
@@ -325,173 +396,82 @@ def summarize(
     classes = C.class_table(k, n)
     if on_table is not None:
         on_table("classes", classes)
-    per_step = C.class_time_per_step(k)
-    kernels = C.kernel_table(k, n)
     bound = C.bound_shares(k)
     notes = [str(x) for x in getattr(cls, "notes", [])]
-    warnings: list[str] = []
-    if f.launch.message:
-        warnings.append(f.launch.message)
     notes.extend(f.notes)
-
-    # which FLOP counts are measured, modelled or absent, as shares of GPU time
-    flop_sources: dict[str, float] = {}
     total = float(k["dur"].sum())
-    if total and "source" in k:
-        for src, d in k.groupby(k["source"].fillna("none").astype(str))["dur"].sum().items():
-            flop_sources[str(src)] = 100.0 * float(d) / total
     if total == 0:
         notes.append("no GPU activity in the analysed steps: time shares are undefined")
-
+    ss = SS.step_summary(
+        k,
+        f.step_table,
+        roofs,
+        measured_step_ms=f.header.measured_step_time_ms,
+        traffic=MM.traffic(f.memory_facts.model) if f.memory_facts.model else None,
+    )
+    notes.extend(ss.notes)
+    comm = _exposed_comm(trace.manifest, exposed_comm_pct)
+    bd = V.breakdown(
+        f.step_table,
+        measured_step_ms=f.header.measured_step_time_ms,
+        input_wait=f.input_wait_ns,
+        exposed_comm=V.exposed_comm_ns(cls.kernels[["class", "ts", "dur", "step"]]),
+        exposed_comm_pct=comm,
+    )
     sm = Summary(
         **{x.name: getattr(f, x.name) for x in fields(TraceFacts) if x.name != "notes"},
         classes=classes,
-        class_per_step=per_step,
+        class_per_step=C.class_time_per_step(k),
         operators=operators,
-        kernels=kernels,
+        kernels=C.kernel_table(k, n),
         bound=bound,
         roofs=roofs,
-        flop_sources=flop_sources,
+        flop_sources=_flop_sources(k),
+        step_summary=ss,
+        breakdown=bd,
+        verdict=V.decide(bd, _evidence(f, k, ss, bound, roofs)) if bd and total else None,
         notes=notes,
-        warnings=warnings,
+        warnings=[f.launch.message] if f.launch.message else [],
     )
     sm.summary = summary_json(sm, top_operators=top_operators, top_kernels=top_kernels)
     return sm
 
 
-def summary_json(
-    sm: Summary, *, top_operators: int = TOP_OPERATORS, top_kernels: int = TOP_KERNELS
-) -> dict[str, Any]:
-    """The ``summary.json`` document (docs/report.md documents every key)."""
-    h = sm.header
-    cl = sm.classes
-    has_flops = bool(cl["flops"].sum() > 0)
-    time_share = {r["class"]: r["time_share_pct"] for _, r in cl.iterrows()}
-    mem = sm.memory
-    ops = sm.operators.head(top_operators)
-    op_rows = [
-        {
-            "name": r["name"],
-            "class": r["class"],
-            "input_dims": r["input_dims"] or None,
-            "calls": r["calls"],
-            "ms_per_step": r["ms_per_step"],
-            "time_share_pct": r["time_share_pct"],
-            "flops": r["flops"],
-            "bytes": r["bytes"],
-            "intensity": r["intensity"],
-            "attained_flops": r["attained_flops"],
-            "attained_bw": r["attained_bw"],
-            "pipe": r["pipe"],
-            "bound": r["bound"],
-            "roof_pct": r["roof_pct"],
-            "source": r["source"],
-        }
-        for _, r in ops.iterrows()
-    ]
-    kern_rows = [
-        {
-            "name": r["name"],
-            "class": r["class"],
-            "kind": r["kind"],
-            "calls": r["calls"],
-            "ms_per_step": r["ms_per_step"],
-            "mean_us": r["mean_us"],
-            "time_share_pct": r["time_share_pct"],
-        }
-        for _, r in sm.kernels.head(top_kernels).iterrows()
-    ]
-    roofs = sm.roofs
-    doc: dict[str, Any] = {
-        "format": SUMMARY_FORMAT,
-        "version": SUMMARY_VERSION,
-        "title": h.title,
-        "trace": h.source,
-        "device": {
-            "name": h.device or roofs.device,
-            "peak_flops": roofs.peaks,
-            "bandwidth_Bps": roofs.bandwidth,
-        },
-        "versions": {"torch": h.torch_version, "cuda_runtime": h.cuda_runtime},
-        "config": h.config,
-        "profiler_options": h.options,
-        "missing": h.missing,
-        "steps": h.steps,
-        "step_time_ms": h.step_time_ms,
-        "step_time_ms_per_step": dict(
-            zip((str(s) for s in sm.step_table["step"]), sm.step_table["step_time_ms"], strict=True)
-        ),
-        "measured_step_time_ms": h.measured_step_time_ms,
-        "tokens_per_step": h.tokens_per_step,
-        "tokens_per_s": h.tokens_per_s,
-        "measured_tokens_per_s": h.measured_tokens_per_s,
-        "gpu_time_ms_per_step": float(cl["ms_per_step"].sum()),
-        "time_share_pct": time_share,
-        "ms_per_step": {r["class"]: r["ms_per_step"] for _, r in cl.iterrows()},
-        "flop_share_pct": (
-            {r["class"]: r["flop_share_pct"] for _, r in cl.iterrows()} if has_flops else None
-        ),
-        "flops_per_step": (
-            {r["class"]: r["flops"] / max(1, len(h.steps)) for _, r in cl.iterrows()}
-            if has_flops
-            else None
-        ),
-        "bound_time_share_pct": sm.bound,
-        "gpu_idle_pct": sm.launch.gpu_idle_pct,
-        "launch_bound": sm.launch.launch_bound,
-        "gpu_idle_unprofiled_pct": sm.launch.gpu_idle_unprofiled_pct,
-        "launch": {
-            "host_busy_pct": sm.launch.host_busy_pct,
-            "kernels_per_step": sm.launch.kernels_per_step,
-            "median_kernel_us": sm.launch.median_kernel_us,
-            "median_launch_us": sm.launch.median_launch_us,
-            "shorter_than_launch_pct": sm.launch.shorter_than_launch_pct,
-        },
-        "memory": {
-            "device": mem.device if mem else None,
-            "peak_allocated_bytes": mem.peak_allocated_bytes if mem else None,
-            "peak_reserved_bytes": mem.peak_reserved_bytes if mem else None,
-            "avg_allocated_bytes": mem.avg_allocated_bytes if mem else None,
-            "avg_reserved_bytes": mem.avg_reserved_bytes if mem else None,
-            "bytes_per_token": sm.bytes_per_token,
-            "events": mem.events if mem else 0,
-            "categories": sm.categories is not None,
-        },
-        "top_operators": op_rows,
-        "top_kernels": kern_rows,
-        "top_allocators": [
-            {
-                "op_name": r["op_name"],
-                "allocations": r["allocations"],
-                "bytes_per_step": r["bytes_per_step"],
-                "largest_bytes": r["largest_bytes"],
-                "pct": r["pct"],
-            }
-            for _, r in sm.allocators.iterrows()
-        ],
-        "sources": {
-            "time_share_pct": "measured: kernel, memcpy and memset durations in the trace",
-            "step_time_ms": "measured: ProfilerStep spans and GPU activity in the trace "
-            "(with the profiler on)",
-            "gpu_idle_pct": "measured: union of GPU activity per step in the trace",
-            "gpu_idle_unprofiled_pct": "estimated: the trace's GPU busy time per step over "
-            "the step time measured without the profiler (manifest)"
-            if sm.launch.gpu_idle_unprofiled_pct is not None
-            else None,
-            "measured_step_time_ms": "measured without the profiler (run manifest)"
-            if h.measured_step_time_ms is not None
-            else None,
-            "memory": sm.memory_source,
-            "flop_share_pct": "FLOP counts per kernel: share of GPU time by source "
-            "(measured: hardware counters; profiler: with_flops; modelled: "
-            "tracekit from shapes; none: unknown)",
-            "flop_source_time_pct": sm.flop_sources,
-            "bound_time_share_pct": "modelled: each kernel's arithmetic intensity against "
-            "the device's ridge point",
-            "peak_flops": roofs.peak_sources,
-            "bandwidth_Bps": roofs.bandwidth_source or None,
-        },
-        "warnings": sm.warnings,
-        "notes": sm.notes,
-    }
-    return _clean(doc)  # type: ignore[no-any-return]
+def _flop_sources(k: pd.DataFrame) -> dict[str, float]:
+    """Which FLOP counts are measured, modelled or absent, as shares of GPU time."""
+    out: dict[str, float] = {}
+    total = float(k["dur"].sum())
+    if total and "source" in k:
+        for src, d in k.groupby(k["source"].fillna("none").astype(str))["dur"].sum().items():
+            out[str(src)] = 100.0 * float(d) / total
+    return out
+
+
+def _exposed_comm(manifest: Any, given: float | None) -> tuple[float, str] | None:
+    """An exposed-communication share from outside the trace: the argument, else the
+    manifest's ``metrics.exposed_comm_pct`` (written by a multi-GPU collect)."""
+    if given is not None:
+        return float(given), "multi-rank analysis"
+    v = _num(_get(manifest if isinstance(manifest, dict) else None, "metrics", "exposed_comm_pct"))
+    return (v, "run manifest metrics.exposed_comm_pct") if v is not None else None
+
+
+def _evidence(
+    f: TraceFacts, k: pd.DataFrame, ss: SS.StepSummary, bound: dict[str, float | None], r: Roofs
+) -> V.Evidence:
+    lc = f.launch
+    return V.Evidence(
+        bound_pct=bound,
+        intensity=ss.overall["arithmetic_intensity"],
+        ridge=ss.ridge,
+        pipe=ss.pipe,
+        compute_utilisation_pct=ss.overall["compute_utilisation_pct"],
+        bandwidth_utilisation_pct=ss.overall["bandwidth_utilisation_pct"],
+        memory_bound_roof_pct=SS.memory_bound_roof_pct(k, r.bandwidth),
+        kernels_per_step=lc.kernels_per_step,
+        median_kernel_us=lc.median_kernel_us,
+        median_launch_us=lc.median_launch_us,
+        short_kernels=lc.short_kernels,
+        host_busy_pct=lc.host_busy_pct,
+        tensor_peaks={p: v for p, v in r.peaks.items() if p.startswith("tensor_")},
+    )

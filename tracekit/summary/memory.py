@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.errors import TraceError
+from tracekit.summary import memory_model as MM
 
 CUDA = 1  # c10::DeviceType::CUDA, the memory table's device_type
 CPU = 0
@@ -237,3 +238,42 @@ def peaks_per_step(memory: pd.DataFrame) -> pd.DataFrame:
         }
     )
     return frame
+
+
+# --------------------------------------------------------------------------- dynamic memory
+
+
+def floor_allocated(memory: pd.DataFrame, steps: list[int]) -> int | None:
+    """The lowest allocated bytes of the report's device during the analysed steps: what
+    persists across steps (weights, optimizer state, buffers, workspaces). Each event
+    records the total *after* it, so the value before event *i* is ``total - bytes``."""
+    rows, _ = device_events(memory)
+    if rows.empty:
+        return None
+    rows = rows[rows["step"].isin(steps)]
+    if rows.empty:
+        return None
+    after = rows["total_allocated"].to_numpy(dtype=np.int64)
+    before = after - rows["bytes"].to_numpy(dtype=np.int64)
+    return int(min(after.min(), before.min()))
+
+
+def category_peak(tl: CategoryTimeline) -> dict[str, float]:
+    """Bytes per timeline category at the moment of the largest total ({} when empty)."""
+    if not len(tl.times_us):
+        return {}
+    row = tl.bytes[int(np.argmax(tl.bytes.sum(axis=1)))]
+    return {c: float(v) for c, v in zip(tl.categories, row, strict=True)}
+
+
+def model_categories(at_peak: dict[str, float], allocator_peak: float | None) -> dict[str, float]:
+    """Timeline categories at the peak mapped onto the memory model's five
+    (:data:`memory_model.TIMELINE_TO_CATEGORY`; unknown names go to ``other``), plus the
+    allocator memory the timeline does not see (``allocator_peak`` − timeline total:
+    library workspaces, block rounding) in ``other``."""
+    out = {c: 0.0 for c in MM.CATEGORIES}
+    for cat, v in at_peak.items():
+        out[MM.TIMELINE_TO_CATEGORY.get(cat, "other")] += v
+    if allocator_peak is not None:
+        out["other"] += max(0.0, float(allocator_peak) - sum(at_peak.values()))
+    return out

@@ -55,6 +55,14 @@ Not modelled: library workspaces (cuBLAS/cuBLASLt, ~tens of MiB on a GPU) and ca
 allocator rounding; torch.compile changes what is saved (the model is for eager mode).
 
 KV cache for inference (the memory-wall tutorial's formula): 2·B·T·C·L·bytes.
+
+Traffic (:func:`traffic`), the per-step DRAM traffic users estimate by hand from the same
+sizes: every byte of the parameters (with their autocast copies), gradients, AdamW state
+and saved activations is moved twice per step, ``2·(4P + 4P + 8P + A)``: weights are read
+in the forward and the backward, gradients written by the backward and read by the
+optimizer, both AdamW moments read and written by the optimizer, saved activations
+written by the forward and read by the backward. A floor: tensors that are not saved
+(logits, temporaries, attention scores of the backward) and re-reads are not counted.
 """
 
 from __future__ import annotations
@@ -369,6 +377,45 @@ def estimate(
     )
 
 
+TRAFFIC_FORMULA = (
+    "2 × (parameters + gradients + AdamW state + saved activations): each written once "
+    "and read once per step"
+)
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Analytic DRAM bytes of one training step, per term (see the module docstring)."""
+
+    parameters: int  # 2 × (fp32 weights + autocast copies)
+    gradients: int  # 2 × 4P
+    optimizer_state: int  # 2 × 2·4P
+    activations: int  # 2 × saved activations
+    formula: str = TRAFFIC_FORMULA
+
+    @property
+    def total(self) -> int:
+        return self.parameters + self.gradients + self.optimizer_state + self.activations
+
+    def terms(self) -> dict[str, int]:
+        return {
+            "parameters": self.parameters,
+            "gradients": self.gradients,
+            "optimizer_state": self.optimizer_state,
+            "activations": self.activations,
+        }
+
+
+def traffic(est: MemoryEstimate) -> Traffic:
+    """The per-step traffic estimate from a memory estimate: each term moved twice."""
+    return Traffic(
+        parameters=2 * (est.parameters + est.autocast_weights),
+        gradients=2 * est.gradients_total,
+        optimizer_state=2 * est.optimizer_state,
+        activations=2 * est.activations_saved,
+    )
+
+
 def kv_cache_bytes(
     model: Mapping[str, Any] | ModelShape, *, batch: int, seq: int, dtype: str = "bf16"
 ) -> int:
@@ -376,3 +423,32 @@ def kv_cache_bytes(
     (multi-head attention: kv_head_ratio 1)."""
     shape = model if isinstance(model, ModelShape) else ModelShape.from_mapping(model)
     return 2 * batch * seq * shape.n_embd * shape.n_layer * DTYPE_BYTES[dtype]
+
+
+def from_manifest(manifest: Mapping[str, Any] | None) -> tuple[MemoryEstimate | None, str]:
+    """The estimate for a ``tracekit collect`` run (its manifest's config), or None and why
+    not. The second value is a caveat when there is an estimate (torch.compile), else the
+    reason there is none."""
+    cfg = manifest.get("config") if isinstance(manifest, Mapping) else None
+    if not isinstance(cfg, Mapping):
+        return None, "no run manifest: the analytic model needs the model config"
+    model = cfg.get("model") or (manifest or {}).get("model")
+    if not isinstance(model, Mapping):
+        return None, "the manifest has no model config (config.model)"
+    try:
+        est = estimate(
+            model,
+            batch=int(cfg["batch"]),
+            seq=int(cfg["seq"]),
+            dtype=str(cfg.get("dtype") or "fp32"),
+            attention=str(cfg.get("attention") or model.get("attention") or "naive"),
+            device=str(cfg.get("device") or "cuda"),
+        )
+    except (KeyError, TypeError, ValueError, UsageError) as e:
+        return None, f"the analytic model does not apply to this run's config ({e})"
+    caveat = (
+        "torch.compile changes what is saved for backward: the model counts eager mode"
+        if cfg.get("compile")
+        else ""
+    )
+    return est, caveat

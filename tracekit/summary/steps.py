@@ -81,6 +81,7 @@ class LaunchCheck:
     median_kernel_us: float | None
     median_launch_us: float | None
     shorter_than_launch_pct: float | None
+    short_kernels: bool  # median < SHORT_KERNEL_NS, or half shorter than their launch
     launch_bound: bool
     message: str | None
 
@@ -165,6 +166,7 @@ def launch_check(
         median_kernel_us=med_k,
         median_launch_us=med_l,
         shorter_than_launch_pct=shorter,
+        short_kernels=bool(short),
         launch_bound=bound,
         message=msg,
     )

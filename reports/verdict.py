@@ -1,0 +1,161 @@
+"""The step summary and its verdict as labelled lines of text, one wording for the terminal,
+the HTML page and the Markdown tables (each renderer escapes them its own way)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import tracekit.reports.fmt as fmt
+from tracekit.summary import Summary
+
+TRAFFIC_TERMS = {
+    "parameters": "parameters",
+    "gradients": "gradients",
+    "optimizer_state": "AdamW state",
+    "activations": "saved activations",
+}
+
+
+def _ok(v: Any) -> bool:
+    return v is not None and isinstance(v, (int, float)) and math.isfinite(float(v))
+
+
+def source_word(text: str | None) -> str:
+    """'measured (manifest ceilings: …)' -> 'measured'; 'spec: NVIDIA …' -> 'spec'."""
+    if not text:
+        return "unknown source"
+    return text.split("(")[0].split(":")[0].strip() or text
+
+
+def step_words(sm: Summary) -> str:
+    ss = sm.step_summary
+    if ss.step_time_ms is None:
+        return "no step time"
+    how = "measured without the profiler" if ss.basis == "unprofiled" else "profiled"
+    return f"{fmt.ms(ss.step_time_ms)} step, {how}"
+
+
+def verdict_line(sm: Summary) -> str:
+    v = sm.verdict
+    if v is None:
+        return "no verdict: no GPU activity in the analysed steps"
+    return f"{v.verdict} ({step_words(sm)})"
+
+
+def figures(sm: Summary) -> list[tuple[str, str]]:
+    """(label, text) of the step summary: bandwidth, compute, intensity, traffic, memory."""
+    ss = sm.step_summary
+    doc = sm.summary.get("step_summary", {})
+    roofs = sm.roofs
+    out: list[tuple[str, str]] = []
+    bw = doc.get("bandwidth_used")
+    if _ok(bw):
+        line = f"{fmt.si(bw, 'B/s')} used"
+        if roofs.bandwidth:
+            line += (
+                f" = {fmt.pct(doc.get('bandwidth_utilisation_pct'))} of the "
+                f"{fmt.si(roofs.bandwidth, 'B/s')} roof ({source_word(roofs.bandwidth_source)})"
+            )
+        per = fmt.si(doc.get("bytes_per_step"), "B")
+        if ss.measured:
+            line += (
+                f"; {per} per step measured (DRAM counters for "
+                f"{fmt.pct(doc.get('measured_time_pct'), 0)} of GPU time), modelled "
+                f"{fmt.si(doc.get('bytes_modelled_per_step'), 'B')} = "
+                f"{fmt.si(doc.get('bandwidth_modelled'), 'B/s')}"
+            )
+        else:
+            line += f"; {per} per step, modelled from shapes (no counters)"
+        out.append(("bandwidth", line))
+    if _ok(doc.get("flops_per_s")):
+        line = f"{fmt.si(doc['flops_per_s'], 'FLOP/s')}"
+        if _ok(doc.get("compute_roof")):
+            line += (
+                f" = {fmt.pct(doc.get('compute_utilisation_pct'))} of the {ss.pipe} roof "
+                f"{fmt.si(doc['compute_roof'], 'FLOP/s')} "
+                f"({source_word(doc.get('compute_roof_source'))})"
+            )
+        out.append(("compute", line))
+    if _ok(doc.get("arithmetic_intensity")):
+        line = f"{fmt.intensity(doc['arithmetic_intensity'])} FLOP/B"
+        if _ok(doc.get("ridge_point")):
+            line += (
+                f" against the ridge point {fmt.intensity(doc['ridge_point'])} of {ss.pipe}: "
+                f"{doc.get('roofline_side')} side of the roofline"
+            )
+        out.append(("intensity", line))
+    t = doc.get("analytic_traffic")
+    if t:
+        out.append(("traffic", traffic_text(t, doc.get("bytes_per_step"))))
+    out.append(("memory", memory_text(sm)))
+    return out
+
+
+def traffic_text(t: dict[str, Any], kernel_bytes: Any) -> str:
+    # the terms are bytes moved (twice each tensor's size): the sizes are half of them
+    terms = " + ".join(f"{name} {fmt.si(t[k] / 2, 'B')}" for k, name in TRAFFIC_TERMS.items())
+    line = f"analytic {fmt.si(t['total'], 'B')} per step = 2 × ({terms})"
+    if _ok(t.get("kernel_bytes_ratio")):
+        line += (
+            f"; the kernels move {fmt.si(kernel_bytes, 'B')} = {t['kernel_bytes_ratio']:.2f} × that"
+        )
+    return line
+
+
+def memory_text(sm: Summary) -> str:
+    """Peak, the analytic model beside it, dynamic memory per token."""
+    m = sm.memory
+    if m is None:
+        return "no memory figures (no [memory] events, no run manifest)"
+    mf = sm.memory_facts
+    parts = [f"peak {fmt.nbytes(m.peak_allocated_bytes)} allocated"]
+    if mf.model is not None:
+        parts.append(f"analytic model {fmt.nbytes(mf.model.peak)} ({_model_error(sm)})")
+    if mf.dynamic_peak_bytes is not None:
+        floor = fmt.nbytes(mf.floor_bytes)
+        dyn = f"dynamic {fmt.nbytes(mf.dynamic_peak_bytes)} above the {floor} floor"
+        if mf.activation_bytes_per_token is not None:
+            dyn += f" = {fmt.nbytes(mf.activation_bytes_per_token)} per token"
+        parts.append(dyn)
+    return "; ".join(parts)
+
+
+def per_step_rows(sm: Summary) -> list[dict[str, str]]:
+    """The per-step figures (profiled step times), formatted."""
+    rows = []
+    for r in sm.step_summary.per_step.to_dict("records"):
+        rows.append(
+            {
+                "step": str(int(r["step"])),
+                "step time": fmt.ms(r["step_time_ms"]),
+                "bytes": fmt.si(r["bytes"], "B"),
+                "bandwidth": fmt.si(r["bandwidth_used"], "B/s"),
+                "% of BW roof": fmt.pct(r["bandwidth_utilisation_pct"]),
+                "FLOP/s": fmt.si(r["flops_per_s"], "FLOP/s"),
+                "% of compute roof": fmt.pct(r["compute_utilisation_pct"]),
+                "FLOP/B": fmt.intensity(r["arithmetic_intensity"]),
+            }
+        )
+    return rows
+
+
+def _model_error(sm: Summary) -> str:
+    """'-3.1 % of the measured peak' (or why not)."""
+    m, model = sm.memory, sm.memory_facts.model
+    if m is None or model is None or not m.peak_allocated_bytes:
+        return "no measured peak"
+    err = 100.0 * (model.peak - m.peak_allocated_bytes) / m.peak_allocated_bytes
+    return f"{err:+.1f} % of the measured peak"
+
+
+def model_text(sm: Summary) -> str:
+    """The analytic memory model's peak beside the measured one (or why there is none)."""
+    mf = sm.memory_facts
+    if mf.model is None:
+        return f"no analytic estimate: {mf.model_note}"
+    txt = (
+        f"analytic estimate {fmt.nbytes(mf.model.peak)} at {mf.model.peak_phase} "
+        f"({_model_error(sm)})"
+    )
+    return txt + (f"; {mf.model_note}" if mf.model_note else "")

@@ -1,0 +1,245 @@
+"""The step summary: DRAM bandwidth and FLOP rate a training step achieves, against the
+device's roofs, with the analytic traffic users estimate by hand beside the kernels' bytes.
+
+Definitions (docs/report.md repeats them):
+
+* **bytes** of a step: the sum over its GPU activities of the classify stage's per-kernel
+  DRAM bytes. *Modelled* bytes (``bytes_model``: the minimal traffic of each operator from
+  its shapes, every input read once and every output written once; copy sizes for memcpy
+  and memset) exist wherever shapes were recorded; *measured* bytes (Nsight Compute
+  ``dram__bytes_read + dram__bytes_write``) where the run has counters: then a step's
+  measured figure is the measured bytes of the kernels that have counters plus the
+  modelled bytes of the rest, and ``measured_time_pct`` says how much of the GPU time had
+  counters. The headline (``bytes_per_step``, ``bandwidth_used``) is measured when any
+  kernel has counters, else modelled.
+* **bandwidth used** = bytes / step time; **% of the bandwidth roof** = that over the roof
+  (the run's measured copy bandwidth first, then the spec sheet, then ``--bandwidth``).
+* **FLOP/s** = FLOPs / step time. **% of the compute roof** = the time the step's FLOPs
+  need at the peak of the pipe each kernel runs on (``Σ FLOPs_pipe / peak_pipe``) over the
+  step time: with one pipe (fp32 SIMT, or the bf16 tensor cores) it is FLOP/s over that
+  pipe's peak. The **compute pipe** named beside it is the one that carries most FLOPs.
+* **arithmetic intensity** = FLOPs / bytes of the step; the **ridge point** = compute pipe
+  peak / bandwidth roof: below it the step as a whole is on the memory side of the roof.
+* The **step time** of a step is the profiled one (``max(cpu_dur, gpu_dur)``, see
+  ``steps.py``); the *overall* figures divide the mean bytes and FLOPs per step by the step
+  time measured without the profiler where the run's manifest has it (``basis`` says
+  which), because the profiler lengthens the step and rates over it are too low.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracekit.summary.memory_model import Traffic
+from tracekit.summary.roofs import Roofs
+
+# the classified kernels' columns the step summary reads
+COLUMNS = ("step", "dur", "flops", "bytes", "bytes_model", "source", "pipe")
+
+PER_STEP_COLUMNS = [
+    "step",
+    "step_time_ms",
+    "bytes_modelled",
+    "bytes_measured",
+    "bytes",
+    "bandwidth_used",
+    "bandwidth_utilisation_pct",
+    "flops",
+    "flops_per_s",
+    "compute_utilisation_pct",
+    "arithmetic_intensity",
+]
+
+
+def _sum(v: np.ndarray) -> float:
+    """Sum of the finite values; NaN when there is none."""
+    ok = np.isfinite(v)
+    return float(v[ok].sum()) if ok.any() else float("nan")
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or not np.isfinite(a) or not np.isfinite(b) or b <= 0:
+        return None
+    return a / b
+
+
+def _pct(a: float | None, b: float | None) -> float | None:
+    r = _div(a, b)
+    return None if r is None else 100.0 * r
+
+
+@dataclass(frozen=True)
+class StepSums:
+    """One step's (or the mean step's) sums over its GPU activities."""
+
+    bytes_modelled: float  # NaN: no kernel has modelled bytes
+    bytes_measured: float  # NaN: no counters
+    measured_time_pct: float | None
+    flops: float  # NaN: no kernel has a FLOP count
+    peak_seconds: float  # Σ FLOPs / peak of their pipe (pipes with a known peak)
+
+    @property
+    def bytes(self) -> float:
+        return self.bytes_measured if np.isfinite(self.bytes_measured) else self.bytes_modelled
+
+
+def _sums(k: pd.DataFrame, peaks: dict[str, float], measured: bool) -> StepSums:
+    dur = k["dur"].to_numpy(dtype=np.float64)
+    flops = k["flops"].to_numpy(dtype=np.float64) if "flops" in k else np.full(len(k), np.nan)
+    nbytes = k["bytes"].to_numpy(dtype=np.float64) if "bytes" in k else np.full(len(k), np.nan)
+    is_meas = (k["source"] == "measured").to_numpy() if "source" in k else np.zeros(len(k), bool)
+    model = k["bytes_model"].to_numpy(dtype=np.float64) if "bytes_model" in k else nbytes.copy()
+    if "bytes_model" not in k:  # a classification without the column: bytes are modelled
+        model[is_meas] = np.nan
+    pipe = k["pipe"].astype(object).to_numpy() if "pipe" in k else np.full(len(k), None)
+    peak = np.array([peaks.get(str(p), np.nan) for p in pipe], dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        at_peak = flops / peak
+    total = float(dur.sum())
+    return StepSums(
+        bytes_modelled=_sum(model),
+        bytes_measured=_sum(np.where(is_meas, nbytes, model)) if measured else float("nan"),
+        measured_time_pct=100.0 * float(dur[is_meas].sum()) / total if measured and total else None,
+        flops=_sum(flops),
+        peak_seconds=_sum(at_peak) if np.isfinite(at_peak).any() else float("nan"),
+    )
+
+
+def compute_pipe(k: pd.DataFrame) -> str | None:
+    """The pipe that carries most FLOPs (None without FLOP counts)."""
+    if "pipe" not in k or "flops" not in k or not len(k):
+        return None
+    f = k.groupby(k["pipe"].astype(object).fillna("none"))["flops"].sum()
+    f = f[f > 0].drop("none", errors="ignore")
+    return str(f.idxmax()) if len(f) else None
+
+
+def rates(s: StepSums, step_ms: float | None, roofs: Roofs, pipe: str | None) -> dict[str, Any]:
+    """Bandwidth, FLOP/s, utilisations and intensity of step sums over a step time."""
+    secs = step_ms / 1e3 if step_ms and step_ms > 0 else None
+    nbytes = s.bytes if np.isfinite(s.bytes) else None
+    flops = s.flops if np.isfinite(s.flops) else None
+    bw = _div(nbytes, secs)
+    return {
+        "bandwidth_used": bw,
+        "bandwidth_utilisation_pct": _pct(bw, roofs.bandwidth),
+        "flops_per_s": _div(flops, secs),
+        "compute_utilisation_pct": _pct(
+            s.peak_seconds if np.isfinite(s.peak_seconds) else None, secs
+        ),
+        "arithmetic_intensity": _div(flops, nbytes),
+    }
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    """The step summary (``summary.json`` ``step_summary``, less the verdict)."""
+
+    step_time_ms: float | None
+    basis: str  # 'unprofiled' (manifest) or 'profiled' (trace)
+    mean: StepSums
+    overall: dict[str, Any]
+    pipe: str | None
+    per_step: pd.DataFrame
+    traffic: Traffic | None
+    ridge: float | None  # compute pipe peak / bandwidth roof
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def measured(self) -> bool:
+        return bool(np.isfinite(self.mean.bytes_measured))
+
+
+def step_summary(
+    kernels: pd.DataFrame,
+    step_table: pd.DataFrame,
+    roofs: Roofs,
+    *,
+    measured_step_ms: float | None,
+    traffic: Traffic | None,
+) -> StepSummary:
+    """The step summary of the classified GPU activities of the analysed steps
+    (``kernels``: :data:`COLUMNS`; ``step_table``: :func:`steps.step_table`)."""
+    measured = "source" in kernels and bool((kernels["source"] == "measured").any())
+    pipe = compute_pipe(kernels)
+    rows = []
+    sums = []
+    times = dict(zip(step_table["step"].tolist(), step_table["step_time_ms"].tolist(), strict=True))
+    step_of = kernels["step"].to_numpy()
+    for step in np.unique(step_of):
+        s = _sums(kernels[step_of == step], roofs.peaks, measured)
+        sums.append(s)
+        ms = times.get(int(step))
+        rows.append(
+            {
+                "step": int(step),
+                "step_time_ms": ms,
+                "bytes_modelled": s.bytes_modelled,
+                "bytes_measured": s.bytes_measured,
+                "bytes": s.bytes,
+                "flops": s.flops,
+                **rates(s, ms, roofs, pipe),
+            }
+        )
+    per_step = pd.DataFrame(rows, columns=PER_STEP_COLUMNS).astype(
+        {c: "float64" for c in PER_STEP_COLUMNS if c != "step"}
+    )
+    mean = _mean(sums, _sums(kernels, {}, measured).measured_time_pct)
+    profiled = float(step_table["step_time_ms"].mean()) if len(step_table) else None
+    step_ms = measured_step_ms if measured_step_ms else profiled
+    basis = "unprofiled" if measured_step_ms else "profiled"
+    notes = []
+    if basis == "profiled":
+        notes.append(
+            "step summary over the profiled step (no unprofiled step time: not a run "
+            "folder): the profiler lengthens the step, so bandwidth and FLOP/s are low"
+        )
+    peak = roofs.peaks.get(pipe) if pipe else None
+    ridge = peak / roofs.bandwidth if peak and roofs.bandwidth else None
+    return StepSummary(
+        step_time_ms=step_ms,
+        basis=basis,
+        mean=mean,
+        overall=rates(mean, step_ms, roofs, pipe),
+        pipe=pipe,
+        per_step=per_step,
+        traffic=traffic,
+        ridge=ridge,
+        notes=notes,
+    )
+
+
+def _mean(sums: list[StepSums], measured_time_pct: float | None) -> StepSums:
+    """The mean step (``measured_time_pct``: over all the steps' GPU time)."""
+    if not sums:
+        nan = float("nan")
+        return StepSums(nan, nan, None, nan, nan)
+
+    def m(name: str) -> float:
+        v = np.array([getattr(s, name) for s in sums], dtype=np.float64)
+        return float(v.mean()) if np.isfinite(v).all() else _sum(v) / len(v)
+
+    return StepSums(
+        bytes_modelled=m("bytes_modelled"),
+        bytes_measured=m("bytes_measured"),
+        measured_time_pct=measured_time_pct,
+        flops=m("flops"),
+        peak_seconds=m("peak_seconds"),
+    )
+
+
+def memory_bound_roof_pct(k: pd.DataFrame, bandwidth: float | None) -> float | None:
+    """The memory-bound kernels' bytes over their GPU time, as % of the bandwidth roof
+    (how close the kernels that the bandwidth limits come to it)."""
+    if not bandwidth or "bound" not in k or "bytes" not in k:
+        return None
+    m = ((k["bound"] == "memory-bound") & (k["kind"] == "kernel")).to_numpy()
+    nbytes = k["bytes"].to_numpy(dtype=np.float64)[m]
+    dur = k["dur"].to_numpy(dtype=np.float64)[m]
+    ok = np.isfinite(nbytes)
+    secs = float(dur[ok].sum()) / 1e9
+    return 100.0 * float(nbytes[ok].sum()) / secs / bandwidth if secs > 0 else None
