@@ -51,7 +51,7 @@ def figures(sm: Summary) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     bw = doc.get("bandwidth_used")
     if _ok(bw):
-        line = f"{fmt.si(bw, 'B/s')} used"
+        line = f"{fmt.si(bw, 'B/s')}"
         if roofs.bandwidth:
             line += (
                 f" = {fmt.pct(doc.get('bandwidth_utilisation_pct'))} of the "
@@ -60,13 +60,13 @@ def figures(sm: Summary) -> list[tuple[str, str]]:
         per = fmt.si(doc.get("bytes_per_step"), "B")
         if ss.measured:
             line += (
-                f"; {per} per step measured (DRAM counters for "
-                f"{fmt.pct(doc.get('measured_time_pct'), 0)} of GPU time), modelled "
-                f"{fmt.si(doc.get('bytes_modelled_per_step'), 'B')} = "
+                f"; {per}/step measured (counters on "
+                f"{fmt.pct(doc.get('measured_time_pct'), 0)} of GPU time); modelled "
+                f"{fmt.si(doc.get('bytes_modelled_per_step'), 'B')}/step, "
                 f"{fmt.si(doc.get('bandwidth_modelled'), 'B/s')}"
             )
         else:
-            line += f"; {per} per step, modelled from shapes (no counters)"
+            line += f"; {per}/step, modelled from shapes"
         out.append(("bandwidth", line))
     if _ok(doc.get("flops_per_s")):
         line = f"{fmt.si(doc['flops_per_s'], 'FLOP/s')}"
@@ -80,26 +80,26 @@ def figures(sm: Summary) -> list[tuple[str, str]]:
     if _ok(doc.get("arithmetic_intensity")):
         line = f"{fmt.intensity(doc['arithmetic_intensity'])} FLOP/B"
         if _ok(doc.get("ridge_point")):
+            side = doc.get("roofline_side")
             line += (
-                f" against the ridge point {fmt.intensity(doc['ridge_point'])} of {ss.pipe}: "
-                f"{doc.get('roofline_side')} side of the roofline"
+                f", {'below' if side == 'memory' else 'above'} the ridge point "
+                f"{fmt.intensity(doc['ridge_point'])} of {ss.pipe} ({side} side)"
             )
         out.append(("intensity", line))
     t = doc.get("analytic_traffic")
     if t:
-        out.append(("traffic", traffic_text(t, doc.get("bytes_per_step"))))
+        out.append(("traffic", traffic_text(t)))
     out.append(("memory", memory_text(sm)))
     return out
 
 
-def traffic_text(t: dict[str, Any], kernel_bytes: Any) -> str:
+def traffic_text(t: dict[str, Any]) -> str:
+    """The analytic traffic with its formula, and the kernels' bytes as a multiple of it."""
     # the terms are bytes moved (twice each tensor's size): the sizes are half of them
     terms = " + ".join(f"{name} {fmt.si(t[k] / 2, 'B')}" for k, name in TRAFFIC_TERMS.items())
-    line = f"analytic {fmt.si(t['total'], 'B')} per step = 2 × ({terms})"
+    line = f"analytic {fmt.si(t['total'], 'B')}/step = 2 × ({terms})"
     if _ok(t.get("kernel_bytes_ratio")):
-        line += (
-            f"; the kernels move {fmt.si(kernel_bytes, 'B')} = {t['kernel_bytes_ratio']:.2f} × that"
-        )
+        line += f"; the kernels move {t['kernel_bytes_ratio']:.2f} × that"
     return line
 
 
@@ -109,14 +109,13 @@ def memory_text(sm: Summary) -> str:
     if m is None:
         return "no memory figures (no [memory] events, no run manifest)"
     mf = sm.memory_facts
-    parts = [f"peak {fmt.nbytes(m.peak_allocated_bytes)} allocated"]
+    parts = [f"peak {fmt.nbytes(m.peak_allocated_bytes)}"]
     if mf.model is not None:
-        parts.append(f"analytic model {fmt.nbytes(mf.model.peak)} ({_model_error(sm)})")
+        parts.append(f"model {fmt.nbytes(mf.model.peak)} ({_model_error(sm)})")
     if mf.dynamic_peak_bytes is not None:
-        floor = fmt.nbytes(mf.floor_bytes)
-        dyn = f"dynamic {fmt.nbytes(mf.dynamic_peak_bytes)} above the {floor} floor"
+        dyn = f"dynamic {fmt.nbytes(mf.dynamic_peak_bytes)}"
         if mf.activation_bytes_per_token is not None:
-            dyn += f" = {fmt.nbytes(mf.activation_bytes_per_token)} per token"
+            dyn += f" = {fmt.nbytes(mf.activation_bytes_per_token)}/token"
         parts.append(dyn)
     return "; ".join(parts)
 
@@ -146,7 +145,7 @@ def _model_error(sm: Summary) -> str:
     if m is None or model is None or not m.peak_allocated_bytes:
         return "no measured peak"
     err = 100.0 * (model.peak - m.peak_allocated_bytes) / m.peak_allocated_bytes
-    return f"{err:+.1f} % of the measured peak"
+    return f"{err:+.1f} %"
 
 
 def model_text(sm: Summary) -> str:

@@ -80,7 +80,14 @@ def test_fixture_report(run: Path, tmp_path: Path) -> None:
 
     c = Console(width=80, record=True, color_system=None)
     terminal.render(res.summary, c)
-    assert max(len(line) for line in c.export_text().splitlines()) <= 80
+    lines = c.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    # the first screen answers: the verdict with its evidence, bandwidth and its share of the
+    # roof, where the traffic and the memory go
+    first = [line.split(" ")[0] for line in lines[:32]]
+    for label in ("verdict", "bandwidth", "compute", "intensity", "traffic", "memory"):
+        assert label in first, label
+    assert doc["step_summary"]["verdict"] in lines[first.index("verdict")]
 
 
 def test_stack_fixture_has_aligned_category_timeline(tmp_path: Path) -> None:

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from tracekit.errors import UsageError
-from tracekit.summary.memory_model import ModelShape, block_saved, estimate, kv_cache_bytes
+from tracekit.summary.memory_model import (
+    ModelShape,
+    block_saved,
+    estimate,
+    from_manifest,
+    kv_cache_bytes,
+    traffic,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(vocab_size=512, n_layer=2, n_head=4, n_embd=64, block_size=128)
@@ -138,3 +145,52 @@ def test_activations_match_the_fixture_memory_timeline() -> None:
                                                 "activations", "other"))  # fmt: skip
     assert total == row["peak_allocated_bytes"]
     assert 0 < row["gpu_idle_pct"] < 20
+
+
+@pytest.mark.parametrize("results", ["h200-sweep-axes", "h200-sweep-capacity"])
+def test_model_within_3_5_percent_of_the_h200_sweeps(results: str) -> None:
+    """The model against the peaks the H200 sweeps measured (docs/results; 14 + 3
+    configurations that ran): unchanged since, and within 3.55 % of every one."""
+    import csv
+
+    with (ROOT / "docs" / "results" / results / "sweep.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r["status"] == "ok"]
+    assert len(rows) == {"h200-sweep-axes": 14, "h200-sweep-capacity": 3}[results]
+    for r in rows:
+        est = estimate(GPT2S, batch=int(r["batch"]), seq=int(r["seq"]), dtype=r["dtype"],
+                       attention=r["attention"])  # fmt: skip
+        assert est.peak == float(r["model_peak_bytes"]), r["key"]
+        peak = float(r["peak_bytes"])
+        assert abs(100 * (est.peak - peak) / peak) < 3.55, r["key"]
+
+
+def test_traffic_by_hand() -> None:
+    """2 × (4P + 4P + 8P + saved activations), plus the autocast weight copies."""
+    P = 124_475_904
+    fp32 = estimate(GPT2S, batch=8, seq=128, dtype="fp32", attention="naive")
+    t = traffic(fp32)
+    assert t.terms() == {
+        "parameters": 2 * 4 * P,
+        "gradients": 2 * 4 * P,
+        "optimizer_state": 2 * 8 * P,
+        "activations": 2 * fp32.activations_saved,
+    }
+    assert t.total == 2 * (16 * P + 892_215_296) == 5_767_659_520
+    bf16 = estimate(GPT2S, batch=8, seq=128, dtype="bf16", attention="sdpa")
+    lin = 12 * (3 * 768 * 768 + 768 * 768 + 2 * 768 * 3072) + 50304 * 768  # Linear weights
+    assert traffic(bf16).parameters == 2 * (4 * P + 2 * lin)
+
+
+def test_estimate_from_a_run_manifest() -> None:
+    est, note = from_manifest(_fixture("h200-gpt2s-b8-s128-bf16-sdpa-compile"))
+    assert est is not None and est.peak == 2_601_277_952
+    assert note.startswith("torch.compile changes what is saved")
+    assert from_manifest(None) == (
+        None,
+        "no run manifest: the analytic model needs the model config",
+    )
+    est, why = from_manifest({"config": {"batch": 8, "seq": 128}})
+    assert est is None and why == "the manifest has no model config (config.model)"
+    est, why = from_manifest({"config": {"batch": 8, "seq": 128, "attention": "flash",
+                                         "model": GPT2S}})  # fmt: skip
+    assert est is None and "attention must be one of" in why

@@ -253,6 +253,7 @@ def decide(b: Breakdown, e: Evidence) -> Verdict:
         }
         which = max(parts, key=lambda k: parts[k])
         text, lever = _OUTSIDE[which](b, e)
+        text.append(_gpu_work_words(e))
     else:
         which, text, lever = _gpu_bound(b, e)
     head = (
@@ -261,6 +262,16 @@ def decide(b: Breakdown, e: Evidence) -> Verdict:
         f"host idle {shares['host_idle']:.1f} % of {_step_words(b)}"
     )
     return Verdict(which, [head, *text], lever, shares, b.basis)
+
+
+def _gpu_work_words(e: Evidence) -> str:
+    """What limits the GPU work itself: the next limit once the outside part is gone."""
+    mem = e.bound_pct.get("memory-bound") or 0.0
+    comp = e.bound_pct.get("compute-bound") or 0.0
+    return (
+        f"the GPU work itself: {mem:.1f} % of GPU time in memory-bound kernels, "
+        f"{comp:.1f} % in compute-bound ones"
+    )
 
 
 def _comm(b: Breakdown, e: Evidence) -> tuple[list[str], str]:
