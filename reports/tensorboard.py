@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2
 from tensorboard.compat.proto import types_pb2 as types
 from tensorboard.plugins.text import metadata as text_metadata
@@ -175,14 +176,12 @@ def _categories(w: _Writer, sm: Summary, t: float) -> None:
     tl = M.downsample_categories(cat.timeline, TIMELINE_POINTS)
     if not len(tl.times_us):
         return
-    x = (
-        tl.times_us * 1e3 + cat.offset_ns
-        if cat.offset_ns is not None
-        else ((tl.times_us - tl.times_us[0]) * 1e3)
-    )
+    # in µs: the export's epoch microseconds (~1.7e15) times 1e3 would lose the ns in float64
+    t0 = cat.offset_ns / 1e3 if cat.offset_ns is not None else -float(tl.times_us[0])
+    x = np.rint(tl.times_us + t0).astype(np.int64)
     for j, name in enumerate(tl.categories):
-        for ns, v in zip(x, tl.bytes[:, j], strict=True):
-            w.scalar(f"memory_category/{name}", float(v), int(ns) // 1000, t)
+        for us, v in zip(x, tl.bytes[:, j], strict=True):
+            w.scalar(f"memory_category/{name}", float(v), int(us), t)
 
 
 def write_event_file(run_dir: Path, fill: Callable[[_Writer], None]) -> Path:

@@ -252,6 +252,17 @@ def test_tensorboard_events_read_back(trace_file: Path, tmp_path: Path) -> None:
         172: 3072.0,
     }
     assert "tokens_per_s" not in sc  # no batch x seq without a manifest
+    # step summary per step over the profiled 0.1 ms steps: contract.OPS bytes of each step
+    # (step 1: addmm 11392 + mm 11264 + sum 8320 + copy_ 4096; step 2: add_ 12288 +
+    # softmax 8192 + layernorm 8320, the hostile kernel has none)
+    assert sc["step_summary/bandwidth_used"] == pytest.approx({1: 35072 / 1e-4, 2: 28800 / 1e-4})
+    assert sc["step_summary/profiled/bandwidth_used"] == pytest.approx(
+        {1: (35072 + 28800) / 2 / 1e-4}
+    )
+    assert sc["step_summary/bandwidth_utilisation_pct"][1] == pytest.approx(
+        100 * 35072 / 1e-4 / contract.BANDWIDTH
+    )
+    assert sc["memory/dynamic_peak_bytes"] == {1: 8192.0}  # above the 3072-byte floor
     assert set(tags["images"]) == {"plots/time_share", "plots/roofline", "plots/memory_timeline"}
     img = acc.Images("plots/roofline")[0]
     assert img.encoded_image_string[:4] == b"\x89PNG" and img.width == 900
@@ -415,9 +426,26 @@ def test_run_folder(tmp_path: Path) -> None:
     assert (tb_run / "host_9.1700000000000.pt.trace.json.gz").is_file()
     sc = _accumulator(tb_run)
     assert {e.step: e.value for e in sc.Scalars("tokens_per_s")}[2] == pytest.approx(1024 / 1e-4)
+    # the per-category timeline, x = µs since the trace start (the export is aligned)
+    act = {e.step: e.value for e in sc.Scalars("memory_category/activation")}
+    assert act == {4 * i: 100.0 * i for i in range(50)}
+    # at the timeline's peak (row 49), mapped onto the model's categories; "other" holds
+    # the allocator's 11264-byte peak beyond the timeline's 6100 bytes
+    assert doc["memory"]["peak_by_category"] == {"parameter": 1000, "activation": 4900,
+                                                 "gradient": 200}  # fmt: skip
+    assert doc["memory"]["peak_by_model_category"] == {
+        "parameters": 1000, "gradients": 200, "optimizer_state": 0, "activations": 4900,
+        "other": 11264 - 6100,
+    }  # fmt: skip
+    # the unprofiled 41.5 ms step decides the verdict's shares
+    assert doc["step_summary"]["basis"] == "unprofiled"
+    assert doc["step_summary"]["step_time_ms"] == 41.5
     assert sc.Scalars("measured/tokens_per_s")[0].value == 24675.0
     page = (run / "report" / "report.html").read_text()
     assert "gpt2-small" in page and "2.11.0+cu128" in page
+    verdict = doc["step_summary"]["verdict"]
+    assert "<h2>Verdict and step summary</h2>" in page and f"<b class='v'>{verdict} (" in page
+    assert "timeline category" in page  # memory by category at the peak
 
 
 def test_run_folder_without_memory_events_uses_manifest(tmp_path: Path) -> None:
