@@ -28,7 +28,7 @@ Definitions (docs/report.md repeats them):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -87,35 +87,76 @@ class StepSums:
         return self.bytes_measured if np.isfinite(self.bytes_measured) else self.bytes_modelled
 
 
-def _sums(k: pd.DataFrame, peaks: dict[str, float], measured: bool) -> StepSums:
-    dur = k["dur"].to_numpy(dtype=np.float64)
-    flops = k["flops"].to_numpy(dtype=np.float64) if "flops" in k else np.full(len(k), np.nan)
-    nbytes = k["bytes"].to_numpy(dtype=np.float64) if "bytes" in k else np.full(len(k), np.nan)
-    is_meas = (k["source"] == "measured").to_numpy() if "source" in k else np.zeros(len(k), bool)
-    model = k["bytes_model"].to_numpy(dtype=np.float64) if "bytes_model" in k else nbytes.copy()
-    if "bytes_model" not in k:  # a classification without the column: bytes are modelled
-        model[is_meas] = np.nan
-    pipe = k["pipe"].astype(object).to_numpy() if "pipe" in k else np.full(len(k), None)
-    peak = np.array([peaks.get(str(p), np.nan) for p in pipe], dtype=np.float64)
+@dataclass(frozen=True)
+class _Columns:
+    """The per-activity numbers the sums read, as arrays (one row per GPU activity)."""
+
+    dur: np.ndarray
+    flops: np.ndarray
+    measured_bytes: np.ndarray  # measured DRAM bytes where counters exist, else modelled
+    model: np.ndarray  # modelled bytes
+    is_meas: np.ndarray
+    at_peak: np.ndarray  # FLOPs / peak of the activity's pipe [s]
+
+    def take(self, i: np.ndarray) -> _Columns:
+        return _Columns(*(getattr(self, f.name)[i] for f in fields(self)))
+
+
+def _columns(k: pd.DataFrame, peaks: dict[str, float]) -> _Columns:
+    n = len(k)
+    nan = np.full(n, np.nan)
+    flops = k["flops"].to_numpy(dtype=np.float64) if "flops" in k else nan
+    nbytes = k["bytes"].to_numpy(dtype=np.float64) if "bytes" in k else nan
+    is_meas = (k["source"] == "measured").to_numpy(dtype=bool) if "source" in k else nan > 0
+    if "bytes_model" in k:
+        model = k["bytes_model"].to_numpy(dtype=np.float64)
+    else:  # a classification without the column: its bytes are modelled
+        model = np.where(is_meas, np.nan, nbytes)
+    codes, pipes = _pipes(k)
+    per_pipe = np.array([peaks.get(p, np.nan) for p in pipes] + [np.nan], dtype=np.float64)
+    peak = per_pipe[codes]  # code -1 (no pipe): the appended NaN
     with np.errstate(invalid="ignore", divide="ignore"):
         at_peak = flops / peak
-    total = float(dur.sum())
-    return StepSums(
-        bytes_modelled=_sum(model),
-        bytes_measured=_sum(np.where(is_meas, nbytes, model)) if measured else float("nan"),
-        measured_time_pct=100.0 * float(dur[is_meas].sum()) / total if measured and total else None,
-        flops=_sum(flops),
-        peak_seconds=_sum(at_peak) if np.isfinite(at_peak).any() else float("nan"),
+    return _Columns(
+        dur=k["dur"].to_numpy(dtype=np.float64),
+        flops=flops,
+        measured_bytes=np.where(is_meas, nbytes, model),
+        model=model,
+        is_meas=is_meas,
+        at_peak=at_peak,
     )
+
+
+def _sums(c: _Columns, measured: bool) -> StepSums:
+    total = float(c.dur.sum())
+    return StepSums(
+        bytes_modelled=_sum(c.model),
+        bytes_measured=_sum(c.measured_bytes) if measured else float("nan"),
+        measured_time_pct=(
+            100.0 * float(c.dur[c.is_meas].sum()) / total if measured and total else None
+        ),
+        flops=_sum(c.flops),
+        peak_seconds=_sum(c.at_peak),
+    )
+
+
+def _pipes(k: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    """Each activity's pipe as a code into the distinct pipes (-1: none)."""
+    if "pipe" not in k:
+        return np.full(len(k), -1, dtype=np.int64), []
+    codes, uniq = pd.factorize(k["pipe"])
+    return np.asarray(codes, dtype=np.int64), [str(u) for u in uniq]
 
 
 def compute_pipe(k: pd.DataFrame) -> str | None:
     """The pipe that carries most FLOPs (None without FLOP counts)."""
-    if "pipe" not in k or "flops" not in k or not len(k):
+    if "flops" not in k or not len(k):
         return None
-    f = k.groupby(k["pipe"].astype(object).fillna("none"))["flops"].sum()
-    f = f[f > 0].drop("none", errors="ignore")
-    return str(f.idxmax()) if len(f) else None
+    codes, pipes = _pipes(k)
+    flops = k["flops"].to_numpy(dtype=np.float64)
+    ok = (codes >= 0) & np.isfinite(flops)
+    per = np.bincount(codes[ok], weights=flops[ok], minlength=len(pipes))
+    return pipes[int(np.argmax(per))] if len(per) and per.max() > 0 else None
 
 
 def rates(s: StepSums, step_ms: float | None, roofs: Roofs, pipe: str | None) -> dict[str, Any]:
@@ -169,9 +210,13 @@ def step_summary(
     rows = []
     sums = []
     times = dict(zip(step_table["step"].tolist(), step_table["step_time_ms"].tolist(), strict=True))
+    cols = _columns(kernels, roofs.peaks)
     step_of = kernels["step"].to_numpy()
-    for step in np.unique(step_of):
-        s = _sums(kernels[step_of == step], roofs.peaks, measured)
+    order = np.argsort(step_of, kind="stable")
+    bounds = np.flatnonzero(np.diff(step_of[order])) + 1
+    for idx in np.split(order, bounds) if len(order) else []:
+        step = step_of[idx[0]]
+        s = _sums(cols.take(idx), measured)
         sums.append(s)
         ms = times.get(int(step))
         rows.append(
@@ -188,7 +233,7 @@ def step_summary(
     per_step = pd.DataFrame(rows, columns=PER_STEP_COLUMNS).astype(
         {c: "float64" for c in PER_STEP_COLUMNS if c != "step"}
     )
-    mean = _mean(sums, _sums(kernels, {}, measured).measured_time_pct)
+    mean = _mean(sums, _sums(cols, measured).measured_time_pct)
     profiled = float(step_table["step_time_ms"].mean()) if len(step_table) else None
     step_ms = measured_step_ms if measured_step_ms else profiled
     basis = "unprofiled" if measured_step_ms else "profiled"

@@ -68,16 +68,16 @@ def input_spans(ops: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
     if len(ops):
         keep |= ops["name"].astype(str).str.startswith(DATALOADER_PREFIX).to_numpy()
     if len(ops) and len(kernels) and "top_op_id" in kernels:
-        h2d = (kernels["kind"] == "memcpy") & kernels["name"].astype(str).str.contains(
-            "HtoD", regex=False
-        )
-        keep |= np.isin(ops["op_id"].to_numpy(), kernels.loc[h2d, "top_op_id"].to_numpy())
-    sel = ops[keep]
+        copies = kernels[(kernels["kind"] == "memcpy").to_numpy()]  # names of kernels are long
+        h2d = copies["name"].astype(str).str.contains("HtoD", regex=False).to_numpy(dtype=bool)
+        keep |= np.isin(ops["op_id"].to_numpy(), copies["top_op_id"].to_numpy()[h2d])
+    # arrays, not ops[keep]: the table is wide and long
+    ts = ops["ts"].to_numpy(dtype=np.int64)[keep] if len(ops) else np.zeros(0, np.int64)
     frame: pd.DataFrame = pd.DataFrame(
         {
-            "step": sel["step"].to_numpy(dtype=np.int64),
-            "ts": sel["ts"].to_numpy(dtype=np.int64),
-            "end": (sel["ts"] + sel["dur"]).to_numpy(dtype=np.int64),
+            "step": ops["step"].to_numpy(dtype=np.int64)[keep] if len(ops) else ts,
+            "ts": ts,
+            "end": ts + (ops["dur"].to_numpy(dtype=np.int64)[keep] if len(ops) else ts),
         }
     )
     return frame
