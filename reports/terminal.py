@@ -124,7 +124,8 @@ def verdict(sm: Summary) -> RenderableType:
     for label, text in VR.figures(sm):
         g.add_row(label, _t(text))
     parts: list[RenderableType] = [g]
-    if len(sm.step_summary.per_step) > 1:
+    ps = sm.step_summary.per_step
+    if len(ps) > 1 and ps[["bandwidth_used", "flops_per_s"]].notna().any(axis=None):
         parts.append(per_step(sm))
     return Group(*parts)
 

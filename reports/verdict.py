@@ -68,6 +68,8 @@ def figures(sm: Summary) -> list[tuple[str, str]]:
         else:
             line += f"; {per}/step, modelled from shapes"
         out.append(("bandwidth", line))
+    else:
+        out.append(("bandwidth", "unknown: no kernel has a byte count (record_shapes off?)"))
     if _ok(doc.get("flops_per_s")):
         line = f"{fmt.si(doc['flops_per_s'], 'FLOP/s')}"
         if _ok(doc.get("compute_roof")):
@@ -77,6 +79,8 @@ def figures(sm: Summary) -> list[tuple[str, str]]:
                 f"({source_word(doc.get('compute_roof_source'))})"
             )
         out.append(("compute", line))
+    else:
+        out.append(("compute", "unknown: no kernel has a FLOP count (record_shapes off?)"))
     if _ok(doc.get("arithmetic_intensity")):
         line = f"{fmt.intensity(doc['arithmetic_intensity'])} FLOP/B"
         if _ok(doc.get("ridge_point")):

@@ -232,5 +232,24 @@ def test_memory_threshold_edges() -> None:
     assert V.decide(_bd(), _ev(40, 5, intensity=25.0)).verdict == "compute-bound"
     assert V.decide(_bd(), _ev(5, 40, intensity=15.0)).verdict == "memory-bandwidth-bound"
     v = V.decide(_bd(), _ev(5, 40))
-    assert v.verdict == "unknown" and v.lever == ""
+    assert v.verdict == "unknown" and v.lever.startswith("profile with record_shapes=True")
     assert set(V.VERDICTS) >= {v.verdict}
+
+
+def test_without_shapes_or_step_markers(tmp_path: Path) -> None:
+    """No record_shapes: no FLOP or byte counts, so neither bandwidth nor a compute/memory
+    split (copy sizes alone are not the step's traffic); no ProfilerStep markers: one step,
+    and the evidence says so."""
+    doc = sg.compute_bound()
+    doc["traceEvents"] = [
+        e for e in doc["traceEvents"] if not e["name"].startswith("ProfilerStep#")
+    ]
+    for e in doc["traceEvents"]:
+        e.get("args", {}).pop("Input Dims", None)
+    sm = _summary(tmp_path, doc)
+    assert sm.verdict.verdict == "unknown"
+    assert sm.verdict.evidence[-1].startswith("the trace has no ProfilerStep markers")
+    assert sm.verdict.lever.startswith("profile with record_shapes=True")
+    ss = sm.summary["step_summary"]
+    assert ss["bandwidth_used"] is None and ss["flops_per_s"] is None
+    assert ss["arithmetic_intensity"] is None and ss["roofline_side"] is None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,11 @@ __all__ = [  # summary_json and its helpers live in document.py; re-exported for
 ]
 
 TOP_ALLOCATORS = 10
+WHOLE_TRACE = "(whole trace)"  # tracekit.parse's step name for a trace without step markers
+NO_STEPS = (
+    "the trace has no ProfilerStep markers: it is judged as one step, set-up (CUDA "
+    "initialisation, first copies) included"
+)
 # the classified kernels' columns the summary reads
 KERNEL_COLUMNS = (
     "step",
@@ -429,12 +434,19 @@ def summarize(
         flop_sources=_flop_sources(k),
         step_summary=ss,
         breakdown=bd,
-        verdict=V.decide(bd, _evidence(f, k, ss, bound, roofs)) if bd and total else None,
+        verdict=_verdict(trace, bd, _evidence(f, k, ss, bound, roofs)) if bd and total else None,
         notes=notes,
         warnings=[f.launch.message] if f.launch.message else [],
     )
     sm.summary = summary_json(sm, top_operators=top_operators, top_kernels=top_kernels)
     return sm
+
+
+def _verdict(trace: Any, bd: V.Breakdown, ev: V.Evidence) -> V.Verdict:
+    v = V.decide(bd, ev)
+    if (trace.steps["name"] == WHOLE_TRACE).all():  # the parser's one step of a trace without
+        v = replace(v, evidence=[*v.evidence, NO_STEPS])  # ProfilerStep markers
+    return v
 
 
 def _flop_sources(k: pd.DataFrame) -> dict[str, float]:

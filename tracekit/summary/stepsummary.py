@@ -97,6 +97,7 @@ class _Columns:
     model: np.ndarray  # modelled bytes
     is_meas: np.ndarray
     at_peak: np.ndarray  # FLOPs / peak of the activity's pipe [s]
+    is_kernel: np.ndarray  # kind 'kernel' (not memcpy or memset)
 
     def take(self, i: np.ndarray) -> _Columns:
         return _Columns(*(getattr(self, f.name)[i] for f in fields(self)))
@@ -124,19 +125,26 @@ def _columns(k: pd.DataFrame, peaks: dict[str, float]) -> _Columns:
         model=model,
         is_meas=is_meas,
         at_peak=at_peak,
+        is_kernel=(k["kind"] == "kernel").to_numpy(dtype=bool) if "kind" in k else nan < 0,
     )
+
+
+def _known(v: np.ndarray, c: _Columns) -> float:
+    """:func:`_sum` of ``v``, NaN unless some kernel has a value: copy sizes alone (a trace
+    without shapes) are not the step's traffic, nor are a copy's zero FLOPs its FLOPs."""
+    return _sum(v) if bool(np.isfinite(v[c.is_kernel]).any()) else float("nan")
 
 
 def _sums(c: _Columns, measured: bool) -> StepSums:
     total = float(c.dur.sum())
     return StepSums(
-        bytes_modelled=_sum(c.model),
-        bytes_measured=_sum(c.measured_bytes) if measured else float("nan"),
+        bytes_modelled=_known(c.model, c),
+        bytes_measured=_known(c.measured_bytes, c) if measured else float("nan"),
         measured_time_pct=(
             100.0 * float(c.dur[c.is_meas].sum()) / total if measured and total else None
         ),
-        flops=_sum(c.flops),
-        peak_seconds=_sum(c.at_peak),
+        flops=_known(c.flops, c),
+        peak_seconds=_known(c.at_peak, c),
     )
 
 

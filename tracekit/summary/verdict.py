@@ -347,7 +347,14 @@ def _gpu_bound(b: Breakdown, e: Evidence) -> tuple[str, list[str], str]:
         memory = e.intensity is not None and e.ridge is not None and e.intensity < e.ridge
         text = [f"only {known:.1f} % of GPU time has a known bound: the step's intensity decides"]
     else:
-        return "unknown", ["no FLOP or byte counts (record_shapes off?) and no roofline"], ""
+        return (
+            "unknown",
+            [
+                "the GPU is busy, but without FLOP and byte counts (record_shapes off) or a "
+                "roofline nothing tells compute- from memory-bound kernels"
+            ],
+            "profile with record_shapes=True (and a known device or --peak-tflops/--bandwidth)",
+        )
     if side:
         text.append(side)
     if memory:
