@@ -19,6 +19,7 @@ import pandas as pd
 import tracekit.reports.fmt as fmt
 import tracekit.reports.verdict as VR
 from tracekit.summary import Summary
+from tracekit.summary.document import OPERATOR_KEYS
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;
@@ -266,23 +267,7 @@ def roofline(sm: Summary, plots: Mapping[str, bytes], n: int = 25) -> str:
         ("% of roof", "", lambda v: fmt.pct(v, 1)),
         ("FLOPs from", "l", _s),
     ]
-    fields = [
-        "name",
-        "class",
-        "input_dims",
-        "calls",
-        "ms_per_step",
-        "time_share_pct",
-        "flops",
-        "bytes",
-        "intensity",
-        "attained_flops",
-        "attained_bw",
-        "pipe",
-        "bound",
-        "roof_pct",
-        "source",
-    ]
+    fields = OPERATOR_KEYS  # the columns above, in summary.json's order
     return "\n".join(
         [
             "<h2>Roofline</h2>",

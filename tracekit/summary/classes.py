@@ -134,6 +134,28 @@ def group_first(values: pd.Series, gid: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+# operators.parquet's columns (operator_table)
+OPERATOR_COLUMNS = (
+    "name",
+    "class",
+    "input_dims",
+    "input_types",
+    "calls",
+    "gpu_time_ns",
+    "ms_per_step",
+    "time_share_pct",
+    "flops",
+    "bytes",
+    "intensity",
+    "attained_flops",
+    "attained_bw",
+    "pipe",
+    "bound",
+    "roof_pct",
+    "source",
+)
+
+
 def operator_table(ops: pd.DataFrame, n_steps: int) -> pd.DataFrame:
     """The per-operator roofline (``Classification.ops``: one row per operator call that
     ran GPU work) grouped by operator name, class and input shapes/types: calls, GPU time,
@@ -141,25 +163,7 @@ def operator_table(ops: pd.DataFrame, n_steps: int) -> pd.DataFrame:
 
     Sums are exact; ``roof_pct`` is the GPU-time-weighted mean of the calls' (equal to the
     group's attained rate over its roof, since equal shapes share one roof)."""
-    cols = [
-        "name",
-        "class",
-        "input_dims",
-        "input_types",
-        "calls",
-        "gpu_time_ns",
-        "ms_per_step",
-        "time_share_pct",
-        "flops",
-        "bytes",
-        "intensity",
-        "attained_flops",
-        "attained_bw",
-        "pipe",
-        "bound",
-        "roof_pct",
-        "source",
-    ]
+    cols = list(OPERATOR_COLUMNS)
     if ops.empty:
         return empty(cols)
     keys = ["name", "class", "input_dims", "input_types"]

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from tracekit.summary.classes import OPERATOR_COLUMNS
+
 if TYPE_CHECKING:
     from tracekit.summary.build import Summary
 
@@ -17,23 +19,8 @@ SUMMARY_VERSION = 2  # 2: step_summary (with the verdict), memory by category an
 TOP_OPERATORS = 15
 TOP_KERNELS = 10
 
-OPERATOR_KEYS = (
-    "name",
-    "class",
-    "input_dims",
-    "calls",
-    "ms_per_step",
-    "time_share_pct",
-    "flops",
-    "bytes",
-    "intensity",
-    "attained_flops",
-    "attained_bw",
-    "pipe",
-    "bound",
-    "roof_pct",
-    "source",
-)
+# the operator table's columns in summary.json (and the HTML table)
+OPERATOR_KEYS = tuple(c for c in OPERATOR_COLUMNS if c not in ("input_types", "gpu_time_ns"))
 KERNEL_KEYS = ("name", "class", "kind", "calls", "ms_per_step", "mean_us", "time_share_pct")
 ALLOCATOR_KEYS = ("op_name", "allocations", "bytes_per_step", "largest_bytes", "pct")
 
