@@ -38,7 +38,6 @@ PENDING_SPLIT: dict[str, str] = {
     "tracekit/classify/counters.py": "join_counters() 188 lines, read_ncu_csv() 113 lines",
     "tracekit/classify/flops.py": "module 1333 lines (op cost models per family)",
     "tracekit/classify/classes.py": "module 1160 lines (class rules)",
-    "tracekit/summary/build.py": "summary_json() 136 lines; imports tracekit.summary",
 }
 
 

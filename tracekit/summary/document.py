@@ -4,15 +4,13 @@ every key; format ``tracekit.summary``, version :data:`SUMMARY_VERSION`)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from tracekit.summary.classes import OPERATOR_COLUMNS
-
-if TYPE_CHECKING:
-    from tracekit.summary.build import Summary
+from tracekit.summary.facts import Summary
 
 SUMMARY_FORMAT = "tracekit.summary"
 SUMMARY_VERSION = 2  # 2: step_summary (with the verdict), memory by category and model

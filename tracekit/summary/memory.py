@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+import tracekit.summary.memory_model as MM
 from tracekit.errors import TraceError
-from tracekit.summary import memory_model as MM
 
 CUDA = 1  # c10::DeviceType::CUDA, the memory table's device_type
 CPU = 0

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.summary import intervals as I
+import tracekit.summary.intervals as I
 
 OUTSIDE_PCT = 20.0  # share of the step outside the GPU's own work that makes it the limit
 MEMORY_PCT = 50.0  # share of classified GPU time in memory-bound kernels
