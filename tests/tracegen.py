@@ -44,7 +44,12 @@ def annot(name: str, ts: float, dur: float, ext: int) -> dict[str, Any]:
 
 
 def launch(
-    ts: float, corr: int, ext: int, tid: int = TID, name: str = "cudaLaunchKernel"
+    ts: float,
+    corr: int,
+    ext: int,
+    tid: int = TID,
+    name: str = "cudaLaunchKernel",
+    dur: float = 1,
 ) -> dict[str, Any]:
     return {
         "ph": "X",
@@ -53,7 +58,7 @@ def launch(
         "pid": PID,
         "tid": tid,
         "ts": T0 + ts,
-        "dur": 1,
+        "dur": dur,
         "args": {"External id": ext, "cbid": 211, "correlation": corr},
     }
 

@@ -238,7 +238,7 @@ class Periods:
     """``copies`` consecutive solutions of a step graph (see module)."""
 
     t: list[np.ndarray]
-    bind: list[np.ndarray | None]  # binding edges (computed for the last two copies on request)
+    bind: list[np.ndarray | None]  # binding edges of each copy (None: not computed yet)
     w: np.ndarray
     ends: list[int]  # latest value of each copy
 
@@ -258,21 +258,23 @@ def release_of(g: Graph, prev: np.ndarray | None, replay: bool) -> np.ndarray:
     return out
 
 
-def periods(g: Graph, what: Weights | None = None, copies: int = 3, bind: bool = False) -> Periods:
-    """Solve ``copies`` consecutive copies of the step (the first starts idle); ``bind``:
-    also the binding edges of the last two copies (for :func:`cycle`)."""
+def periods(g: Graph, what: Weights | None = None, copies: int = 3) -> Periods:
+    """Solve ``copies`` consecutive copies of the step (the first starts idle)."""
     w = weights(g, what)
     ts: list[np.ndarray] = []
     prev: np.ndarray | None = None
-    n = max(1, copies)
-    for _ in range(n):
+    for _ in range(max(1, copies)):
         t = solve(g, w, release_of(g, prev, replay=False))
         ts.append(t)
         prev = t
-    binds: list[np.ndarray | None] = [
-        binding(g, w, t) if bind and i >= n - 2 else None for i, t in enumerate(ts)
-    ]
-    return Periods(ts, binds, w, [int(t.max()) for t in ts])
+    return Periods(ts, [None] * len(ts), w, [int(t.max()) for t in ts])
+
+
+def replay(g: Graph) -> np.ndarray:
+    """The graph solved with every entry at its observed time: with calibrated weights
+    this reproduces the observed time of every reachable point."""
+    w = weights(g)
+    return solve(g, w, release_of(g, None, replay=True))
 
 
 def period(g: Graph, p: Periods) -> tuple[int, int, int]:
@@ -281,28 +283,35 @@ def period(g: Graph, p: Periods) -> tuple[int, int, int]:
     from one copy to the next; before convergence the slowest resource sets the pace, so
     the period is the largest advance of any entry (the max-plus cycle time). With one
     copy: its span from the earliest release to the end, entry -1."""
+    cands, per = _advances(g, p)
+    if not len(cands):
+        t = p.t[-1]
+        return int(t.max() - t[t > _LOW].min()), -1, 0
+    return per, int(g.entry[cands[0]]), _change(g, p, int(cands[0]), per)
+
+
+def _advances(g: Graph, p: Periods) -> tuple[np.ndarray, int]:
+    """Entries (indices into ``g.entry``) that advance by the period between the last two
+    copies, origins first; and the period."""
     k = len(p.t) - 1
     if k == 0:
-        t = p.t[0]
-        return int(t.max() - t[t > _LOW].min()), -1, 0
+        return np.zeros(0, np.int64), 0
     a, b = p.t[k][g.entry], p.t[k - 1][g.entry]
     ok = (a > _LOW) & (b > _LOW)
     if not ok.any():
-        t = p.t[k]
-        return int(t.max() - t[t > _LOW].min()), -1, 0
+        return np.zeros(0, np.int64), 0
     d = np.where(ok, a - b, np.iinfo(np.int64).min)
-    j = int(np.argmax(d))
-    change = 0
-    if k >= 2 and p.t[k - 2][g.entry[j]] > _LOW:
-        change = int(b[j] - p.t[k - 2][g.entry[j]] - d[j])
-    return int(d[j]), int(g.entry[j]), change
+    per = int(d.max())
+    c = np.flatnonzero(d == per)
+    return c[np.argsort(g.entry_kind[c], kind="stable")], per
 
 
-def replay(g: Graph) -> np.ndarray:
-    """The graph solved with every entry at its observed time: with calibrated weights
-    this reproduces the observed time of every reachable point."""
-    w = weights(g)
-    return solve(g, w, release_of(g, None, replay=True))
+def _change(g: Graph, p: Periods, j: int, per: int) -> int:
+    k = len(p.t) - 1
+    e = int(g.entry[j])
+    if k < 2 or p.t[k - 2][e] <= _LOW:
+        return 0
+    return int(p.t[k - 1][e] - p.t[k - 2][e]) - per
 
 
 @dataclass
@@ -313,37 +322,54 @@ class Cycle:
     frac: np.ndarray  # fraction of each edge inside the window
     period: int  # ns: the window's length
     change: int  # ns: the same measure one copy earlier minus ``period`` (convergence)
-    entry: int  # the entry point the path crosses between copies (-1: one copy)
+    entry: int  # the entry point the window is measured at (-1: one copy)
+
+
+MAX_TRIES = 8  # entries tried for a critical cycle
 
 
 def cycle(g: Graph, p: Periods) -> Cycle:
-    """The critical path over one period of the steady state: from the entry where
-    :func:`period` measures it, in the last copy, back to that entry's value in the copy
-    before (the window is one period; the path's edges inside it, clipped at its start,
-    say what the period is made of). With one copy: from the end back to the earliest
-    release. ``p`` must come from :func:`periods` with ``bind=True``."""
-    per, entry, change = period(g, p)
+    """The critical path over one period of the steady state.
+
+    The window runs from an entry's value in the next-to-last copy to its value in the
+    last copy (one period), and the path is followed back from the latter to the former.
+    The entry is one on a *critical cycle*: the path back from it one period reaches the
+    same entry (the main thread's start when the host sets the pace, a stream's entry when
+    the GPU does; entries that advance by the period but only follow the pace, such as the
+    host blocked by a full launch queue, are passed over). The path's edges inside the
+    window (clipped at its start) say what the period is made of. With one copy: from the
+    end back to the earliest release."""
     n = g.n_points
     pos_entry = np.full(n, -1, np.int64)
     pos_entry[g.entry] = np.arange(len(g.entry))
     k = len(p.t) - 1
-    if entry < 0:
+    cands, per = _advances(g, p)
+    if not len(cands):
         t = p.t[k]
-        node, start = int(np.argmax(t)), int(t.max()) - per
-    else:
-        start = int(p.t[k - 1][entry])
-        k -= 1
-        node = int(g.entry_from[pos_entry[entry]])
-    edges, frac = _walk(g, p, k, node, start, pos_entry)
-    return Cycle(edges, frac, per, change, entry)
+        span = int(t.max() - t[t > _LOW].min())
+        edges, frac, _, _ = _walk(g, p, k, int(np.argmax(t)), int(t.max()) - span, pos_entry)
+        return Cycle(edges, frac, span, 0, -1)
+    first: tuple[np.ndarray, np.ndarray, int] | None = None
+    for j in cands[:MAX_TRIES].tolist():
+        e = int(g.entry[j])
+        start = int(p.t[k - 1][e])
+        edges, frac, end_k, end_node = _walk(g, p, k - 1, int(g.entry_from[j]), start, pos_entry)
+        if end_k == k - 1 and end_node == e:
+            return Cycle(edges, frac, per, _change(g, p, j, per), e)
+        if first is None:
+            first = (edges, frac, j)
+    assert first is not None
+    j = first[2]
+    return Cycle(first[0], first[1], per, _change(g, p, j, per), int(g.entry[j]))
 
 
 def _walk(
     g: Graph, p: Periods, k: int, node: int, start: int, pos_entry: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Edges on the path back from (copy k, node) to time ``start`` (clipped there)."""
+) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """Edges on the path back from (copy k, node) to time ``start`` (clipped there), and
+    the copy and point where it stopped."""
     n = g.n_points
-    t, bind = p.t[k].tolist(), _bind(p, k)
+    t, bind = p.t[k].tolist(), _bind(g, p, k)
     src = g.src.tolist()
     w = p.w
     edges: list[int] = []
@@ -356,21 +382,23 @@ def _walk(
                 break
             k -= 1
             node = int(g.entry_from[j])
-            t, bind = p.t[k].tolist(), _bind(p, k)
+            t, bind = p.t[k].tolist(), _bind(g, p, k)
             continue
         u = node - 1 if e < n else src[e - n]
         we = int(w[e])
         edges.append(e)
         frac.append(1.0 if t[u] >= start or we <= 0 else (t[node] - start) / we)
         node = u
-    return np.asarray(edges, np.int64), np.asarray(frac, float)
+    return np.asarray(edges, np.int64), np.asarray(frac, float), k, node
 
 
-def _bind(p: Periods, k: int) -> list[int]:
+def _bind(g: Graph, p: Periods, k: int) -> list[int]:
+    """Copy k's binding edges (computed when first needed)."""
     b = p.bind[k]
     if b is None:
-        raise ValueError("periods() without bind=True: no binding edges for the path")
-    return b.tolist()  # type: ignore[no-any-return]
+        b = p.bind[k] = binding(g, p.w, p.t[k])
+    out: list[int] = b.tolist()
+    return out
 
 
 def attribute(g: Graph, what: Weights | None, edges: np.ndarray, frac: np.ndarray) -> np.ndarray:

@@ -178,7 +178,7 @@ def solve_step(
     ``path``: also attribute the critical path's time (else only the period)."""
     what = scenario.weights(sg) if scenario is not None else None
     n = 1 if sg.whole_trace else copies
-    per = G.periods(sg.graph, what, copies=n, bind=path)
+    per = G.periods(sg.graph, what, copies=n)
     if path:
         cyc = G.cycle(sg.graph, per)
         on = G.attribute(sg.graph, what, cyc.edges, cyc.frac)
