@@ -386,6 +386,9 @@ def render(sm: Summary, console: Console, outputs: Iterable[str] = ()) -> None:
     console.print(gpu(sm))
     console.print()
     console.print(kernels(sm))
+    if sm.critical_path is not None:
+        console.print()
+        console.print(critical_path(sm))
     for note in sm.notes:
         console.print(Text(f"note: {note}", style="dim"))
     outs = list(outputs)
@@ -393,3 +396,50 @@ def render(sm: Summary, console: Console, outputs: Iterable[str] = ()) -> None:
         console.print()
         for o in outs:
             console.print(Text(o, style="green"))
+
+
+def critical_path(sm: Summary) -> RenderableType:
+    """The critical path's length against the traced step, what lies on it, and what-ifs."""
+    cp = sm.critical_path
+    if cp is None:
+        return Text("")
+    s = cp.summary
+    head = Text(
+        f"Critical path {fmt.ms(s.path_ms)} per step (traced {fmt.ms(s.step_ms)}, "
+        f"{s.path_vs_step_pct:+.2f} %): {s.bound}-bound",
+        style="bold",
+    )
+    t = _table(
+        "On the path, per step (GPU classes: share of their time off it)",
+        [
+            ("on the path", "left"),
+            ("group", "left"),
+            ("ms", "right"),
+            ("path", "right"),
+            ("", "left"),
+            ("GPU ms", "right"),
+            ("off path", "right"),
+        ],
+    )
+    for r in cp.on_path.itertuples(index=False):
+        t.add_row(
+            _t(r.key),
+            _t(r.group),
+            fmt.ms(r.on_path_ms),
+            fmt.pct(r.on_path_pct),
+            _bar(r.on_path_pct),
+            fmt.ms(r.gpu_ms),
+            fmt.pct(r.off_path_pct, 0),
+        )
+    w = _table(
+        f"What if (steady-state step time, {len(cp.what_if_steps)} step(s))",
+        [("scenario", "name"), ("step", "right"), ("change", "right"), ("speed-up", "right")],
+    )
+    for r in cp.what_if.itertuples(index=False):
+        w.add_row(
+            _name(r.scenario),
+            fmt.ms(r.path_ms),
+            fmt.pct(r.delta_pct),
+            f"{r.speedup:.2f}x" if r.speedup == r.speedup else fmt.DASH,
+        )
+    return Group(head, t, Text(""), w)

@@ -127,7 +127,8 @@ def test_terminal_fits_80_columns(trace_file: Path) -> None:
     assert max(len(line) for line in lines) <= 80
     # names are cut to fit, but rows never wrap: one line per kernel in the top-kernel table
     top = lines.index(next(x for x in lines if x.startswith("Top kernels")))
-    body = [x for x in lines[top + 3 :] if x.strip() and not x.startswith("note:")]
+    end = next((i for i, x in enumerate(lines) if x.startswith("Critical path")), len(lines))
+    body = [x for x in lines[top + 3 : end] if x.strip() and not x.startswith("note:")]
     assert len([x for x in body if "%" in x]) == 9 - 1  # 9 activities, the add_ twice
     # rich markup in a trace string is printed literally, not interpreted
     assert "[bold red]" in text or "<script>alert(1)</script>& [" in text
@@ -139,6 +140,7 @@ def test_terminal_fits_80_columns(trace_file: Path) -> None:
         "Top allocating operators",
         "GPU utilisation",
         "verdict   launch/host-bound (0.100 ms step, profiled)",
+        "Critical path",
     ):
         assert section in text
     # the launch-bound warning says what the verdict says: printed once, as the verdict

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 import tracekit.summary.classes as C
+import tracekit.summary.critical_path as CP
 import tracekit.summary.memory as M
 import tracekit.summary.memory_model as MM
 import tracekit.summary.steps as S
@@ -365,6 +366,7 @@ def summarize(
         verdict=_verdict(trace, bd, _evidence(f, k, ss, bound, roofs)) if bd and total else None,
         notes=notes,
         warnings=[f.launch.message] if f.launch.message else [],
+        critical_path=CP.for_report(trace, cls, steps),
     )
     sm.summary = summary_json(sm, top_operators=top_operators, top_kernels=top_kernels)
     return sm

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.summary import cpbuild as B
-from tracekit.summary import cpgraph as G
+import tracekit.summary.cpbuild as B
+import tracekit.summary.cpgraph as G
 from tracekit.summary.cpgraph import Weights
 
 COPIES = 3  # steps solved in a row: the last one's period is the steady state
@@ -285,10 +285,11 @@ def predict(cp: CriticalPath, scenario: Scenario, steps: Sequence[int] | None = 
     return float(np.mean(per) / 1e6)
 
 
-def _sample(n: int) -> list[int]:
-    if n <= WHAT_IF_STEPS:
+def _sample(n: int, most: int = WHAT_IF_STEPS) -> list[int]:
+    """At most ``most`` of ``range(n)``, evenly spaced."""
+    if n <= most:
         return list(range(n))
-    return sorted({round(float(x)) for x in np.linspace(0, n - 1, WHAT_IF_STEPS)})
+    return sorted({round(float(x)) for x in np.linspace(0, n - 1, most)})
 
 
 def _per_step(graphs: list[B.StepGraph], sols: list[StepSolution]) -> pd.DataFrame:
@@ -355,7 +356,7 @@ def _on_path(keys: list[str], sols: list[StepSolution], gpu: np.ndarray, n: int)
     order = {"gpu": 0, "host": 1, "launch": 2, "idle": 3}
     df["_g"] = df["group"].map(order)
     out: pd.DataFrame = (
-        df.sort_values(["_g", "on_path_ms"], ascending=[True, False])
+        df.sort_values(["_g", "on_path_ms", "gpu_ms"], ascending=[True, False, False])
         .drop(columns="_g")
         .reset_index(drop=True)
     )
@@ -439,3 +440,20 @@ def summary_block(cp: CriticalPath | None) -> dict[str, Any] | None:
     }
     out: dict[str, Any] = json.loads(json.dumps(doc, default=float))
     return out
+
+
+REPORT_STEPS = 8  # steps the report analyses (evenly spaced over the analysed steps)
+
+
+def for_report(trace: Any, cls: Any, steps: Sequence[int]) -> CriticalPath | None:
+    """The report's analysis: at most :data:`REPORT_STEPS` of ``steps`` (evenly spaced),
+    None for a trace without GPU activity in them."""
+    if not len(trace.kernels) or not steps:
+        return None
+    pick = [list(steps)[i] for i in _sample(len(steps), REPORT_STEPS)]
+    cp = analyse(trace, cls, steps=pick)
+    if len(pick) < len(steps):
+        cp.notes.append(
+            f"critical path: {len(pick)} of the {len(steps)} analysed steps, evenly spaced"
+        )
+    return cp if cp.steps else None

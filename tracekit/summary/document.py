@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+import tracekit.summary.critical_path as CP
 from tracekit.summary.classes import OPERATOR_COLUMNS
 from tracekit.summary.facts import Summary
 
@@ -61,6 +62,7 @@ def summary_json(
         "sources": _sources(sm),
         "warnings": sm.warnings,
         "notes": sm.notes,
+        "critical_path": CP.summary_block(sm.critical_path),
     }
     return _clean(doc)  # type: ignore[no-any-return]
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+import tracekit.summary.critical_path as CP
 import tracekit.summary.memory as M
 import tracekit.summary.memory_model as MM
 import tracekit.summary.steps as S
@@ -94,3 +95,4 @@ class Summary(TraceFacts):
     verdict: V.Verdict | None
     warnings: list[str] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
+    critical_path: CP.CriticalPath | None = None
