@@ -449,7 +449,7 @@ def critical_path(sm: Summary) -> str:
     g = cp.graphs[0]
     items = {
         "critical path": f"{fmt.ms(s.path_ms)} per step in the steady state; traced step "
-        f"{fmt.ms(s.step_ms)} ({s.path_vs_step_pct:+.2f} %)",
+        f"{fmt.ms(s.step_ms)} ({round(s.path_vs_step_pct, 2) + 0.0:+.2f} %)",
         "bound": f"{s.bound} (on the path: GPU {fmt.ms(s.gpu_ms)}, host {fmt.ms(s.host_ms)}, "
         f"launch latency {fmt.ms(s.launch_ms)}, idle and waits {fmt.ms(s.idle_ms)})",
         "model": f"launch latency {fmt.us(g.l0 / 1e3)}, gap between queued kernels "

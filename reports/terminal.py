@@ -406,25 +406,23 @@ def critical_path(sm: Summary) -> RenderableType:
     s = cp.summary
     head = Text(
         f"Critical path {fmt.ms(s.path_ms)} per step (traced {fmt.ms(s.step_ms)}, "
-        f"{s.path_vs_step_pct:+.2f} %): {s.bound}-bound",
+        f"{round(s.path_vs_step_pct, 2) + 0.0:+.2f} %): {s.bound}-bound",
         style="bold",
     )
     t = _table(
-        "On the path, per step (GPU classes: share of their time off it)",
+        "On the path, per step (off: GPU time off the path)",
         [
             ("on the path", "left"),
-            ("group", "left"),
             ("ms", "right"),
             ("path", "right"),
             ("", "left"),
             ("GPU ms", "right"),
-            ("off path", "right"),
+            ("off", "right"),
         ],
     )
     for r in cp.on_path.itertuples(index=False):
         t.add_row(
             _t(r.key),
-            _t(r.group),
             fmt.ms(r.on_path_ms),
             fmt.pct(r.on_path_pct),
             _bar(r.on_path_pct),

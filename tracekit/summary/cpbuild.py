@@ -611,7 +611,7 @@ def build_step(P: Prepared, step: int, keys: list[str] | None = None) -> StepGra
 
 def step_keys(P: Prepared) -> list[str]:
     """The graph's keys: the categories, then the kernel classes of the trace."""
-    classes = sorted({str(c) for c in P.k_class})
+    classes = sorted(str(c) for c in pd.unique(P.k_class))
     return CATEGORIES + [c for c in classes if c not in CATEGORIES]
 
 

@@ -217,6 +217,8 @@ class CriticalPath:
     what_if_steps: list[int]
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    measured_ms: float | None = None  # the run's step time without the profiler (manifest)
+    host_speedup: float | None = None  # calibrate_host(measured_ms)
 
 
 def kernel_classes(trace: Any, cls: Any) -> np.ndarray | None:
@@ -283,6 +285,29 @@ def predict(cp: CriticalPath, scenario: Scenario, steps: Sequence[int] | None = 
         return float("nan")
     per = [solve_step(sg, scenario, cp.copies, path=False).period_ns for sg in sel]
     return float(np.mean(per) / 1e6)
+
+
+def calibrate_host(cp: CriticalPath, measured_ms: float, rel_tol: float = 5e-3) -> float | None:
+    """The host speed-up k for which the predicted step time equals ``measured_ms``, a step
+    time measured without the profiler (whose own per-operator cost inflates the traced
+    host time; ``tracekit collect`` records it in the manifest). 1.0 when the traced path
+    is not longer than the measurement; None when even a free host predicts more than it
+    (then the host is not what the profiler slowed down). ``then(host_speedup(k), s)``
+    predicts scenario ``s`` for the unprofiled run."""
+    base = predict(cp, host_speedup(1.0))
+    if not measured_ms > 0 or base != base:
+        return None
+    if measured_ms >= base:
+        return 1.0
+    if predict(cp, host_speedup(1e6)) > measured_ms * (1 + rel_tol):
+        return None
+    lo, hi = 1.0, 2.0
+    while predict(cp, host_speedup(hi)) > measured_ms and hi < 1e6:
+        lo, hi = hi, hi * 2
+    while hi / lo > 1 + rel_tol:  # the step time falls monotonically with k
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if predict(cp, host_speedup(mid)) > measured_ms else (lo, mid)
+    return hi
 
 
 def _sample(n: int, most: int = WHAT_IF_STEPS) -> list[int]:
@@ -375,13 +400,14 @@ def _what_ifs(
     for sc in scenarios:
         ms = [solve_step(graphs[i], sc, copies, path=False).period_ns / 1e6 for i in sample]
         p = float(np.mean(ms)) if ms else float("nan")
+        d = round(p - base, 6)  # ns: the rest is float noise
         rows.append(
             {
                 "scenario": sc.name,
                 "description": sc.description,
                 "path_ms": p,
-                "delta_ms": p - base,
-                "delta_pct": 100.0 * (p - base) / base if base else float("nan"),
+                "delta_ms": d,
+                "delta_pct": 100.0 * d / base if base else float("nan"),
                 "speedup": base / p if p else float("nan"),
             }
         )
@@ -436,6 +462,7 @@ def summary_block(cp: CriticalPath | None) -> dict[str, Any] | None:
         },
         "what_if_steps": cp.what_if_steps,
         "model": {"launch_latency_us": sg.l0 / 1e3, "queued_kernel_gap_us": sg.g0 / 1e3},
+        "unprofiled": {"measured_step_ms": cp.measured_ms, "host_speedup": cp.host_speedup},
         "notes": cp.notes,
     }
     out: dict[str, Any] = json.loads(json.dumps(doc, default=float))
@@ -452,6 +479,11 @@ def for_report(trace: Any, cls: Any, steps: Sequence[int]) -> CriticalPath | Non
         return None
     pick = [list(steps)[i] for i in _sample(len(steps), REPORT_STEPS)]
     cp = analyse(trace, cls, steps=pick)
+    man = trace.manifest if isinstance(getattr(trace, "manifest", None), dict) else {}
+    measured = ((man.get("metrics") or {}).get("step_time_ms") or {}).get("median")
+    if isinstance(measured, (int, float)) and not isinstance(measured, bool) and cp.steps:
+        cp.measured_ms = float(measured)
+        cp.host_speedup = calibrate_host(cp, float(measured))
     if len(pick) < len(steps):
         cp.notes.append(
             f"critical path: {len(pick)} of the {len(steps)} analysed steps, evenly spaced"
