@@ -205,6 +205,22 @@ def test_device_synchronize_blocks_the_cpu(tmp_path: Path) -> None:
         assert whatif(cp) == {"kernel_x2": 45.0}
 
 
+def test_sync_before_a_streams_first_kernel(tmp_path: Path) -> None:
+    """A stream whose first activity comes after a device sync: the sync waited for
+    nothing on it (its entry is a stand-in, not a kernel), and the replay stays exact."""
+    g = Gen()
+    g.step(1, 0, 80)
+    g.op(0, 10)
+    g.launch(1, 2, 6, 50)
+    g.call("cudaDeviceSynchronize", 10, 47)
+    g.op(57, 20)
+    g.launch(60, 2, 65, 10, stream=8)
+    cp = CP.analyse(g.load(tmp_path), copies=1, scenarios=[])
+    assert cp.graphs[0].counts["sync_latency_edges"] == 1
+    assert cp.per_step.iloc[0].replay_exact_pct == 100.0
+    assert cp.per_step.iloc[0].path_ms * 1e3 == pytest.approx(80)
+
+
 def test_thread_handoff_backward_thread(tmp_path: Path) -> None:
     """The main thread waits (no events) while the autograd thread works."""
     g = Gen()
@@ -464,6 +480,18 @@ def test_summary_block_is_json() -> None:
 
 
 @pytest.mark.skipif(not EXTERNAL.is_dir(), reason="external traces not present")
+def test_external_a100_no_step_markers_two_streams() -> None:
+    path = EXTERNAL / "a100_alexnet_train.pt.trace.json.gz"
+    if not path.is_file():
+        pytest.skip("a100 trace absent")
+    cp = CP.analyse(tracekit.load(path), scenarios=[])
+    c = cp.graphs[0].counts
+    assert cp.copies == 1 and c["stream_wait_edges"] > 0 and c["sync_latency_edges"] > 0
+    ps = cp.per_step.iloc[0]
+    assert ps.replay_exact_pct == 100.0 and ps.path_ms == pytest.approx(ps.traced_ms)
+
+
+@pytest.mark.skipif(not EXTERNAL.is_dir(), reason="external traces not present")
 def test_external_v100_gpu_bound_with_a_full_launch_queue() -> None:
     path = EXTERNAL / "v100_rank0_ns_resolution.pt.trace.json.gz"
     if not path.is_file():
@@ -475,3 +503,40 @@ def test_external_v100_gpu_bound_with_a_full_launch_queue() -> None:
     ps = cp.per_step
     assert (abs(ps.path_ms - ps.traced_ms) <= 0.005 * ps.traced_ms).all()
     assert (ps.replay_exact_pct == 100.0).all()
+
+
+def test_host_calibration_against_the_unprofiled_step() -> None:
+    cp = _fixture("h200-gpt2s-b8-s128-bf16-sdpa")  # measured 11.63 ms, traced 24.05 ms
+    k = CP.calibrate_host(cp, 11.630256)
+    assert k is not None and k == pytest.approx(2.15, rel=0.01)
+    assert CP.predict(cp, CP.host_speedup(k)) == pytest.approx(11.63, rel=0.005)
+    assert CP.calibrate_host(cp, 30.0) == 1.0  # slower than traced: nothing to remove
+    assert CP.calibrate_host(cp, 5.0) is None  # below even a free host (GPU 8.7 ms)
+    gpu = _fixture("h200-gpt2s-b8-s128-fp32-naive")  # GPU-bound: the host is not the limit
+    assert CP.calibrate_host(gpu, 26.656) is None
+
+
+def test_report_sections() -> None:
+    from rich.console import Console
+
+    from tracekit.classify import classify
+    from tracekit.reports import html, terminal
+    from tracekit.summary import summarize
+
+    t = tracekit.load(ROOT / "fixtures" / "h200-gpt2s-b8-s128-bf16-sdpa")
+    sm = summarize(t, classify(t, manifest=t.manifest))
+    assert sm.critical_path is not None
+    assert sm.summary["critical_path"]["unprofiled"]["host_speedup"] == pytest.approx(
+        2.15, rel=0.01
+    )
+    c = Console(width=80, record=True, color_system=None, force_terminal=False)
+    c.print(terminal.critical_path(sm))
+    text = c.export_text()
+    assert max(len(x) for x in text.splitlines()) <= 80
+    assert "Critical path 24.05 ms per step (traced 24.05 ms, +0.00 %): host-bound" in text
+    assert "cuda_graphs" in text and "8.68 ms" in text
+    page = html.critical_path(sm)
+    assert page.startswith("<h2>Critical path</h2>")
+    assert page.count("<tr>") == 1 + len(sm.critical_path.on_path) + 1 + len(
+        sm.critical_path.what_if
+    ) + 1 + len(sm.critical_path.per_step)

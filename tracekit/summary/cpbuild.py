@@ -472,6 +472,7 @@ class _Acc:
     x_min: list[np.ndarray] = field(default_factory=list)
     no_bind: list[int] = field(default_factory=list)  # chain edges never binding (stand-ins)
     free: list[bool] = field(default_factory=list)  # chains without chain edges
+    stand_in: list[int] = field(default_factory=list)  # entry points not in the trace
 
     @property
     def n(self) -> int:
@@ -785,6 +786,7 @@ def _gpu_chains(
         entries.append((base, CARRY, int(sp[-1] + 1), head if prev >= 0 else int(NEG)))
         if prev < 0:
             acc.no_bind.append(int(sp[0]))
+            acc.stand_in.append(base)
     return _Gpu(start_pt, end_pt, has_gap, lanes, entry)
 
 
@@ -907,9 +909,10 @@ def _sync_edges(
             break
         launched = _launch_order(P, kidx, pos)
         j = np.searchsorted(launched, P.rt_ts[syncs], "left") - 1
-        src = np.where(j >= 0, gpu.end_pt[pos[np.maximum(j, 0)]], gpu.entry.get(ln, -1))
-        t_src = np.where(j >= 0, P.k_end[kidx[pos[np.maximum(j, 0)]]], P.k_prev_end[kidx[pos[0]]])
-        ok = (src >= 0) & (t_src <= P.rt_end[syncs])
+        prev = int(P.k_prev_end[kidx[pos[0]]])  # -1: the lane's entry is a stand-in
+        src = np.where(j >= 0, gpu.end_pt[pos[np.maximum(j, 0)]], gpu.entry[ln])
+        t_src = np.where(j >= 0, P.k_end[kidx[pos[np.maximum(j, 0)]]], prev)
+        ok = ((j >= 0) | (prev >= 0)) & (t_src <= P.rt_end[syncs])
         acc.edges(src[ok], rt_end[syncs[ok]], _K[SYNC], np.zeros(ok.sum()))
     mc = P.k_memcpy[kidx]
     row = P.k_rt[kidx]
@@ -979,6 +982,7 @@ def _calibrate(
     wm_x = np.minimum(_cat(acc.x_min)[o], obs_x)
     neg = np.iinfo(np.int64).min // 4
     val_x = T[src] + wm_x
+    val_x[np.isin(src, np.asarray(acc.stand_in, np.int64))] = neg  # never binding
     best = np.full(n, neg, np.int64)
     if len(dst):
         np.maximum.at(best, dst, val_x)
