@@ -14,8 +14,8 @@ import pytest
 
 import tracekit
 from tracekit.errors import TraceError
-from tracekit.summary import cpbuild as B
 from tracekit.summary import cpgraph as G
+from tracekit.summary import cptables as T
 from tracekit.summary import critical_path as CP
 
 from . import tracegen as tg
@@ -255,7 +255,7 @@ def test_launch_queue_back_pressure(tmp_path: Path) -> None:
     g.step(1, 0, call)
     t = g.load(tmp_path)
     cp = CP.analyse(t, scenarios=[CP.class_speedup("kernel", 10)])
-    P = B.prepare(t)
+    P = T.prepare(t)
     assert P.queue == q
     assert cp.graphs[0].counts["launch_queue_edges"] == n - q
     assert cp.per_step.iloc[0].replay_exact_pct == 100.0
@@ -497,7 +497,7 @@ def test_external_v100_gpu_bound_with_a_full_launch_queue() -> None:
     if not path.is_file():
         pytest.skip("v100 trace absent")
     t = tracekit.load(path)
-    assert B.prepare(t).queue == 1022
+    assert T.prepare(t).queue == 1022
     cp = CP.analyse(t, steps=[102, 103, 104, 105], scenarios=[])
     assert cp.summary.bound == "gpu"
     ps = cp.per_step

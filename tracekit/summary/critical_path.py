@@ -25,6 +25,7 @@ import pandas as pd
 
 import tracekit.summary.cpbuild as B
 import tracekit.summary.cpgraph as G
+import tracekit.summary.cptables as T
 from tracekit.summary.cpgraph import Weights
 
 COPIES = 3  # steps solved in a row: the last one's period is the steady state
@@ -33,13 +34,13 @@ TOP_CLASSES = 6  # per-class what-ifs in the report: the classes with most GPU t
 WHAT_IF_STEPS = 8  # what-ifs are solved on at most this many steps (evenly spaced)
 FUSE_CLASSES = ("elementwise", "activation")
 GROUPS = {
-    **{k: "host" for k in B.HOST},
-    B.LAUNCH: "launch",
-    B.THREAD: "idle",
-    B.GPU_IDLE: "idle",
-    B.STREAM_WAIT: "idle",
-    B.SYNC: "idle",
-    B.UNEXPLAINED: "idle",
+    **{k: "host" for k in T.HOST},
+    T.LAUNCH: "launch",
+    T.THREAD: "idle",
+    T.GPU_IDLE: "idle",
+    T.STREAM_WAIT: "idle",
+    T.SYNC: "idle",
+    T.UNEXPLAINED: "idle",
 }
 
 
@@ -67,7 +68,7 @@ def host_speedup(k: float) -> Scenario:
     return Scenario(
         f"host_x{k:g}",
         f"host (CPU) work {k:g}x faster",
-        lambda sg: Weights(key_mult={c: 1.0 / k for c in B.HOST if c not in B.WAITS}),
+        lambda sg: Weights(key_mult={c: 1.0 / k for c in T.HOST if c not in T.WAITS}),
     )
 
 
@@ -76,7 +77,7 @@ def launch_free() -> Scenario:
     return Scenario(
         "launch_free",
         "kernel launch calls cost no CPU time",
-        lambda sg: Weights(key_mult={B.CPU_LAUNCH: 0.0}),
+        lambda sg: Weights(key_mult={T.CPU_LAUNCH: 0.0}),
     )
 
 
@@ -86,8 +87,8 @@ def cuda_graphs() -> Scenario:
     longer than ``G0`` (the trace's back-to-back gap). Syncs still wait for the GPU."""
 
     def w(sg: B.StepGraph) -> Weights:
-        zero = {c: 0.0 for c in (*B.HOST, B.LAUNCH, B.THREAD)}
-        return Weights(key_mult=zero, key_cap={B.GPU_IDLE: float(sg.g0)})
+        zero = {c: 0.0 for c in (*T.HOST, T.LAUNCH, T.THREAD)}
+        return Weights(key_mult=zero, key_cap={T.GPU_IDLE: float(sg.g0)})
 
     return Scenario("cuda_graphs", "the step as one CUDA graph (no host work, no launches)", w)
 
@@ -244,10 +245,10 @@ def analyse(
     ``cls``: its ``Classification``, for kernel classes; without it, kinds), and the
     what-ifs (default: :func:`default_scenarios`) on up to :data:`WHAT_IF_STEPS` steps."""
     t0 = time.perf_counter()
-    P = B.prepare(trace, kernel_classes(trace, cls))
+    P = T.prepare(trace, kernel_classes(trace, cls))
     all_steps = [int(s) for s in P.steps["step"]]
     todo = [s for s in (steps if steps is not None else all_steps) if s in all_steps]
-    keys = B.step_keys(P)
+    keys = T.step_keys(P)
     graphs = [B.build_step(P, s, keys) for s in todo]
     sols = [solve_step(sg, None, copies) for sg in graphs]
     per_step = _per_step(graphs, sols)
@@ -362,7 +363,7 @@ def _on_path(keys: list[str], sols: list[StepSolution], gpu: np.ndarray, n: int)
     for i, k in enumerate(keys):
         if on[i] == 0 and gpu[i] == 0:
             continue
-        is_cls = k not in B.CATEGORIES
+        is_cls = k not in T.CATEGORIES
         rows.append(
             {
                 "key": k,
