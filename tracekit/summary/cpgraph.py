@@ -130,24 +130,10 @@ class Weights:
 def weights(g: Graph, what: Weights | None = None) -> np.ndarray:
     """Edge weights (int64 ns, chain edges then cross edges) under a what-if."""
     n = g.n_points + g.n_edges
-    if what is None or not (what.key_mult or what.key_cap or what.comp_mult or what.off):
-        w = np.bincount(g.comp_edge, weights=g.comp_ns, minlength=n)
-        return np.rint(w).astype(np.int64)
-    mult = np.ones(len(g.keys))
-    for k, v in what.key_mult.items():
-        if k in g.keys:
-            mult[g.keys.index(k)] = v
-    ns = g.comp_ns * mult[g.comp_key]
-    if what.comp_mult:
-        idx = np.fromiter(what.comp_mult.keys(), np.int64, len(what.comp_mult))
-        ns[idx] *= np.fromiter(what.comp_mult.values(), float, len(what.comp_mult))
-    if what.key_cap:
-        cap = np.full(len(g.keys), np.inf)
-        for k, v in what.key_cap.items():
-            if k in g.keys:
-                cap[g.keys.index(k)] = v
-        ns = np.minimum(ns, cap[g.comp_key])
-    w = np.rint(np.bincount(g.comp_edge, weights=ns, minlength=n)).astype(np.int64)
+    w = np.rint(np.bincount(g.comp_edge, weights=_component_ns(g, what), minlength=n))
+    w = w.astype(np.int64)
+    if what is None:
+        return w
     if what.off:
         off = np.fromiter(what.off, np.int64, len(what.off))
         w[g.n_points + off] = NEG
@@ -410,6 +396,7 @@ def attribute(g: Graph, what: Weights | None, edges: np.ndarray, frac: np.ndarra
 
 
 def _component_ns(g: Graph, what: Weights | None) -> np.ndarray:
+    """Each component's ns under a what-if (float)."""
     ns = g.comp_ns.astype(float)
     if what is None:
         return ns
@@ -418,8 +405,9 @@ def _component_ns(g: Graph, what: Weights | None) -> np.ndarray:
         if k in g.keys:
             mult[g.keys.index(k)] = v
     ns = ns * mult[g.comp_key]
-    for c, v in what.comp_mult.items():
-        ns[c] *= v
+    if what.comp_mult:
+        idx = np.fromiter(what.comp_mult.keys(), np.int64, len(what.comp_mult))
+        ns[idx] *= np.fromiter(what.comp_mult.values(), float, len(what.comp_mult))
     if what.key_cap:
         cap = np.full(len(g.keys), np.inf)
         for k, v in what.key_cap.items():
