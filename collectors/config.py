@@ -18,6 +18,7 @@ from tracekit.errors import DeviceError, UsageError
 
 DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16")
 DEVICES: tuple[str, ...] = ("cuda", "cpu")
+PARALLELS: tuple[str, ...] = ("ddp", "fsdp")  # with gpus > 1: collectors/distributed.py
 TORCH_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -50,6 +51,8 @@ class CollectConfig:
     ceilings: bool = True
     out: Path | None = None
     quiet: bool = False
+    gpus: int = 1  # processes (one per GPU; on CPU, gloo processes); 1: this process
+    parallel: str = "ddp"  # with gpus > 1: DDP or FSDP2 (fully_shard)
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -69,6 +72,18 @@ class CollectConfig:
         _check_int("warmup", self.warmup, 0)
         _check_int("seed", self.seed, 0)
         _check_int("snapshot-steps", self.snapshot_steps, 1)
+        _check_int("gpus", self.gpus, 1)
+        if self.parallel not in PARALLELS:
+            raise UsageError(
+                f"--parallel must be one of {', '.join(PARALLELS)}, got {self.parallel!r}"
+            )
+        if self.parallel == "fsdp" and self.gpus == 1:
+            raise UsageError("--parallel fsdp needs --gpus 2 or more (one rank has no shards)")
+        if self.parallel == "fsdp" and self.dtype == "fp16":
+            raise UsageError(
+                "--parallel fsdp supports --dtype fp32 and bf16 (fp16 loss scaling would need "
+                "a GradScaler that agrees across shards)"
+            )
         if not (isinstance(self.lr, (int, float)) and self.lr > 0):
             raise UsageError(f"--lr must be > 0, got {self.lr!r}")
         model = self.model_config()
@@ -101,12 +116,15 @@ class CollectConfig:
         return cfg
 
     def run_name(self) -> str:
-        """``<preset>-b<batch>-s<seq>-<dtype>-<attention>[-l<layers>][-compile][-cpu]``."""
+        """``<preset>-b<batch>-s<seq>-<dtype>-<attention>[-l<layers>][-compile]`` then
+        ``[-g<gpus>-<parallel>][-cpu]``."""
         parts = [self.preset, f"b{self.batch}", f"s{self.seq}", self.dtype, self.attention]
         if self.layers is not None:
             parts.append(f"l{self.layers}")
         if self.compile:
             parts.append("compile")
+        if self.gpus > 1:
+            parts.append(f"g{self.gpus}-{self.parallel}")
         if self.device == "cpu":
             parts.append("cpu")
         return "-".join(parts)

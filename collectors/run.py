@@ -18,7 +18,7 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from tracekit.collectors.config import CollectConfig, resolve_device
 from tracekit.collectors.gpt import count_params, train_flops_per_token
 from tracekit.collectors.profiler import (
     Profiler,
+    default_worker_name,
     memory_snapshot_absent_reason,
     record_memory_snapshot,
 )
@@ -216,15 +217,20 @@ def _metrics(
 
 
 def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Display,
-              manifest: dict[str, Any]) -> None:  # fmt: skip
-    """Run every phase, filling ``manifest`` in place (so a failure keeps what was done)."""
+              manifest: dict[str, Any], *, prefix: str = "",
+              wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+              data_seed: int | None = None) -> None:  # fmt: skip
+    """Run every phase, filling ``manifest`` in place (so a failure keeps what was done).
+
+    One rank of a multi-GPU run (``collectors/rank.py``) passes ``prefix`` (``rank<R>.``,
+    the start of each of its file names), ``wrap`` (DDP / FSDP2) and its ``data_seed``."""
     arts = manifest["artifacts"]
     if cfg.ceilings:
         ui.phase("measuring device ceilings")
         manifest["ceilings"] = measure_ceilings(device, precisions_used(cfg)).to_dict()
 
     ui.phase("building model" + (" (torch.compile happens in warm-up)" if cfg.compile else ""))
-    wl = build_workload(cfg, device)
+    wl = build_workload(cfg, device, wrap=wrap, data_seed=data_seed)
     n = 0  # global step counter: every phase continues the same training run
 
     ui.phase("warm-up", cfg.warmup)
@@ -255,7 +261,7 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
     ui.phase("profiling", pcfg.steps)
     ptimer = StepTimer(device)
     profiler = Profiler(pcfg, run_dir, device=device, on_export=lambda what: ui.note(
-        f"exporting {what}"))  # fmt: skip
+        f"exporting {what}"), worker_name=prefix + default_worker_name())  # fmt: skip
     with profiler:
         run_steps(wl.step, pcfg.steps, start=n, timer=ptimer, stepper=profiler,
                   on_step=ui.advance)  # fmt: skip
@@ -280,11 +286,11 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
             start = n
             record_memory_snapshot(
                 device,
-                run_dir / SNAPSHOT,
+                run_dir / (prefix + SNAPSHOT),
                 lambda: run_steps(wl.step, cfg.snapshot_steps, start=start, on_step=ui.advance),
             )
             n += cfg.snapshot_steps
-            arts["memory_snapshot"] = SNAPSHOT
+            arts["memory_snapshot"] = prefix + SNAPSHOT
         else:
             arts["memory_snapshot_absent"] = reason
     else:
@@ -330,6 +336,10 @@ def base_manifest(cfg: CollectConfig, device: torch.device) -> dict[str, Any]:
 
 def collect(cfg: CollectConfig) -> Path:
     """Run ``cfg`` and write its run folder; returns the folder's path."""
+    if cfg.gpus > 1:  # one process per GPU: collectors/distributed.py
+        from tracekit.collectors.distributed import collect_distributed
+
+        return collect_distributed(cfg)
     device = resolve_device(cfg)  # DeviceError / UsageError before anything is written
     out: Path = cfg.out_dir()
     ui = Display(cfg.quiet)
@@ -398,6 +408,10 @@ def summary(run_dir: Path) -> str:
             if v is not None
         )
         lines.append(f"ceilings: copy {c['memory_bandwidth_Bps'] / 1e9:.0f} GB/s; matmul {rates}")
+    if m.get("distributed"):  # a multi-GPU run (collectors/dist_manifest.py)
+        from tracekit.collectors.dist_manifest import summary_lines
+
+        lines += summary_lines(m)
     arts = m["artifacts"]
     lines.append(f"trace: {arts['trace']}")
     for key in ("memory_timeline", "memory_snapshot"):

@@ -33,15 +33,16 @@ class Stepper(Protocol):
 
 
 def make_batches(
-    cfg: CollectConfig, device: torch.device
+    cfg: CollectConfig, device: torch.device, seed: int | None = None
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """``POOL_BATCHES`` (inputs, targets) pairs of shape (batch, seq), seeded by ``cfg.seed``.
+    """``POOL_BATCHES`` (inputs, targets) pairs of shape (batch, seq), seeded by ``seed``
+    (default ``cfg.seed``; each rank of a multi-GPU run passes its own).
 
     Random token ids by default; with ``cfg.data``, random windows of the file's bytes
     (token id = byte value)."""
     B, T = cfg.batch, cfg.seq
     vocab = cfg.model_config().vocab_size
-    g = torch.Generator().manual_seed(cfg.seed)
+    g = torch.Generator().manual_seed(cfg.seed if seed is None else seed)
     if cfg.data is None:
         tokens = torch.randint(0, vocab, (POOL_BATCHES, B, T + 1), generator=g)
     else:
@@ -78,8 +79,16 @@ class Workload:
     step: Callable[[int], torch.Tensor]
 
 
-def build_workload(cfg: CollectConfig, device: torch.device) -> Workload:
-    """Model, optimizer and the step function, seeded by ``cfg.seed``."""
+def build_workload(
+    cfg: CollectConfig,
+    device: torch.device,
+    *,
+    wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+    data_seed: int | None = None,
+) -> Workload:
+    """Model, optimizer and the step function, seeded by ``cfg.seed``. ``wrap`` (multi-GPU:
+    DDP or FSDP2's ``fully_shard``) is applied to the model before the optimizer sees its
+    parameters; ``data_seed`` seeds the batches (default ``cfg.seed``)."""
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     torch.set_float32_matmul_precision("high" if cfg.tf32 else "highest")
@@ -88,12 +97,14 @@ def build_workload(cfg: CollectConfig, device: torch.device) -> Workload:
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
     assert n_params == count_params(mcfg), (n_params, count_params(mcfg))
+    if wrap is not None:
+        model = wrap(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.1)
     scaler = torch.amp.GradScaler(device.type) if cfg.dtype == "fp16" else None
     fwd: torch.nn.Module = model
     if cfg.compile:
         fwd = torch.compile(model)  # type: ignore[assignment]
-    batches = make_batches(cfg, device)
+    batches = make_batches(cfg, device, data_seed)
     probe = MemoryProbe(device)
     dtype = TORCH_DTYPE[cfg.dtype]
     use_autocast = cfg.dtype != "fp32"
