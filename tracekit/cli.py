@@ -402,7 +402,13 @@ def compare(
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: one-line errors and exit codes, never a traceback for bad input."""
     try:
-        app(args=argv, prog_name="tracekit", standalone_mode=False)
+        rv = app(args=argv, prog_name="tracekit", standalone_mode=False)
+        # typer >= 0.16 turns Ctrl-C into Exit(130) and, outside standalone mode, returns
+        # the code instead of raising it
+        if isinstance(rv, int) and not isinstance(rv, bool) and rv:
+            if rv == 130:
+                typer.echo("tracekit: interrupted", err=True)
+            return rv
     except click_exc.NoArgsIsHelpError as e:
         typer.echo(e.ctx.get_help() if e.ctx else "", err=True)
         return 2
