@@ -114,15 +114,26 @@ def collect(
             "FLOPs and DRAM/L2 bytes per kernel (CUDA only).",
         ),
     ] = False,
+    gpus: Annotated[
+        int,
+        typer.Option(
+            help="GPUs of this host, one process each (torch's elastic launcher, NCCL; "
+            "with --device cpu: gloo processes). --batch is per GPU.",
+        ),
+    ] = 1,
+    parallel: Annotated[
+        str, typer.Option(help="With --gpus N>1: ddp (DistributedDataParallel) or fsdp (FSDP2).")
+    ] = "ddp",
 ) -> None:
-    """Train a GPT under torch.profiler and write a run folder (trace, memory, manifest)."""
+    """Train a GPT under torch.profiler and write a run folder (trace, memory, manifest).
+    With --gpus N: N ranks, one trace each (rank<R>.*), one manifest."""
     from tracekit.collectors import CollectConfig, ProfilerConfig, collect_run, summary
 
     cfg = CollectConfig(
         preset=preset, device=device, dtype=dtype, attention=attention, compile=compile,
         batch=batch, seq=seq, layers=layers, steps=steps, warmup=warmup, seed=seed, data=data,
         lr=lr, tf32=tf32, memory_snapshot=memory_snapshot, snapshot_steps=snapshot_steps,
-        ceilings=ceilings, out=out, quiet=quiet,
+        ceilings=ceilings, out=out, quiet=quiet, gpus=gpus, parallel=parallel,
         profiler=ProfilerConfig(
             wait=profile_wait, warmup=profile_warmup, active=profile_active,
             repeat=profile_repeat, record_shapes=record_shapes, profile_memory=profile_memory,
@@ -132,6 +143,8 @@ def collect(
     )  # fmt: skip
     if counters and device != "cuda":
         raise UsageError("--counters needs --device cuda (Nsight Compute replays CUDA kernels)")
+    if counters and gpus > 1:
+        raise UsageError("--counters replays one process's step: use it with --gpus 1")
     run_dir = collect_run(cfg)
     if counters:
         from tracekit.collectors.replay import run_counters
