@@ -215,6 +215,10 @@ def sweep(
     ),
     dtype: Annotated[str, typer.Option(help="Precisions: fp32, bf16, fp16.")] = "fp32,bf16",
     attention: Annotated[str, typer.Option(help="Attentions: naive, sdpa.")] = "naive,sdpa",
+    gpus: Annotated[
+        str, typer.Option(help="GPU counts, comma-separated (an axis; --batch is per GPU).")
+    ] = "1",
+    parallel: Annotated[str, typer.Option(help="ddp or fsdp, for GPU counts above 1.")] = "ddp",
     preset: Annotated[str, typer.Option(help="Model preset (as for collect).")] = "gpt2-small",
     grid: Annotated[
         bool, typer.Option("--grid/--axes", help="Full product, or one axis at a time (default).")
@@ -246,6 +250,8 @@ def sweep(
         seqs=tuple(parse_int_list(seq, "seq")),
         dtypes=tuple(parse_choice_list(dtype, "dtype", DTYPES)),
         attentions=tuple(parse_choice_list(attention, "attention", ATTN)),
+        gpus=tuple(parse_int_list(gpus, "gpus")),
+        parallel=parallel,
         preset=preset,
         device=device,
         grid=grid,

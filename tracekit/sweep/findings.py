@@ -10,6 +10,9 @@ Which wall each axis hits first:
   DRAM bandwidth (classify stage) is at least ``BW_HIGH_PCT`` of the measured copy
   bandwidth or most kernel time is memory-bound, ``compute-bound`` when the model FLOP
   rate is at least ``FLOPS_HIGH_PCT`` of the measured matmul roof, else undetermined.
+
+Along the GPU count (``--gpus 1,2``): the scaling efficiency, tokens/s per GPU with N
+GPUs over tokens/s per GPU with the fewest (100 % = linear; the batch is per GPU).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from tracekit.sweep.fit import fit_table, lines
+from tracekit.sweep.plan import config_columns
 from tracekit.sweep.rows import complete
 
 NEAR_CAPACITY = 0.9
@@ -52,6 +56,8 @@ def _line_name(fixed: dict[str, Any]) -> str:
         if k in fixed:
             parts.append(f"{k} {fixed[k]}")
     parts += [str(fixed[k]) for k in ("dtype", "attention") if k in fixed]
+    if int(fixed.get("gpus", 1)) > 1:
+        parts.append(f"{fixed['gpus']} GPUs")
     return ", ".join(parts)
 
 
@@ -82,7 +88,7 @@ def plateau_kind(row: pd.Series) -> tuple[str, str]:
 def axis_findings(table: pd.DataFrame, axis: str) -> list[str]:
     """One sentence per line along ``axis``: the first wall, or that none was hit."""
     out = []
-    fixed_cols = [c for c in ("batch", "seq", "dtype", "attention") if c != axis]
+    fixed_cols = [c for c in config_columns(table) if c != axis]
     for fixed, _ in _all_lines(table, axis):
         g = table
         for k, v in fixed.items():
@@ -193,7 +199,7 @@ def _plateau_wall(ok: pd.DataFrame, axis: str) -> tuple[float, str] | None:
 
 def _all_lines(table: pd.DataFrame, axis: str) -> list[tuple[dict[str, Any], pd.DataFrame]]:
     """Lines along ``axis`` over all rows (ok or not) with at least two points."""
-    fixed = [c for c in ("batch", "seq", "dtype", "attention") if c != axis]
+    fixed = [c for c in config_columns(table) if c != axis]
     out = []
     for keys, g in table.groupby(fixed, sort=True):
         if g[axis].nunique() >= 2:
@@ -201,11 +207,39 @@ def _all_lines(table: pd.DataFrame, axis: str) -> list[tuple[dict[str, Any], pd.
     return out
 
 
+def gpu_findings(table: pd.DataFrame) -> list[str]:
+    """One sentence per line along the GPU count: speed-up and scaling efficiency."""
+    out = []
+    lines_ = _all_lines(table, "gpus") if "gpus" in config_columns(table) else []
+    for fixed, g in lines_:
+        ok = g[g["status"] == "ok"].sort_values("gpus")
+        if len(ok) < 2:
+            continue
+        base = ok.iloc[0]
+        parts = []
+        for _, r in ok.iloc[1:].iterrows():
+            eff = 100 * _num(r["tokens_per_s_per_gpu"]) / _num(base["tokens_per_s_per_gpu"])
+            s = (
+                f"{int(r['gpus'])} GPUs ({r.get('parallel') or 'ddp'}) reach "
+                f"{_num(r['tokens_per_s']) / _num(base['tokens_per_s']):.2f}x the tokens/s of "
+                f"{int(base['gpus'])}, a scaling efficiency of {eff:.0f} % "
+                f"({_num(r['tokens_per_s_per_gpu']):,.0f} vs "
+                f"{_num(base['tokens_per_s_per_gpu']):,.0f} tokens/s per GPU; step "
+                f"{_num(base['step_time_ms']):.2f} -> {_num(r['step_time_ms']):.2f} ms)"
+            )
+            busbw = _num(r.get("interconnect_busbw_Bps"))
+            if not math.isnan(busbw):
+                s += f", all-reduce busbw up to {busbw / 1e9:.1f} GB/s"
+            parts.append(s)
+        out.append(f"Across GPUs ({_line_name(fixed)} per GPU): " + "; ".join(parts) + ".")
+    return out
+
+
 def pair_savings(table: pd.DataFrame, column: str, new: str, old: str) -> list[dict[str, Any]]:
     """Measured savings of ``new`` over ``old`` in ``column`` ('dtype' or 'attention') for
     every pair of ok rows equal in everything else."""
     ok = table[table["status"] == "ok"]
-    others = [c for c in ("batch", "seq", "dtype", "attention") if c != column]
+    others = [c for c in config_columns(table) if c != column]
     a = ok[ok[column] == new].set_index(others)
     b = ok[ok[column] == old].set_index(others)
     recs = []
@@ -239,7 +273,7 @@ def savings_findings(table: pd.DataFrame) -> list[str]:
         parts = []
         for r in (recs[0], recs[-1]) if len(recs) > 1 else (recs[0],):
             where = ", ".join(
-                f"{k} {r[k]}" for k in ("batch", "seq", "dtype", "attention") if k in r
+                f"{k} {r[k]}" for k in ("batch", "seq", "dtype", "attention", "gpus") if k in r
             )
             parts.append(
                 f"at {where} it {'saves' if r['memory_saving_pct'] >= 0 else 'adds'} "
@@ -308,6 +342,7 @@ def findings(table: pd.DataFrame, fits: pd.DataFrame | None = None) -> list[str]
     failed = table[table["status"] == "error"]
     for axis in ("batch", "seq"):
         out += axis_findings(table, axis)
+    out += gpu_findings(table)
     out += savings_findings(table)
     out += scaling_findings(fits)
     out += model_findings(table)

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.errors import UsageError
+from tracekit.sweep.plan import config_columns
 from tracekit.sweep.rows import complete
 
 # The table's measured quantities that are fitted, and the axes they are fitted along.
@@ -85,7 +86,7 @@ def lines(table: pd.DataFrame, axis: str) -> list[tuple[dict[str, Any], pd.DataF
     if axis not in AXES:
         raise UsageError(f"axis must be one of {', '.join(AXES)}, got {axis!r}")
     ok = table[table["status"] == "ok"]
-    fixed = [c for c in ("batch", "seq", "dtype", "attention") if c != axis]
+    fixed = [c for c in config_columns(table) if c != axis]
     out = []
     for keys, g in ok.groupby(fixed, sort=True):
         if g[axis].nunique() >= 2:
@@ -137,6 +138,7 @@ def fit_table(table: pd.DataFrame, quantities: tuple[str, ...] = QUANTITIES) -> 
         "seq",
         "dtype",
         "attention",
+        *(["gpus"] if "gpus" in config_columns(table) else []),
         "x_values",
         "exponent",
         "prefactor",

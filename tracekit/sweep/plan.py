@@ -12,23 +12,38 @@ from tracekit.errors import UsageError
 DTYPES = ("fp32", "bf16", "fp16")
 ATTENTIONS = ("naive", "sdpa")
 DEVICES = ("cuda", "cpu")
+PARALLELS = ("ddp", "fsdp")
+# The columns that identify a configuration (a sweep table's rows differ in these only).
+CONFIG_COLUMNS = ("batch", "seq", "dtype", "attention", "gpus")
+
+
+def config_columns(table: Any) -> list[str]:
+    """CONFIG_COLUMNS of ``table`` (a DataFrame); ``gpus`` only where some row ran on more
+    than one GPU, so a one-GPU sweep's lines and names are what they always were."""
+    cols = [c for c in CONFIG_COLUMNS if c in table.columns]
+    if "gpus" in cols and not (table["gpus"].fillna(1) != 1).any():
+        cols.remove("gpus")
+    return cols
 
 
 @dataclass(frozen=True, order=True)
 class Point:
     """One configuration of the sweep."""
 
-    batch: int
+    batch: int  # per GPU
     seq: int
     dtype: str
     attention: str
+    gpus: int = 1
 
     @property
     def key(self) -> str:
-        return f"b{self.batch}-s{self.seq}-{self.dtype}-{self.attention}"
+        key = f"b{self.batch}-s{self.seq}-{self.dtype}-{self.attention}"
+        return key if self.gpus == 1 else f"{key}-g{self.gpus}"
 
     @property
     def tokens(self) -> int:
+        """Tokens per step on one GPU (the whole step on ``gpus`` GPUs: x gpus)."""
         return self.batch * self.seq
 
 
@@ -74,6 +89,8 @@ class SweepPlan:
     seqs: tuple[int, ...] = (64, 128, 256, 512, 1024)
     dtypes: tuple[str, ...] = ("fp32", "bf16")
     attentions: tuple[str, ...] = ("naive", "sdpa")
+    gpus: tuple[int, ...] = (1,)  # > 1: collect --gpus N --parallel <parallel>
+    parallel: str = "ddp"
     preset: str = "gpt2-small"
     device: str = "cuda"
     grid: bool = False
@@ -98,6 +115,12 @@ class SweepPlan:
         for a in self.attentions:
             if a not in ATTENTIONS:
                 raise UsageError(f"--attention: {a!r} is not one of {', '.join(ATTENTIONS)}")
+        if self.parallel not in PARALLELS:
+            raise UsageError(f"--parallel must be one of {', '.join(PARALLELS)}")
+        if not self.gpus or any(
+            isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in self.gpus
+        ):
+            raise UsageError(f"--gpus: give GPU counts >= 1, got {self.gpus!r}")
         if not (self.batches and self.seqs and self.dtypes and self.attentions):
             raise UsageError("every sweep axis needs at least one value")
         for name, v, low in (
@@ -114,25 +137,29 @@ class SweepPlan:
 
     @property
     def base(self) -> Point:
-        return Point(self.base_batch, self.base_seq, self.dtypes[0], self.attentions[0])
+        return Point(
+            self.base_batch, self.base_seq, self.dtypes[0], self.attentions[0], self.gpus[0]
+        )
 
     def points(self) -> list[Point]:
         """Axes: the base, then each parameter varied alone around it; the sequence axis
-        runs once per attention (at the base dtype) so naive and SDPA can be compared.
-        Grid: the full product."""
+        runs once per attention (at the base dtype) so naive and SDPA can be compared; the
+        GPU counts last, at the base. Grid: the full product."""
         if self.grid:
             return [
-                Point(b, s, d, a)
-                for d, a, b, s in itertools.product(
-                    self.dtypes, self.attentions, self.batches, self.seqs
+                Point(b, s, d, a, g)
+                for g, d, a, b, s in itertools.product(
+                    self.gpus, self.dtypes, self.attentions, self.batches, self.seqs
                 )
             ]
         base = self.base
+        g = base.gpus
         pts = [base]
-        pts += [Point(b, base.seq, base.dtype, base.attention) for b in self.batches]
-        pts += [Point(base.batch, s, base.dtype, a) for a in self.attentions for s in self.seqs]
-        pts += [Point(base.batch, base.seq, d, base.attention) for d in self.dtypes]
-        pts += [Point(base.batch, base.seq, base.dtype, a) for a in self.attentions]
+        pts += [Point(b, base.seq, base.dtype, base.attention, g) for b in self.batches]
+        pts += [Point(base.batch, s, base.dtype, a, g) for a in self.attentions for s in self.seqs]
+        pts += [Point(base.batch, base.seq, d, base.attention, g) for d in self.dtypes]
+        pts += [Point(base.batch, base.seq, base.dtype, a, g) for a in self.attentions]
+        pts += [Point(base.batch, base.seq, base.dtype, base.attention, n) for n in self.gpus]
         seen: set[Point] = set()
         return [p for p in pts if not (p in seen or seen.add(p))]  # type: ignore[func-returns-value]
 

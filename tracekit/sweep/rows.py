@@ -157,18 +157,25 @@ MEASURED_COLUMNS = (
     "gpu_idle_pct",
     "model_flops_util_pct",
     "oom_requested_bytes",
+    "tokens_per_s_per_gpu",
+    "interconnect_busbw_Bps",
     *CLASSIFY_COLUMNS,
 )
 
 
 def complete(table: Any) -> Any:
-    """``table`` (a DataFrame) with every MEASURED_COLUMNS column, NaN where absent."""
+    """``table`` (a DataFrame) with every MEASURED_COLUMNS column, NaN where absent; a
+    table from before the GPU-count axis gets ``gpus`` 1."""
     missing = [c for c in MEASURED_COLUMNS if c not in table.columns]
-    if not missing:
+    if not missing and "gpus" in table.columns:
         return table
     table = table.copy()
+    if "gpus" not in table.columns:
+        table["gpus"] = 1
     for c in missing:
         table[c] = math.nan
+    if "tokens_per_s" in table.columns and table["tokens_per_s_per_gpu"].isna().all():
+        table["tokens_per_s_per_gpu"] = table["tokens_per_s"] / table["gpus"]
     return table
 
 
@@ -179,6 +186,7 @@ def base_row(point: Point) -> dict[str, Any]:
         "seq": point.seq,
         "dtype": point.dtype,
         "attention": point.attention,
+        "gpus": point.gpus,
         "tokens": point.tokens,
     }
 
@@ -198,9 +206,13 @@ def run_row(
     notes: list[str] = []
     m = manifest or {}
     row.update(manifest_columns(m))
+    row.update(gpu_columns(point, m))
     row.update(memory_columns(point, run_dir, m, row["peak_allocated_bytes"], notes))
     row.update(roof_columns(point, m.get("ceilings") or ceilings or {}, row["model_flops_per_s"]))
-    row.update(model_columns(point, m, row["peak_bytes"]))
+    if point.gpus > 1:
+        notes.append("the memory model is for one GPU")
+    else:
+        row.update(model_columns(point, m, row["peak_bytes"]))
     # the parsed trace: GPU idle share; classify's columns
     row["gpu_idle_pct"] = math.nan
     if with_trace and (m.get("artifacts") or {}).get("trace"):
@@ -229,6 +241,17 @@ def manifest_columns(m: Mapping[str, Any]) -> dict[str, Any]:
         "device_name": dev.get("name"),
         "device_total_bytes": _f(dev.get("total_memory")),
         "n_params": _f((m.get("model") or {}).get("n_params")),
+    }
+
+
+def gpu_columns(point: Point, m: Mapping[str, Any]) -> dict[str, Any]:
+    """Throughput per GPU (the manifest's tokens/s counts all of them), the parallelism and
+    the run's measured all-reduce bus bandwidth (NaN on one GPU)."""
+    interconnect = (m.get("ceilings") or {}).get("interconnect") or {}
+    return {
+        "tokens_per_s_per_gpu": _f((m.get("metrics") or {}).get("tokens_per_s")) / point.gpus,
+        "parallel": (m.get("distributed") or {}).get("parallel"),
+        "interconnect_busbw_Bps": _f(interconnect.get("busbw_Bps")),
     }
 
 

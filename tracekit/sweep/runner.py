@@ -39,6 +39,7 @@ FIRST_COLUMNS = (
     "seq",
     "dtype",
     "attention",
+    "gpus",
     "tokens",
     "status",
     "error",
@@ -92,6 +93,8 @@ def collect_command(plan: SweepPlan, point: Point, out: Path, *, ceilings: bool)
         cmd.append("--with-stack")
     if not ceilings:
         cmd.append("--no-ceilings")
+    if point.gpus > 1:
+        cmd += ["--gpus", str(point.gpus), "--parallel", plan.parallel]
     cmd += list(plan.collect_args)
     return cmd
 
@@ -281,7 +284,7 @@ def run_sweep(
     with progress.running(len(points) - len(todo)):
         for point in todo:
             progress.start(point.key)
-            measure = point.dtype not in ceilings  # once per precision
+            measure = _ceiling_key(point) not in ceilings  # once per precision, GPU count
             row, measured = run_point(
                 plan,
                 point,
@@ -291,7 +294,7 @@ def run_sweep(
                 env=env,
             )
             if measured:
-                ceilings[point.dtype] = measured
+                ceilings[_ceiling_key(point)] = measured
                 save_plan()
             rows.append(row)
             write_table(out_dir, _in_plan_order(rows, points))
@@ -301,9 +304,20 @@ def run_sweep(
     return write_table(out_dir, _in_plan_order(rows, points))
 
 
+def _ceiling_key(point: Point) -> str:
+    """Ceilings are measured once per dtype, and once more per GPU count above one (those
+    runs add the interconnect's)."""
+    return point.dtype if point.gpus == 1 else f"{point.dtype}-g{point.gpus}"
+
+
 def _ceilings_for(ceilings: Mapping[str, Any], point: Point) -> Mapping[str, Any] | None:
-    """The sweep's ceilings measured with this dtype, else any (its fp32 roof is the same)."""
-    return ceilings.get(point.dtype) or next(iter(ceilings.values()), None)
+    """The sweep's ceilings measured with this dtype (and GPU count), else any (its fp32
+    roof is the same)."""
+    return (
+        ceilings.get(_ceiling_key(point))
+        or ceilings.get(point.dtype)
+        or next(iter(ceilings.values()), None)
+    )
 
 
 def _in_plan_order(rows: list[dict[str, Any]], points: list[Point]) -> list[dict[str, Any]]:
