@@ -1,0 +1,482 @@
+"""``tracekit collect --gpus N`` on CPU with gloo: the elastic launcher, the rank<R>.* run
+folder and its merged manifest, the interconnect sweep, a failing rank, Ctrl-C; and the
+sweep's GPU-count axis. Every real run has a time limit (SIGALRM in this process, or a
+subprocess timeout), so a hang fails a test instead of blocking the suite."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import json
+import math
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tracekit.collectors.config import CollectConfig
+from tracekit.collectors.dist_manifest import build_manifest, merge_metrics
+from tracekit.collectors.distributed import WORKER_ENV_DEFAULTS, worker_env
+from tracekit.collectors.interconnect import bus_factor, elements, peak, size_row
+from tracekit.collectors.rank import FAULT_DIR_ENV, FAULT_ENV
+from tracekit.errors import UsageError
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["--device", "cpu", "--preset", "tiny", "--batch", "2", "--seq", "16", "--steps", "2",
+        "--warmup", "1", "--profile-wait", "0", "--profile-warmup", "0", "--profile-active",
+        "1", "-q"]  # fmt: skip
+LIMIT_S = 240  # a run still going after this is hung (they take 10-30 s on 2 loaded cores)
+TRACE = r"rank{r}\.[^.]+_\d+\.\d+"  # rank<R>.<host>_<pid>.<time_ns>
+
+
+@pytest.fixture(scope="module")
+def child_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment of the processes a test starts: like the tests themselves they
+    import this checkout (conftest's binding, run from a sitecustomize), whichever
+    tracekit is installed."""
+    site = tmp_path_factory.mktemp("site")
+    (site / "sitecustomize.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nimport conftest  # noqa: F401\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in (FAULT_ENV, *WORKER_ENV_DEFAULTS)}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH")) if p)
+    return env
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: int) -> Iterator[None]:
+    def hung(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"the run was still going after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _collect(env: dict[str, str], out: Path, *extra: str, **more_env: str) -> Any:
+    """``tracekit collect`` in this process (the ranks are processes of their own), with
+    ``env`` as the environment: (exit code, stdout, stderr)."""
+    from tracekit.cli import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with (
+        pytest.MonkeyPatch.context() as mp,
+        contextlib.redirect_stdout(stdout),
+        contextlib.redirect_stderr(stderr),
+        _time_limit(LIMIT_S),
+    ):
+        for k in set(os.environ) - set(env):
+            mp.delenv(k)
+        for k, v in {**env, **more_env}.items():
+            mp.setenv(k, v)
+        code = main(["collect", *FAST, *extra, "-o", str(out)])
+    return code, stdout.getvalue(), stderr.getvalue()
+
+
+def _manifest(out: Path) -> dict[str, Any]:
+    return json.loads((out / "manifest.json").read_text())  # type: ignore[no-any-return]
+
+
+def _trace(out: Path, name: str) -> dict[str, Any]:
+    return json.loads(gzip.decompress((out / name).read_bytes()))  # type: ignore[no-any-return]
+
+
+def _leftovers(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))
+
+
+# ------------------------------------------------------------------ a real DDP run
+
+
+@pytest.fixture(scope="module")
+def ddp_run(child_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Any:
+    out = tmp_path_factory.mktemp("ddp") / "run"
+    # a profiler warm-up step: without one torch's memory-timeline analysis can fail on
+    # tensors allocated before the window (AssertionError: duplicate outputs)
+    code, stdout, stderr = _collect(child_env, out, "--gpus", "2", "--with-stack",
+                                    "--profile-warmup", "1", NCCL_NVLS_ENABLE="1")  # fmt: skip
+    assert code == 0, stderr
+    return out, stdout
+
+
+def test_ddp_run_folder_is_the_documented_layout(ddp_run: Any) -> None:
+    out, _ = ddp_run
+    names = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    logs = [f"logs/rank{r}.{s}.log" for r in (0, 1) for s in ("stderr", "stdout")]
+    assert [n for n in names if n.startswith("logs")] == ["logs", *logs]
+    rest = [n for n in names if not n.startswith("logs")]
+    expected = ["manifest.json", "tensorboard"]
+    for r in (0, 1):
+        for kind in ("memory_timeline.json.gz", "profiler_flops.json.gz", "pt.trace.json.gz"):
+            found = [n for n in rest if re.fullmatch(TRACE.format(r=r) + re.escape("." + kind), n)]
+            assert len(found) == 1, (r, kind, rest)
+            expected += found
+    assert sorted(rest) == sorted(expected)  # no result files, no launch spec, no temporaries
+    assert _leftovers(out.parent) == []
+
+
+def test_ddp_manifest_describes_every_rank(ddp_run: Any) -> None:
+    out, _ = ddp_run
+    m = _manifest(out)
+    assert m["status"] == "ok" and m["error"] is None
+    assert m["config"]["gpus"] == 2 and m["config"]["parallel"] == "ddp"
+    d = m["distributed"]
+    assert (d["world_size"], d["backend"], d["parallel"]) == (2, "gloo", "ddp")
+    assert d["launcher"] == "torch.distributed.launcher.api.elastic_launch"
+    assert (d["global_batch"], d["per_rank_batch"], d["global_tokens_per_step"]) == (4, 2, 64)
+    assert d["wrapping"]["wrapper"] == "torch.nn.parallel.DistributedDataParallel"
+    assert d["failed_rank"] is None
+    # the NVLS switches: set by tracekit, except the one this run's user set
+    assert d["env"]["NCCL_NVLS_ENABLE"] == {"value": "1", "source": "user"}
+    assert d["env"]["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == {"value": "1", "source": "tracekit"}
+    assert d["env"]["NVSHMEM_DISABLE_NVLS"] == {"value": "1", "source": "tracekit"}
+    ranks = d["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    for r in ranks:
+        assert r["status"] == "ok" and r["error"] is None and r["device"]["type"] == "cpu"
+        arts = r["artifacts"]
+        assert arts["trace"].startswith(f"rank{r['rank']}.") and arts["traces"] == [arts["trace"]]
+        assert arts["memory_timeline"].startswith(f"rank{r['rank']}.")
+        assert arts["profiler_flops"].startswith(f"rank{r['rank']}.")
+        assert r["logs"]["stderr"] == f"logs/rank{r['rank']}.stderr.log"
+        assert r["metrics"]["step_time_ms"]["n"] == 2 and r["total_steps"] == 5
+    assert m["artifacts"]["traces"] == [r["artifacts"]["trace"] for r in ranks]
+    assert m["artifacts"]["trace"] == ranks[0]["artifacts"]["trace"]
+    # top-level metrics: the slowest rank's step, the global batch's throughput
+    met, medians = m["metrics"], [r["metrics"]["step_time_ms"]["median"] for r in ranks]
+    assert met["step_time_median_ms_by_rank"] == medians
+    assert met["step_time_ms"]["median"] == max(medians)
+    assert met["slowest_rank"] == medians.index(max(medians))
+    assert met["tokens_per_s"] == pytest.approx(4 * 16 / (max(medians) / 1e3))
+    assert met["tokens_per_s_per_gpu"] == pytest.approx(met["tokens_per_s"] / 2)
+    losses = [r["metrics"]["final_loss"] for r in ranks]
+    assert met["final_loss"] == pytest.approx(sum(losses) / 2) and losses[0] != losses[1]
+    assert m["device"] == ranks[0]["device"] and m["versions"]["torch"]
+
+
+def test_every_rank_trace_keeps_distributed_info(ddp_run: Any) -> None:
+    out, _ = ddp_run
+    for r, name in enumerate(_manifest(out)["artifacts"]["traces"]):
+        doc = _trace(out, name)
+        info = doc["distributedInfo"]
+        assert (info["rank"], info["world_size"], info["backend"]) == (r, 2, "gloo")
+        names = {e.get("name", "") for e in doc["traceEvents"]}
+        assert any("allreduce" in n for n in names)  # DDP's gradient all-reduce
+
+
+def test_interconnect_sweep_follows_nccl_tests(ddp_run: Any) -> None:
+    out, _ = ddp_run
+    ic = _manifest(out)["ceilings"]["interconnect"]
+    assert ic["bus_factor"]["all_reduce"] == "2(n-1)/n" and ic["bus_factor"]["broadcast"] == "1"
+    assert ic["bus_factor_value"] == {"all_reduce": 1.0, "all_gather": 0.5,
+                                      "reduce_scatter": 0.5, "broadcast": 1.0}  # fmt: skip
+    for coll, res in ic["collectives"].items():
+        sizes = res["sizes"]
+        assert [s["bytes"] for s in sizes] == [2**10 * 4**i for i in range(7)]  # 1 KiB..4 MiB
+        for s in sizes:
+            assert s["time_us_p10"] <= s["time_us"] <= s["time_us_p90"]
+            assert s["algbw_Bps"] == pytest.approx(s["bytes"] / (s["time_us"] / 1e6))
+            assert s["busbw_Bps"] == pytest.approx(s["algbw_Bps"] * ic["bus_factor_value"][coll])
+        best = max(sizes, key=lambda s: s["busbw_Bps"])
+        assert (res["peak_busbw_Bps"], res["peak_at_bytes"]) == (best["busbw_Bps"], best["bytes"])
+    ar = ic["collectives"]["all_reduce"]
+    assert (ic["busbw_Bps"], ic["peak_at_bytes"]) == (ar["peak_busbw_Bps"], ar["peak_at_bytes"])
+
+
+def test_summary_and_single_trace_tools(ddp_run: Any) -> None:
+    out, stdout = ddp_run
+    assert "ranks: 2 (gloo, ddp); global batch 4 = 2 x 2" in stdout
+    assert "interconnect: all-reduce busbw" in stdout
+    from tracekit.parse import load
+
+    t = load(out)  # rank 0's trace (artifacts.trace) until the analysis reads every rank
+    assert t.manifest is not None and len(t.steps) == 1
+
+
+def test_sweep_row_of_a_multi_gpu_run(ddp_run: Any) -> None:
+    from tracekit.sweep.plan import Point
+    from tracekit.sweep.rows import run_row
+
+    out, _ = ddp_run
+    m = _manifest(out)
+    row = run_row(Point(2, 16, "fp32", "naive", 2), out, m, with_trace=False)
+    assert row["key"] == "b2-s16-fp32-naive-g2" and row["gpus"] == 2 and row["tokens"] == 32
+    assert row["tokens_per_s"] == m["metrics"]["tokens_per_s"]
+    assert row["tokens_per_s_per_gpu"] == m["metrics"]["tokens_per_s"] / 2
+    assert row["interconnect_busbw_Bps"] == m["ceilings"]["interconnect"]["busbw_Bps"]
+    assert row["parallel"] == "ddp" and math.isnan(row.get("model_peak_bytes", math.nan))
+    assert "the memory model is for one GPU" in row["notes"]
+
+
+# ------------------------------------------------------------------ FSDP2
+
+
+def test_fsdp2_with_bf16_parameters(child_env: dict[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "fsdp"
+    args = ["--gpus", "2", "--parallel", "fsdp", "--dtype", "bf16", "--no-ceilings", "--steps",
+            "1", "--warmup", "0"]  # fmt: skip
+    code, _, stderr = _collect(child_env, out, *args)
+    assert code == 0, stderr
+    m = _manifest(out)
+    d = m["distributed"]
+    assert d["world_size"] == 2 and d["global_batch"] == 4 and m["ceilings"] is None
+    assert d["wrapping"]["wrapper"].startswith("torch.distributed.fsdp.fully_shard")
+    assert d["wrapping"]["mp_policy"] == {"param_dtype": "bfloat16", "reduce_dtype": "float32"}
+    assert [r["status"] for r in d["ranks"]] == ["ok"] * 2
+    for r, name in enumerate(m["artifacts"]["traces"]):
+        doc = _trace(out, name)
+        assert doc["distributedInfo"]["rank"] == r and doc["distributedInfo"]["world_size"] == 2
+        names = " ".join({e.get("name", "") for e in doc["traceEvents"]})
+        assert "all_gather" in names and "reduce_scatter" in names  # FSDP2's collectives
+
+
+# ------------------------------------------------------------------ failures
+
+
+@pytest.mark.parametrize(
+    ("action", "gpus", "code", "status", "message"),
+    [
+        ("oom", 3, 3, "oom", "rank 1: OutOfMemoryError: CUDA out of memory (injected at step 2)"),
+        ("exit", 2, 2, "error", "rank 1: exited with exit code 7 before writing its result"),
+    ],
+)
+def test_a_failing_rank_ends_the_run_and_is_named(
+    child_env: dict[str, str], tmp_path: Path, action: str, gpus: int, code: int, status: str,
+    message: str,
+) -> None:  # fmt: skip
+    out = tmp_path / "run"
+    # rank 1 raises torch.OutOfMemoryError (oom) or dies (exit) in the forward of global
+    # step 2, the second timed step; the other ranks then wait for it in DDP's gradient
+    # all-reduce and must not wait forever
+    rc, _, stderr = _collect(child_env, out, "--gpus", str(gpus), "--no-ceilings",
+                             **{FAULT_ENV: f"1:2:{action}"})  # fmt: skip
+    assert rc == code, stderr
+    err = stderr.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("tracekit: error: ") and message in err
+    m = _manifest(out)
+    assert m["status"] == status and m["error"] == message and m["metrics"] is None
+    d = m["distributed"]
+    assert d["failed_rank"] == 1 and d["ranks"][1]["status"] == status
+    # the others are stopped by the launcher, or see their peer's connection close first
+    assert all(r["status"] in ("terminated", "error") for r in d["ranks"] if r["rank"] != 1)
+    assert sorted(p.name for p in out.iterdir()) == ["logs", "manifest.json", "tensorboard"]
+    assert _leftovers(tmp_path) == []
+
+
+def test_ctrl_c_stops_every_rank_and_leaves_nothing(
+    child_env: dict[str, str], tmp_path: Path
+) -> None:
+    out, pids = tmp_path / "run", tmp_path / "pids"
+    pids.mkdir()
+    done = threading.Event()
+
+    def ctrl_c_once_both_ranks_hang() -> None:
+        deadline = time.monotonic() + LIMIT_S
+        while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if not done.is_set() and len(list(pids.iterdir())) == 2:
+            # what a terminal's Ctrl-C sends to tracekit (its ranks have sessions of their own)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=ctrl_c_once_both_ranks_hang, daemon=True).start()
+    try:
+        code, _, stderr = _collect(child_env, out, "--gpus", "2", "--no-ceilings",
+                                   **{FAULT_ENV: "*:1:hang", FAULT_DIR_ENV: str(pids)})  # fmt: skip
+    finally:
+        done.set()
+    assert code == 130 and stderr.strip() == "tracekit: interrupted"
+    ranks = [int(p.read_text()) for p in pids.iterdir()]
+    assert len(ranks) == 2
+    for pid in ranks:  # stopped and reaped by the launcher before collect returned
+        assert not Path(f"/proc/{pid}").exists(), f"rank process {pid} still exists"
+    assert not out.exists() and _leftovers(tmp_path) == []
+
+
+# ------------------------------------------------------------------ without processes
+
+
+def test_bus_factors_and_size_rows() -> None:
+    assert [bus_factor("all_reduce", n) for n in (1, 2, 4, 8)] == [0.0, 1.0, 1.5, 1.75]
+    assert bus_factor("all_gather", 4) == bus_factor("reduce_scatter", 4) == 0.75
+    assert bus_factor("broadcast", 8) == 1.0
+    assert elements("all_reduce", 1024, 3) == 256 and elements("all_gather", 1024, 3) == 255
+    row = size_row("all_reduce", 4, 2**18, [2e-3, 1e-3, 4e-3])  # 1 MiB, median 2 ms
+    assert row["bytes"] == 2**20 and row["time_us"] == pytest.approx(2000)
+    assert row["algbw_Bps"] == pytest.approx(2**20 / 2e-3)
+    assert row["busbw_Bps"] == pytest.approx(2**20 / 2e-3 * 1.5)
+    other = size_row("all_reduce", 4, 2**20, [4e-3])
+    assert peak([row, other]) == {"peak_busbw_Bps": other["busbw_Bps"], "peak_at_bytes": 2**22}
+
+
+def _rank_metrics(median: float, loss: float, peak_bytes: int | None) -> dict[str, Any]:
+    def stats(m: float) -> dict[str, Any]:
+        return {"median": m, "p10": m, "p90": m, "mean": m, "n": 5}
+
+    return {"step_time_ms": stats(median), "profiled_step_time": stats(median * 1.1),
+            "peak_allocated_bytes": peak_bytes, "peak_reserved_bytes": peak_bytes,
+            "avg_allocated_bytes": peak_bytes and peak_bytes / 2, "final_loss": loss,
+            "memory_method": "m"}  # fmt: skip
+
+
+def _cfg(**kw: Any) -> CollectConfig:
+    return CollectConfig(**{"preset": "tiny", "device": "cpu", "batch": 4, "seq": 32,
+                            "gpus": 2, **kw})  # fmt: skip
+
+
+def test_merge_metrics_takes_the_slowest_rank() -> None:
+    met = merge_metrics(_cfg(), [_rank_metrics(10.0, 2.0, 100), _rank_metrics(12.5, 4.0, 300)])
+    assert met["slowest_rank"] == 1 and met["step_time_ms"]["median"] == 12.5
+    assert met["tokens_per_s"] == pytest.approx(2 * 4 * 32 / 12.5e-3)
+    assert met["samples_per_s"] == pytest.approx(8 / 12.5e-3)
+    assert met["step_time_skew_pct"] == pytest.approx(25.0)
+    assert (met["peak_allocated_bytes"], met["peak_allocated_rank"]) == (300, 1)
+    assert met["avg_allocated_bytes"] == 100 and met["final_loss"] == 3.0
+    assert met["profiler_overhead_pct"] == pytest.approx(10.0)
+
+
+def _result(rank: int, status: str = "ok", **kw: Any) -> dict[str, Any]:
+    return {"rank": rank, "local_rank": rank, "host": "h", "pid": 100 + rank, "status": status,
+            "error": None, "failed_at": None, "phase": "workload", "device": {"type": "cpu"},
+            "metrics": _rank_metrics(10.0 + rank, 1.0, None) if status == "ok" else None,
+            "artifacts": {"trace": f"rank{rank}.t.pt.trace.json.gz",
+                          "traces": [f"rank{rank}.t.pt.trace.json.gz"]},
+            "total_steps": 9, **kw}  # fmt: skip
+
+
+def _launcher_failure(exitcode: int, sig: str | None = None, t: float = 100.0) -> dict[str, Any]:
+    return {"exitcode": exitcode, "signal": sig, "timestamp": t}
+
+
+def _build(results: dict[int, Any], failures: dict[int, Any], n: int = 2) -> dict[str, Any]:
+    return build_manifest(_cfg(gpus=n), results, failures, env={}, launcher={})
+
+
+def test_manifest_names_the_first_failure() -> None:
+    # rank 2 ran out of memory first; rank 0 then saw its peer's socket close; the
+    # launcher stopped rank 1 (SIGTERM, no result) and, as torch does, listed it too
+    res = {0: _result(0, "error", error="RuntimeError: Connection closed by peer",
+                      failed_at=105.5),
+           2: _result(2, "oom", error="OutOfMemoryError: CUDA out of memory.",
+                      failed_at=105.2)}  # fmt: skip
+    fails = {0: _launcher_failure(1, t=105), 1: _launcher_failure(-15, "SIGTERM", 105),
+             2: _launcher_failure(1, t=105)}  # fmt: skip
+    m = _build(res, fails, n=3)
+    assert m["status"] == "oom" and m["error"] == "rank 2: OutOfMemoryError: CUDA out of memory."
+    d = m["distributed"]
+    assert d["failed_rank"] == 2 and m["metrics"] is None
+    assert [r["status"] for r in d["ranks"]] == ["error", "terminated", "oom"]
+    assert d["ranks"][1]["signal"] == "SIGTERM" and d["ranks"][1]["artifacts"] is None
+    # a crash leaves no result: the launcher's exit code or signal says what happened
+    m = _build({0: _result(0)}, {1: _launcher_failure(-11, "SIGSEGV")})
+    assert m["error"] == "rank 1: exited with signal SIGSEGV before writing its result"
+    m = _build({0: _result(0), 1: _result(1)}, {1: _launcher_failure(3)})
+    assert m["error"] == "rank 1: exited with exit code 3 after finishing its work"
+    ok = _build({0: _result(0), 1: _result(1)}, {})
+    assert ok["status"] == "ok" and ok["metrics"]["slowest_rank"] == 1
+    assert ok["artifacts"]["traces"] == ["rank0.t.pt.trace.json.gz", "rank1.t.pt.trace.json.gz"]
+
+
+def test_worker_env_keeps_what_the_user_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in WORKER_ENV_DEFAULTS:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    env = worker_env(_cfg())
+    assert env["NCCL_NVLS_ENABLE"] == {"value": "1", "source": "user"}
+    assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == {"value": "1", "source": "tracekit"}
+    assert env["NVSHMEM_DISABLE_NVLS"] == {"value": "1", "source": "tracekit"}
+    assert env["OMP_NUM_THREADS"] == {"value": "3", "source": "user"}
+
+
+def test_config_options_and_run_name() -> None:
+    assert _cfg().run_name() == "tiny-b4-s32-fp32-naive-g2-ddp-cpu"
+    assert _cfg(gpus=1).run_name() == "tiny-b4-s32-fp32-naive-cpu"  # one GPU: as always
+    assert _cfg(gpus=4, parallel="fsdp").run_name() == "tiny-b4-s32-fp32-naive-g4-fsdp-cpu"
+    for kw, msg in [({"gpus": 0}, "--gpus must be an integer >= 1"),
+                    ({"parallel": "tp"}, "--parallel must be one of ddp, fsdp"),
+                    ({"gpus": 1, "parallel": "fsdp"}, "needs --gpus 2 or more"),
+                    ({"parallel": "fsdp", "dtype": "fp16"}, "fp32 and bf16")]:  # fmt: skip
+        with pytest.raises(UsageError, match=re.escape(msg)):
+            _cfg(**kw)
+
+
+def test_cli_refusals_write_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    from tracekit.cli import main
+
+    out = tmp_path / "r"
+    tiny = ["collect", "--preset", "tiny", "-o", str(out)]
+    assert main([*tiny, "--gpus", "2", "--counters"]) == 2
+    assert "--counters replays one process's step" in capsys.readouterr().err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert main([*tiny, "--gpus", "4"]) == 2
+    assert "--gpus 4 but only 2 CUDA device(s) are visible" in capsys.readouterr().err
+    assert main([*tiny, "--gpus", "2", "--parallel", "fsdp", "--dtype", "fp16"]) == 2
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------ sweep --gpus
+
+
+def test_sweep_plan_has_a_gpu_axis() -> None:
+    from tracekit.sweep.plan import SweepPlan
+    from tracekit.sweep.runner import collect_command
+
+    plan = SweepPlan(batches=(4, 8), seqs=(128,), dtypes=("fp32",), attentions=("naive",),
+                     gpus=(1, 2, 4), parallel="fsdp", device="cpu", preset="tiny")  # fmt: skip
+    keys = [p.key for p in plan.points()]
+    assert keys == ["b8-s128-fp32-naive", "b4-s128-fp32-naive", "b8-s128-fp32-naive-g2",
+                    "b8-s128-fp32-naive-g4"]  # fmt: skip
+    cmd = collect_command(plan, plan.points()[2], Path("x"), ceilings=True)
+    assert cmd[cmd.index("--gpus") + 1] == "2" and cmd[cmd.index("--parallel") + 1] == "fsdp"
+    assert "--gpus" not in collect_command(plan, plan.points()[0], Path("x"), ceilings=True)
+    assert (
+        len(SweepPlan(batches=(4, 8), seqs=(64,), gpus=(1, 2), grid=True).points()) == 2 * 2 * 2 * 2
+    )
+    with pytest.raises(UsageError):
+        SweepPlan(gpus=(0,))
+
+
+def _sweep_row(batch: int, gpus: int, tps: float, **kw: Any) -> dict[str, Any]:
+    key = f"b{batch}-s128-fp32-naive" + (f"-g{gpus}" if gpus > 1 else "")
+    return {"key": key, "batch": batch, "seq": 128, "dtype": "fp32", "attention": "naive",
+            "gpus": gpus, "tokens": batch * 128, "status": "ok", "error": None,
+            "tokens_per_s": tps, "tokens_per_s_per_gpu": tps / gpus, "step_time_ms": 10.0,
+            "peak_bytes": 1e9 * batch, "dynamic_peak_bytes": 1e8 * batch,
+            "parallel": "ddp" if gpus > 1 else None, **kw}  # fmt: skip
+
+
+def test_sweep_findings_give_the_scaling_efficiency() -> None:
+    from tracekit.sweep.findings import findings
+    from tracekit.sweep.fit import fit_table
+
+    rows = [_sweep_row(b, 1, 1e4 * b) for b in (4, 8, 16)]
+    rows += [_sweep_row(8, 2, 1.5e5, step_time_ms=10.7, interconnect_busbw_Bps=2.5e11)]
+    table = pd.DataFrame(rows)
+    fits = fit_table(table)
+    batch = fits[(fits["quantity"] == "tokens_per_s") & (fits["axis"] == "batch")]
+    assert list(batch["x_values"]) == ["4,8,16"] and list(batch["gpus"]) == [1]  # not mixed
+    text = " ".join(findings(table, fits))
+    assert (
+        "Across GPUs (batch 8, seq 128, fp32, naive per GPU): 2 GPUs (ddp) reach 1.88x the "
+        "tokens/s of 1, a scaling efficiency of 94 % (75,000 vs 80,000 tokens/s per GPU; "
+        "step 10.00 -> 10.70 ms), all-reduce busbw up to 250.0 GB/s." in text
+    )
+    one_gpu = pd.DataFrame([_sweep_row(b, 1, 1e4 * b) for b in (4, 8, 16)]).drop(columns="gpus")
+    assert "gpus" not in fit_table(one_gpu).columns  # a one-GPU sweep's fits are unchanged
