@@ -230,7 +230,10 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
         manifest["ceilings"] = measure_ceilings(device, precisions_used(cfg)).to_dict()
 
     ui.phase("building model" + (" (torch.compile happens in warm-up)" if cfg.compile else ""))
-    wl = build_workload(cfg, device, wrap=wrap, data_seed=data_seed)
+    if wrap is None and data_seed is None:  # one process: the call tests substitute
+        wl = build_workload(cfg, device)
+    else:
+        wl = build_workload(cfg, device, wrap=wrap, data_seed=data_seed)
     n = 0  # global step counter: every phase continues the same training run
 
     ui.phase("warm-up", cfg.warmup)
