@@ -291,6 +291,7 @@ def summary_lines(m: Mapping[str, Any]) -> list[str]:
             f"{ic['peak_at_bytes'] / 2**20:g} MiB ({ic['world_size']} ranks, {ic['backend']})"
         )
     lines.append(
-        f"traces: {len(m['artifacts']['traces'])}, logs: {d['ranks'][0]['logs']['stderr']} ..."
+        f"traces: {len(m['artifacts']['traces'])} (rank<R>.*); logs: "
+        f"{LOGS}/rank<R>.{{stdout,stderr}}.log"
     )
     return lines

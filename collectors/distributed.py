@@ -19,7 +19,7 @@ NVLink multicast stays off: the workers' environment gets ``NCCL_NVLS_ENABLE=0``
 ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1`` and ``NVSHMEM_DISABLE_NVLS=1`` unless the user has
 set them. NVLink SHARP (NVLS) collectives and symmetric-memory multicast allocate
 multicast objects in the NVSwitch fabric, a resource of the whole host shared by every
-job on it; on shared multi-GPU hosts, multicast use by one job has taken the host's GPUs
+job on it; on a shared multi-GPU host, multicast use by one job can take the host's GPUs
 out of service for the others. A profiling run does not need it, and its busbw then
 measures the ordinary NVLink path that most jobs use.
 """

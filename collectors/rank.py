@@ -188,7 +188,8 @@ def _run(
     if rank == 0:
         result["versions"] = versions(device)
         if device.type == "cuda":
-            result["versions"]["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+            nccl = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
+            result["versions"]["nccl"] = ".".join(map(str, nccl))
     if cfg.ceilings:
         result["phase"] = "ceilings"
         if rank == 0:

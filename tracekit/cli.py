@@ -96,7 +96,11 @@ def collect(
     ] = True,
     snapshot_steps: Annotated[int, typer.Option(help="Steps in the memory snapshot.")] = 1,
     ceilings: Annotated[
-        bool, typer.Option(help="Measure copy bandwidth and matmul FLOP/s first.")
+        bool,
+        typer.Option(
+            help="Measure copy bandwidth and matmul FLOP/s first (with --gpus N: and the "
+            "interconnect's bus bandwidth)."
+        ),
     ] = True,
     out: Annotated[
         Path | None,
