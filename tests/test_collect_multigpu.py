@@ -103,8 +103,6 @@ def _leftovers(parent: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def ddp_run(child_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Any:
     out = tmp_path_factory.mktemp("ddp") / "run"
-    # a profiler warm-up step: without one torch's memory-timeline analysis can fail on
-    # tensors allocated before the window (AssertionError: duplicate outputs)
     code, stdout, stderr = _collect(child_env, out, "--gpus", "2", "--with-stack",
                                     "--profile-warmup", "1", NCCL_NVLS_ENABLE="1")  # fmt: skip
     assert code == 0, stderr
@@ -118,8 +116,18 @@ def test_ddp_run_folder_is_the_documented_layout(ddp_run: Any) -> None:
     assert [n for n in names if n.startswith("logs")] == ["logs", *logs]
     rest = [n for n in names if not n.startswith("logs")]
     expected = ["manifest.json", "tensorboard"]
+    ranks = _manifest(out)["distributed"]["ranks"]
     for r in (0, 1):
-        for kind in ("memory_timeline.json.gz", "profiler_flops.json.gz", "pt.trace.json.gz"):
+        kinds = ["profiler_flops.json.gz", "pt.trace.json.gz"]
+        # torch's memory-timeline analysis sometimes fails on a DDP rank (AssertionError:
+        # duplicate outputs); the rank then says why and the trace is kept
+        if ranks[r]["artifacts"]["memory_timeline"]:
+            kinds.append("memory_timeline.json.gz")
+        else:
+            assert (
+                "export_memory_timeline failed" in ranks[r]["artifacts"]["memory_timeline_absent"]
+            )
+        for kind in kinds:
             found = [n for n in rest if re.fullmatch(TRACE.format(r=r) + re.escape("." + kind), n)]
             assert len(found) == 1, (r, kind, rest)
             expected += found
@@ -148,7 +156,7 @@ def test_ddp_manifest_describes_every_rank(ddp_run: Any) -> None:
         assert r["status"] == "ok" and r["error"] is None and r["device"]["type"] == "cpu"
         arts = r["artifacts"]
         assert arts["trace"].startswith(f"rank{r['rank']}.") and arts["traces"] == [arts["trace"]]
-        assert arts["memory_timeline"].startswith(f"rank{r['rank']}.")
+        assert (arts["memory_timeline"] or f"rank{r['rank']}.").startswith(f"rank{r['rank']}.")
         assert arts["profiler_flops"].startswith(f"rank{r['rank']}.")
         assert r["logs"]["stderr"] == f"logs/rank{r['rank']}.stderr.log"
         assert r["metrics"]["step_time_ms"]["n"] == 2 and r["total_steps"] == 5
