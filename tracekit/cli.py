@@ -151,22 +151,27 @@ def collect(
         raise UsageError("--counters replays one process's step: use it with --gpus 1")
     run_dir = collect_run(cfg)
     if counters:
-        from tracekit.collectors.replay import run_counters
-
-        entry = run_counters(run_dir)
-        typer.echo(
-            f"counters: {entry['profiled_launches']} launch configurations replayed "
-            f"in {entry['replay_seconds']:.1f} s -> {run_dir / entry['csv']}"
-        )
-        if "gemm" in entry:
-            g = entry["gemm"]
-            typer.echo(
-                f"counters: {g['profiled_launches']} GEMM launches replayed "
-                f"in {g['replay_seconds']:.1f} s -> {run_dir / g['csv']}"
-            )
+        _replay_counters(run_dir)
     typer.echo(summary(run_dir))
     if xspace:
         _export_xspace_of(run_dir, None, None, None)
+
+
+def _replay_counters(run_dir: Path) -> None:
+    """``collect --counters``: replay one step of the run under Nsight Compute."""
+    from tracekit.collectors.replay import run_counters
+
+    entry = run_counters(run_dir)
+    typer.echo(
+        f"counters: {entry['profiled_launches']} launch configurations replayed "
+        f"in {entry['replay_seconds']:.1f} s -> {run_dir / entry['csv']}"
+    )
+    if "gemm" in entry:
+        g = entry["gemm"]
+        typer.echo(
+            f"counters: {g['profiled_launches']} GEMM launches replayed "
+            f"in {g['replay_seconds']:.1f} s -> {run_dir / g['csv']}"
+        )
 
 
 @app.command("export-xspace")
