@@ -8,8 +8,12 @@ ranks (``python -m tracekit.collectors.rank``, ``collectors/rank.py``) with
 every other worker stopped (SIGTERM to its process group, SIGKILL after 30 s); no restarts.
 It is called in-process rather than through a ``torchrun`` subprocess so that the parent
 gets each rank's exit code and signal (``ChildFailedError.failures``) and handles Ctrl-C
-itself. Workers are fresh interpreters started by path-free ``-m``, with stdout and
-stderr redirected to ``logs/rank<R>.{stdout,stderr}.log`` in the run folder.
+itself. Each rank is a fresh interpreter (``python -m tracekit.collectors.rank``, so it
+imports the tracekit installation the parent runs), with stdout and stderr redirected to
+``logs/rank<R>.{stdout,stderr}.log`` in the run folder. A command rather than a Python
+callable as the entrypoint: nothing then depends on multiprocessing's spawn re-importing
+the parent's ``__main__`` (the console script, pytest), and the file descriptors are
+redirected, so NCCL's and gloo's native output lands in the same logs.
 
 After the launcher returns, the parent merges each rank's ``rank<R>.result.json`` into
 ``manifest.json`` (``collectors/dist_manifest.py``) -- written last, by the parent only --
