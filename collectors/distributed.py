@@ -34,6 +34,7 @@ import contextlib
 import logging
 import os
 import pickle
+import shutil
 import signal
 import sys
 import uuid
@@ -222,6 +223,19 @@ def check(cfg: CollectConfig) -> None:
             raise UsageError(f"--compile: {reason}")
 
 
+def remove_partial_files(run_dir: Path) -> list[str]:
+    """Delete what ranks stopped mid-write left: their files are written under a temporary
+    name ``.rank<R>...`` and renamed, and a rank the launcher kills cannot clean up."""
+    removed = []
+    for p in sorted(run_dir.glob(".rank*")):
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+        removed.append(p.name)
+    return removed
+
+
 def _read_results(run_dir: Path, n: int) -> dict[int, dict[str, Any] | None]:
     out: dict[int, dict[str, Any] | None] = {}
     import json
@@ -248,6 +262,7 @@ def collect_distributed(cfg: CollectConfig) -> Path:
         (tmp / TENSORBOARD).mkdir()
         ui.phase(f"training on {cfg.gpus} processes ({cfg.parallel}); logs in {out}/{LOGS}")
         failures = launch(cfg, tmp, {k: v["value"] for k, v in env.items()})
+        remove_partial_files(tmp)
         results = _read_results(tmp, cfg.gpus)
         manifest = build_manifest(
             cfg, results, failures, env=env, launcher=launcher_info(cfg), log_dir=tmp / LOGS

@@ -396,6 +396,23 @@ def test_manifest_names_the_first_failure() -> None:
     assert ok["artifacts"]["traces"] == ["rank0.t.pt.trace.json.gz", "rank1.t.pt.trace.json.gz"]
 
 
+def test_files_of_ranks_stopped_mid_write_are_removed(tmp_path: Path) -> None:
+    from tracekit.collectors.distributed import remove_partial_files
+    from tracekit.io import atomic_file
+
+    with pytest.raises(KeyboardInterrupt), atomic_file(tmp_path / "rank0.x.pt.trace.json.gz"):
+        raise KeyboardInterrupt  # the temporary is removed when the writer can do it
+    # a rank killed by the launcher cannot: what it leaves looks like this
+    for name in (".rank0.result.json.k2j4.tmp", ".rank1.h_7.17.pt.trace.json.gz.x1.tmp.json.gz"):
+        (tmp_path / name).write_text("{")
+    (tmp_path / "rank1.h_7.17.pt.trace.json.gz").write_text("kept")
+    assert remove_partial_files(tmp_path) == [
+        ".rank0.result.json.k2j4.tmp",
+        ".rank1.h_7.17.pt.trace.json.gz.x1.tmp.json.gz",
+    ]
+    assert [p.name for p in tmp_path.iterdir()] == ["rank1.h_7.17.pt.trace.json.gz"]
+
+
 def test_worker_env_keeps_what_the_user_set(monkeypatch: pytest.MonkeyPatch) -> None:
     for k in WORKER_ENV_DEFAULTS:
         monkeypatch.delenv(k, raising=False)
