@@ -1,0 +1,274 @@
+"""Analytic model of GPT decoding (``collect --workload generate``): bytes and FLOPs of a
+decode step, and the batch at which decoding stops being memory-bound.
+
+A decode step computes one new token for each of B sequences whose KV cache holds ``c``
+tokens (decode step ``d`` of a run with prompt P attends to c = P + d + 1, its own token
+included). With L layers, width C, N = matmul parameters (every parameter but the position
+embedding, and but an untied token embedding: embedding lookups do no matmul) and ``b``
+bytes per element of the weights and the cache (the run's dtype), the step
+
+* reads every weight it multiplies once, whatever B: W = b·N_read bytes, N_read = N (a tied
+  token embedding is read in full as the LM head; the embedding rows are not counted);
+* reads the KV cache: 2·L·B·c·C·b bytes, and writes the new token's keys and values:
+  2·L·B·C·b;
+* does 2·N FLOPs per token in its GEMMs and 4·L·C·c in attention (QKᵀ and PV), the
+  forward third of the training count (6·N + 12·L·C·T, ``collectors/gpt.py``).
+
+Not counted: activations (per step O(B·(C + V)) bytes; the largest, the logits, are
+B·V·b, e.g. 25.8 MB for gpt2-small bf16 at B = 256 against W = 247 MB), LayerNorm
+statistics, the sampling.
+
+The weight GEMMs do 2·N·B FLOPs on W bytes: their intensity 2·N·B / W = 2B/b grows with
+the batch and reaches the ridge point R = peak FLOP/s ÷ bandwidth at
+``gemm_ridge_batch`` = R·W / (2·N) (= R·b/2: 1 byte of weight per FLOP-pair). Attention
+does 4·L·C·c·B FLOPs on 2·L·B·c·C·b bytes: 2/b FLOP/byte whatever B, so it never gets
+there. The whole step's intensity therefore saturates as B grows, at
+(2N + 4·L·C·c) / (2·L·C·(c + 1)·b); ``step_ridge_batch`` is the batch at which it reaches
+R, ``None`` when it cannot (long contexts). The step time on the roofline
+(:meth:`DecodeStep.time_s`) treats the two parts apart:
+max(W / BW, 2·N·B / peak) + max(KV bytes / BW, attention FLOPs / peak).
+
+The model reads a run's manifest (``config.model``, ``config.dtype`` and the ``generate``
+block that ``collect --workload generate`` writes); no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from tracekit.errors import UsageError
+from tracekit.sweep.memory_model import DTYPE_BYTES, ModelShape
+
+
+def _shape(model: Mapping[str, Any] | ModelShape) -> ModelShape:
+    return model if isinstance(model, ModelShape) else ModelShape.from_mapping(model)
+
+
+def _bytes_per_elem(dtype: str) -> int:
+    if dtype not in DTYPE_BYTES:
+        raise UsageError(f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
+    return DTYPE_BYTES[dtype]
+
+
+def matmul_params(model: Mapping[str, Any] | ModelShape) -> int:
+    """N: parameters that do matmul work per token (``collectors.gpt.matmul_params``)."""
+    s = _shape(model)
+    n = s.n_params() - s.block_size * s.n_embd
+    if not s.tie_embeddings:
+        n -= s.vocab_size * s.n_embd
+    return n
+
+
+def weight_bytes(model: Mapping[str, Any] | ModelShape, dtype: str) -> int:
+    """W: bytes of the weights one decode step reads (every multiplied weight, once)."""
+    return matmul_params(model) * _bytes_per_elem(dtype)
+
+
+@dataclass(frozen=True)
+class DecodeStep:
+    """One decode step of ``batch`` sequences attending to ``context`` cached tokens."""
+
+    batch: int
+    context: int
+    weight_bytes: int
+    kv_read_bytes: int
+    kv_write_bytes: int
+    gemm_flops: int
+    attention_flops: int
+
+    @property
+    def bytes(self) -> int:
+        return self.weight_bytes + self.kv_read_bytes + self.kv_write_bytes
+
+    @property
+    def flops(self) -> int:
+        return self.gemm_flops + self.attention_flops
+
+    @property
+    def intensity(self) -> float:
+        """FLOP per byte of the whole step."""
+        return self.flops / self.bytes
+
+    @property
+    def bytes_per_token(self) -> float:
+        return self.bytes / self.batch
+
+    @property
+    def flops_per_token(self) -> float:
+        return self.flops / self.batch
+
+    def time_s(self, bandwidth_Bps: float, peak_flops: float) -> float:
+        """The step on the roofline, its GEMM and attention parts each at its own bound."""
+        gemm = max(self.weight_bytes / bandwidth_Bps, self.gemm_flops / peak_flops)
+        kv = self.kv_read_bytes + self.kv_write_bytes
+        attn = max(kv / bandwidth_Bps, self.attention_flops / peak_flops)
+        return gemm + attn
+
+    def bound(self, bandwidth_Bps: float, peak_flops: float) -> str:
+        """'memory' or 'compute': the whole step's intensity against the ridge point."""
+        return "compute" if self.intensity >= ridge_point(peak_flops, bandwidth_Bps) else "memory"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(bytes=self.bytes, flops=self.flops, intensity=self.intensity)
+        return d
+
+
+def decode_step(
+    model: Mapping[str, Any] | ModelShape, *, batch: int, context: int, dtype: str
+) -> DecodeStep:
+    """Bytes and FLOPs of one decode step (see the module docstring)."""
+    if batch < 1 or context < 1:
+        raise UsageError(f"batch and context must be >= 1, got {batch}, {context}")
+    s = _shape(model)
+    b = _bytes_per_elem(dtype)
+    L, C, B, c = s.n_layer, s.n_embd, batch, context
+    return DecodeStep(
+        batch=B,
+        context=c,
+        weight_bytes=weight_bytes(s, dtype),
+        kv_read_bytes=2 * L * B * c * C * b,
+        kv_write_bytes=2 * L * B * C * b,
+        gemm_flops=2 * matmul_params(s) * B,
+        attention_flops=4 * L * C * c * B,
+    )
+
+
+@dataclass(frozen=True)
+class Prefill:
+    """The prefill of ``batch`` prompts of ``prompt`` tokens (only the last position's
+    logits are computed; attention FLOPs count the full P×P square, as naive attention
+    computes it)."""
+
+    batch: int
+    prompt: int
+    flops: int
+    bytes: int  # weights once + the KV cache written
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes
+
+
+def prefill(
+    model: Mapping[str, Any] | ModelShape, *, batch: int, prompt: int, dtype: str
+) -> Prefill:
+    s = _shape(model)
+    b = _bytes_per_elem(dtype)
+    L, C, V, B, P = s.n_layer, s.n_embd, s.vocab_size, batch, prompt
+    head = V * C  # the LM head runs on the last position only
+    flops = B * (2 * (matmul_params(s) - head) * P + 2 * head + 4 * L * C * P * P)
+    return Prefill(B, P, flops, weight_bytes(s, dtype) + 2 * L * B * P * C * b)
+
+
+def ridge_point(peak_flops: float, bandwidth_Bps: float) -> float:
+    """FLOP per byte at which the compute roof meets the bandwidth roof."""
+    return peak_flops / bandwidth_Bps
+
+
+def gemm_ridge_batch(
+    model: Mapping[str, Any] | ModelShape, *, dtype: str, peak_flops: float, bandwidth_Bps: float
+) -> float:
+    """The batch at which the decode step's weight GEMMs reach the ridge point:
+    R·W / (2·N); above it they are compute-bound."""
+    R = ridge_point(peak_flops, bandwidth_Bps)
+    return R * weight_bytes(model, dtype) / (2 * matmul_params(model))
+
+
+def step_ridge_batch(
+    model: Mapping[str, Any] | ModelShape,
+    *,
+    context: int,
+    dtype: str,
+    peak_flops: float,
+    bandwidth_Bps: float,
+) -> float | None:
+    """The batch at which a whole decode step at ``context`` reaches the ridge point:
+    B·F / (W + B·K) = R, F and K the FLOPs and KV bytes per token; None when the KV
+    cache's bytes grow too fast for that (F <= R·K)."""
+    R = ridge_point(peak_flops, bandwidth_Bps)
+    one = decode_step(model, batch=1, context=context, dtype=dtype)
+    F, K = one.flops, one.kv_read_bytes + one.kv_write_bytes
+    if F <= R * K:
+        return None
+    return R * one.weight_bytes / (F - R * K)
+
+
+@dataclass(frozen=True)
+class DecodeModel:
+    """A generate run's shape: ``new_tokens`` decode steps after a ``prompt``-token
+    prefill, ``batch`` sequences, weights and cache in ``dtype``."""
+
+    shape: ModelShape
+    dtype: str
+    batch: int
+    prompt: int
+    new_tokens: int
+
+    @classmethod
+    def from_manifest(cls, manifest: Mapping[str, Any]) -> DecodeModel:
+        """From a ``collect --workload generate`` manifest."""
+        cfg = manifest.get("config") or {}
+        g = manifest.get("generate")
+        if not g or cfg.get("workload") != "generate":
+            raise UsageError("not a generate run: its manifest has no 'generate' block")
+        return cls(
+            ModelShape.from_mapping(cfg["model"]),
+            str(cfg["dtype"]),
+            int(g["batch"]),
+            int(g["prompt"]),
+            int(g["new_tokens"]),
+        )
+
+    def step(self, d: int) -> DecodeStep:
+        """Decode step ``d`` (0-based, ProfilerStep#d): context prompt + d + 1."""
+        if not 0 <= d < self.new_tokens:
+            raise UsageError(f"decode step {d} is not in 0 .. {self.new_tokens - 1}")
+        return decode_step(
+            self.shape, batch=self.batch, context=self.prompt + d + 1, dtype=self.dtype
+        )
+
+    def steps(self) -> list[DecodeStep]:
+        return [self.step(d) for d in range(self.new_tokens)]
+
+    def mean_bytes_per_step(self) -> float:
+        return sum(s.bytes for s in self.steps()) / self.new_tokens
+
+    def mean_flops_per_token(self) -> float:
+        return sum(s.flops_per_token for s in self.steps()) / self.new_tokens
+
+    def prefill(self) -> Prefill:
+        return prefill(self.shape, batch=self.batch, prompt=self.prompt, dtype=self.dtype)
+
+    def kv_cache_bytes(self) -> int:
+        """The preallocated cache: 2·L·B·(prompt + new_tokens)·C·b."""
+        b = _bytes_per_elem(self.dtype)
+        ctx = self.prompt + self.new_tokens
+        return 2 * self.shape.n_layer * self.batch * ctx * self.shape.n_embd * b
+
+    def predict(self, bandwidth_Bps: float, peak_flops: float) -> dict[str, Any]:
+        """The roofline's figures for this run at the given ceilings."""
+        times = [s.time_s(bandwidth_Bps, peak_flops) for s in self.steps()]
+        tpot = sum(times) / len(times)
+        ctx = self.prompt + self.new_tokens
+        return {
+            "ridge_point": ridge_point(peak_flops, bandwidth_Bps),
+            "tpot_s": tpot,
+            "tokens_per_s": self.batch / tpot,
+            "bytes_per_step": self.mean_bytes_per_step(),
+            "flops_per_token": self.mean_flops_per_token(),
+            "bandwidth_needed_Bps": self.mean_bytes_per_step() / tpot,
+            "gemm_ridge_batch": gemm_ridge_batch(
+                self.shape, dtype=self.dtype, peak_flops=peak_flops, bandwidth_Bps=bandwidth_Bps
+            ),
+            "step_ridge_batch": step_ridge_batch(
+                self.shape,
+                context=ctx,
+                dtype=self.dtype,
+                peak_flops=peak_flops,
+                bandwidth_Bps=bandwidth_Bps,
+            ),
+            "last_step_bound": self.step(self.new_tokens - 1).bound(bandwidth_Bps, peak_flops),
+        }
