@@ -240,7 +240,12 @@ def _collect_garbage() -> None:
 class Profiler:
     """Context manager around ``torch.profiler.profile``; call :meth:`step` after
     every training step. Written files are listed in :attr:`traces` and
-    :attr:`memory_timelines`; :attr:`memory_timeline_absent` says why there is none."""
+    :attr:`memory_timelines`; :attr:`memory_timeline_absent` says why there is none.
+
+    ``schedule`` replaces the config's wait/warmup/active schedule; ``step_ranges=False``
+    stops torch from opening a ``ProfilerStep#N`` range at every :meth:`step` (the
+    generate workload marks its decode steps itself, so that its prefill, recorded in
+    the same window, belongs to no step)."""
 
     def __init__(
         self,
@@ -250,8 +255,12 @@ class Profiler:
         device: torch.device,
         worker_name: str | None = None,
         on_export: Callable[[str], None] | None = None,
+        schedule: Callable[[int], Any] | None = None,
+        step_ranges: bool = True,
     ) -> None:
         self.config = config
+        self.schedule = schedule
+        self.step_ranges = step_ranges
         self.out_dir = Path(out_dir)
         self.device = device
         self.worker_name = worker_name or default_worker_name()
@@ -265,9 +274,9 @@ class Profiler:
 
     def build(self) -> torch.profiler.profile:
         """The configured (not yet started) ``torch.profiler.profile``."""
-        return torch.profiler.profile(
+        prof = torch.profiler.profile(
             activities=activities(self.device),
-            schedule=self.config.schedule(),
+            schedule=self.schedule or self.config.schedule(),
             on_trace_ready=self._trace_ready,
             record_shapes=self.config.record_shapes,
             profile_memory=self.config.profile_memory,
@@ -275,6 +284,11 @@ class Profiler:
             with_stack=self.config.with_stack,
             with_modules=self.config.with_modules,
         )
+        if not self.step_ranges:
+            # torch (2.0 - 2.13) opens "ProfilerStep#N" in start() and step() only when
+            # this attribute, set from the schedule, is true.
+            prof.record_steps = False
+        return prof
 
     def __enter__(self) -> Profiler:
         self.out_dir.mkdir(parents=True, exist_ok=True)
