@@ -19,6 +19,11 @@ from tracekit.errors import DeviceError, UsageError
 DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16")
 DEVICES: tuple[str, ...] = ("cuda", "cpu")
 PARALLELS: tuple[str, ...] = ("ddp", "fsdp")  # with gpus > 1: collectors/distributed.py
+WORKLOADS: tuple[str, ...] = ("train", "generate")
+# torch.optim.AdamW's three implementations: the per-parameter loop, the multi-tensor
+# (foreach) one and the fused kernel.
+OPTIMIZERS: tuple[str, ...] = ("adamw", "adamw-foreach", "adamw-fused")
+GENERATE_PROMPT, GENERATE_NEW_TOKENS = 128, 64  # --workload generate's defaults
 TORCH_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -45,6 +50,15 @@ class CollectConfig:
     data: Path | None = None  # a text file, tokenised bytewise; None: random tokens
     lr: float = 3e-4
     tf32: bool = False  # allow TF32 for fp32 matmuls (torch.set_float32_matmul_precision)
+    workload: str = "train"  # "train" | "generate" (prefill + decode with a KV cache)
+    # training levers
+    checkpoint: bool = False  # activation checkpointing per block
+    optimizer: str | None = None  # None: torch's choice (foreach on CUDA, the loop on CPU)
+    grad_accum: int = 1  # micro-batches of `batch` sequences per optimizer step
+    cuda_graphs: bool = False  # replay the step as a CUDA graph
+    # generate (None: GENERATE_PROMPT / GENERATE_NEW_TOKENS with --workload generate)
+    prompt: int | None = None  # prompt tokens per sequence (the prefill)
+    new_tokens: int | None = None  # decode steps
     profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
     memory_snapshot: bool = True  # CUDA only
     snapshot_steps: int = 1
@@ -64,6 +78,10 @@ class CollectConfig:
                 f"--attention must be one of {', '.join(ATTENTIONS)}, got {self.attention!r}"
             )
         preset(self.preset)  # unknown preset -> UsageError
+        if self.workload not in WORKLOADS:
+            raise UsageError(
+                f"--workload must be one of {', '.join(WORKLOADS)}, got {self.workload!r}"
+            )
         _check_int("batch", self.batch, 1)
         _check_int("seq", self.seq, 1)
         if self.layers is not None:
@@ -87,11 +105,16 @@ class CollectConfig:
         if not (isinstance(self.lr, (int, float)) and self.lr > 0):
             raise UsageError(f"--lr must be > 0, got {self.lr!r}")
         model = self.model_config()
-        if self.seq > model.block_size:
-            raise UsageError(
-                f"--seq {self.seq} exceeds the context of preset {self.preset!r} "
-                f"(block_size {model.block_size})"
-            )
+        if self.workload == "generate":
+            self._check_generate(model.block_size)
+        else:
+            self._check_train()
+            if self.seq > model.block_size:
+                raise UsageError(
+                    f"--seq {self.seq} exceeds the context of preset {self.preset!r} "
+                    f"(block_size {model.block_size})"
+                )
+        tokens = self.seq if self.workload == "train" else self.prompt_tokens
         if self.data is not None:
             path = Path(self.data)
             if not path.is_file():
@@ -101,13 +124,97 @@ class CollectConfig:
                     f"--data is tokenised bytewise (256 ids) but preset {self.preset!r} has "
                     f"vocab_size {model.vocab_size}"
                 )
-            if path.stat().st_size < self.seq + 1:
+            if path.stat().st_size < tokens + 1:
+                what = "--seq" if self.workload == "train" else "--prompt"
                 raise UsageError(
-                    f"--data {path} has {path.stat().st_size} bytes; --seq {self.seq} needs "
-                    f"at least {self.seq + 1}"
+                    f"--data {path} has {path.stat().st_size} bytes; {what} {tokens} needs "
+                    f"at least {tokens + 1}"
                 )
         if self.out is not None and Path(self.out).exists() and not Path(self.out).is_dir():
             raise UsageError(f"-o {self.out} exists and is not a folder")
+
+    def _check_train(self) -> None:
+        if self.prompt is not None or self.new_tokens is not None:
+            raise UsageError("--prompt and --new-tokens need --workload generate")
+        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
+            raise UsageError(
+                f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}"
+            )
+        _check_int("grad-accum", self.grad_accum, 1)
+        if not isinstance(self.checkpoint, bool) or not isinstance(self.cuda_graphs, bool):
+            raise UsageError("--checkpoint and --cuda-graphs are flags (true or false)")
+        if self.cuda_graphs:
+            if self.device != "cuda":
+                raise UsageError(
+                    "--cuda-graphs needs --device cuda (a CUDA graph replays captured kernels)"
+                )
+            if self.dtype == "fp16" and not self.compile:
+                raise UsageError(
+                    "--cuda-graphs cannot capture the fp16 step: its GradScaler reads the "
+                    "inf/NaN flag on the host; use --dtype bf16 or fp32, or add --compile"
+                )
+            if self.warmup < 1:
+                raise UsageError("--cuda-graphs captures the step in warm-up: needs --warmup >= 1")
+
+    def _check_generate(self, block_size: int) -> None:
+        # frozen dataclass: resolve the defaults in place so the manifest shows them
+        if self.prompt is None:
+            object.__setattr__(self, "prompt", GENERATE_PROMPT)
+        if self.new_tokens is None:
+            object.__setattr__(self, "new_tokens", GENERATE_NEW_TOKENS)
+        _check_int("prompt", self.prompt, 1)
+        _check_int("new-tokens", self.new_tokens, 1)
+        training_only = [
+            name
+            for name, on in (
+                ("--checkpoint", self.checkpoint),
+                ("--optimizer", self.optimizer is not None),
+                ("--grad-accum", self.grad_accum != 1),
+                ("--cuda-graphs", self.cuda_graphs),
+            )
+            if on
+        ]
+        if training_only:
+            raise UsageError(f"{', '.join(training_only)}: training options; not for generate")
+        if self.profiler.repeat != 1:
+            raise UsageError(
+                f"--profile-repeat {self.profiler.repeat}: generate profiles one generation"
+            )
+        if self.context > block_size:
+            raise UsageError(
+                f"--prompt {self.prompt} + --new-tokens {self.new_tokens} = {self.context} "
+                f"exceeds the context of preset {self.preset!r} (block_size {block_size})"
+            )
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt length of a generate run (0 for training)."""
+        return int(self.prompt or 0)
+
+    @property
+    def decode_steps(self) -> int:
+        """Decode steps of a generate run (0 for training)."""
+        return int(self.new_tokens or 0)
+
+    @property
+    def context(self) -> int:
+        """Tokens a generate run's KV cache holds: prompt + new tokens."""
+        return self.prompt_tokens + self.decode_steps
+
+    @property
+    def optimizer_name(self) -> str:
+        """The AdamW implementation that runs: ``--optimizer``, else torch's default for
+        the device (foreach on CUDA; on CPU torch has no foreach kernels: the loop)."""
+        return self.optimizer if self.optimizer is not None else self.default_optimizer()
+
+    def default_optimizer(self) -> str:
+        """What torch's AdamW picks without foreach/fused: foreach on CUDA, the loop on CPU."""
+        return "adamw-foreach" if self.device == "cuda" else "adamw"
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens of one optimizer step: grad_accum micro-batches of batch × seq."""
+        return self.grad_accum * self.batch * self.seq
 
     def model_config(self) -> GPTConfig:
         cfg = preset(self.preset).replace(attention=self.attention)
@@ -116,13 +223,27 @@ class CollectConfig:
         return cfg
 
     def run_name(self) -> str:
-        """``<preset>-b<batch>-s<seq>-<dtype>-<attention>[-l<layers>][-compile]`` then
-        ``[-g<gpus>-<parallel>][-cpu]``."""
-        parts = [self.preset, f"b{self.batch}", f"s{self.seq}", self.dtype, self.attention]
+        """``<preset>-b<batch>-s<seq>-<dtype>-<attention>[-l<layers>][-compile][-ckpt]
+        [-<optimizer>][-ga<K>][-cudagraphs][-g<gpus>-<parallel>][-cpu]``, the optimizer
+        where it is not the device's default; generate:
+        ``<preset>-generate-b<batch>-p<prompt>-n<new>-<dtype>-<attention>...``."""
+        if self.workload == "generate":
+            size = [f"b{self.batch}", f"p{self.prompt}", f"n{self.new_tokens}"]
+            parts = [self.preset, "generate", *size, self.dtype, self.attention]
+        else:
+            parts = [self.preset, f"b{self.batch}", f"s{self.seq}", self.dtype, self.attention]
         if self.layers is not None:
             parts.append(f"l{self.layers}")
         if self.compile:
             parts.append("compile")
+        if self.checkpoint:
+            parts.append("ckpt")
+        if self.optimizer is not None and self.optimizer != self.default_optimizer():
+            parts.append(self.optimizer)
+        if self.grad_accum > 1:
+            parts.append(f"ga{self.grad_accum}")
+        if self.cuda_graphs:
+            parts.append("cudagraphs")
         if self.gpus > 1:
             parts.append(f"g{self.gpus}-{self.parallel}")
         if self.device == "cpu":
@@ -140,6 +261,7 @@ class CollectConfig:
         d["profiler"] = self.profiler.to_dict()
         d["data"] = str(self.data) if self.data is not None else None
         d["out"] = str(self.out_dir())
+        d["optimizer"] = self.optimizer_name if self.workload == "train" else None
         d["model"] = self.model_config().to_dict()
         return d
 

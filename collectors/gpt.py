@@ -122,11 +122,23 @@ def train_flops_per_token(cfg: GPTConfig, seq: int) -> int:
     """Training FLOPs per token: 6·N (forward + backward GEMMs, N = non-embedding
     parameters incl. the output projection) + 12·L·C·T (attention scores and
     PV), following Kaplan et al. 2020 and Chowdhery et al. 2022, appendix B."""
-    # Embedding lookups do no matmul: drop wpe, and wte unless it doubles as lm_head.
+    return 6 * matmul_params(cfg) + 12 * cfg.n_layer * cfg.n_embd * seq
+
+
+def matmul_params(cfg: GPTConfig) -> int:
+    """Parameters that do matmul work per token: embedding lookups do none, so without
+    wpe, and without wte unless it doubles as lm_head."""
     n = count_params(cfg) - cfg.block_size * cfg.n_embd
     if not cfg.tie_embeddings:
         n -= cfg.vocab_size * cfg.n_embd
-    return 6 * n + 12 * cfg.n_layer * cfg.n_embd * seq
+    return n
+
+
+def decode_flops_per_token(cfg: GPTConfig, context: int) -> int:
+    """Forward FLOPs of one decode step per sequence at ``context`` cached tokens:
+    2·N (the GEMMs, N = matmul parameters) + 4·L·C·context (QKᵀ and PV against the
+    cache), the forward third of :func:`train_flops_per_token`."""
+    return 2 * matmul_params(cfg) + 4 * cfg.n_layer * cfg.n_embd * context
 
 
 class CausalSelfAttention(nn.Module):

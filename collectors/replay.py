@@ -186,6 +186,10 @@ def run_counters(run_dir: Path, metrics: Sequence[str] | None = None, *,
         "method": "one step replayed; first launch of each distinct launch configuration "
         "(ncu --filter-mode per-launch-config --launch-count 1)",
     }
+    if _is_generate(run_dir):
+        entry["method"] = entry["method"].replace(
+            "one step replayed", "the prefill and the first decode step replayed"
+        )
     gemm_csv = None
     if gemm:
         config = json.loads((run_dir / "manifest.json").read_text()).get("config", {})
@@ -224,13 +228,41 @@ def run_counters(run_dir: Path, metrics: Sequence[str] | None = None, *,
     return entry
 
 
+def _is_generate(run_dir: Path) -> bool:
+    config = json.loads((run_dir / "manifest.json").read_text()).get("config", {})
+    return bool(config.get("workload") == "generate")
+
+
 def _csv_part(stdout: str) -> str:
     """ncu prints its own '==PROF==' lines and the program's output around the CSV."""
     lines = [ln for ln in stdout.splitlines() if ln.startswith('"')]
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def _bracket(module: Any, start: Any, stop: Any) -> None:
+def _replay_generate(cfg: Any, device: Any, *, sample: bool) -> None:
+    """A generate run's replay: after warm-up generations, the prefill and the first
+    decode step (with ``sample``: only what the first block and the LM head launch)."""
+    import torch
+
+    from tracekit.collectors.generate import build_generator, generate
+
+    gen = build_generator(cfg, device)
+    for i in range(max(cfg.warmup, 1)):
+        generate(gen, i)
+    torch.cuda.synchronize()
+    cudart = torch.cuda.cudart()
+    if sample:
+        for m in (gen.model.blocks[0], gen.model.lm_head):
+            _bracket(m, cudart.cudaProfilerStart, cudart.cudaProfilerStop, backward=False)
+    else:
+        cudart.cudaProfilerStart()
+    generate(gen, cfg.warmup, decode_steps=1)
+    torch.cuda.synchronize()
+    if not sample:
+        cudart.cudaProfilerStop()
+
+
+def _bracket(module: Any, start: Any, stop: Any, *, backward: bool = True) -> None:
     """Profile what ``module`` launches: its forward and its backward, each between
     ``cudaProfilerStart`` and ``cudaProfilerStop`` (process-wide, so the backward pass's
     launches from the autograd thread are bracketed too)."""
@@ -245,8 +277,9 @@ def _bracket(module: Any, start: Any, stop: Any) -> None:
 
     module.register_forward_pre_hook(on)
     module.register_forward_hook(off)
-    module.register_full_backward_pre_hook(on)
-    module.register_full_backward_hook(off)
+    if backward:
+        module.register_full_backward_pre_hook(on)
+        module.register_full_backward_hook(off)
 
 
 def replay(run_dir: Path, *, sample: bool = False) -> None:
@@ -271,6 +304,9 @@ def replay(run_dir: Path, *, sample: bool = False) -> None:
     c["data"] = Path(c["data"]) if c.get("data") else None
     cfg = CollectConfig(**{k: v for k, v in c.items() if k in CollectConfig.__dataclass_fields__})
     device = torch.device("cuda")
+    if cfg.workload == "generate":
+        _replay_generate(cfg, device, sample=sample)
+        return
     wl = build_workload(cfg, device)
     for i in range(max(cfg.warmup, 2)):
         wl.step(i)

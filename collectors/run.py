@@ -27,6 +27,7 @@ import torch
 import tracekit
 from tracekit.collectors.ceilings import measure_ceilings
 from tracekit.collectors.config import CollectConfig, resolve_device
+from tracekit.collectors.generate import kv_cache_bytes, run_generate
 from tracekit.collectors.gpt import count_params, train_flops_per_token
 from tracekit.collectors.profiler import (
     Profiler,
@@ -34,7 +35,14 @@ from tracekit.collectors.profiler import (
     memory_snapshot_absent_reason,
     record_memory_snapshot,
 )
-from tracekit.collectors.train import StepTimer, Workload, build_workload, run_steps, summarize_ms
+from tracekit.collectors.train import (
+    StepTimer,
+    Workload,
+    build_workload,
+    cuda_graphs_method,
+    run_steps,
+    summarize_ms,
+)
 from tracekit.errors import OutOfMemoryError, TracekitError
 from tracekit.io import atomic_dir, atomic_write_json
 
@@ -193,11 +201,12 @@ def _metrics(
     step = summarize_ms(timed_ms)
     median_s = float(step["median"]) / 1e3
     prof = summarize_ms(profiled_ms)
-    flops_per_step = train_flops_per_token(cfg.model_config(), cfg.seq) * cfg.batch * cfg.seq
+    tokens = cfg.tokens_per_step  # grad_accum micro-batches of batch x seq
+    flops_per_step = train_flops_per_token(cfg.model_config(), cfg.seq) * tokens
     return {
         "step_time_ms": step,
-        "samples_per_s": cfg.batch / median_s,
-        "tokens_per_s": cfg.batch * cfg.seq / median_s,
+        "samples_per_s": cfg.grad_accum * cfg.batch / median_s,
+        "tokens_per_s": tokens / median_s,
         "model_flops_per_s": flops_per_step / median_s,
         "peak_allocated_bytes": peak_alloc,
         "peak_reserved_bytes": peak_reserved,
@@ -224,10 +233,13 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
 
     One rank of a multi-GPU run (``collectors/rank.py``) passes ``prefix`` (``rank<R>.``,
     the start of each of its file names), ``wrap`` (DDP / FSDP2) and its ``data_seed``."""
-    arts = manifest["artifacts"]
     if cfg.ceilings:
         ui.phase("measuring device ceilings")
         manifest["ceilings"] = measure_ceilings(device, precisions_used(cfg)).to_dict()
+    if cfg.workload == "generate":
+        run_generate(cfg, device, run_dir, ui, manifest)
+        return
+    arts = manifest["artifacts"]
 
     ui.phase("building model" + (" (torch.compile happens in warm-up)" if cfg.compile else ""))
     if wrap is None and data_seed is None:  # one process: the call tests substitute
@@ -301,6 +313,30 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
     manifest["total_steps"] = n
 
 
+def step_entry(cfg: CollectConfig) -> dict[str, Any]:
+    """The manifest's ``step``: what one step (one ProfilerStep, one timed sample) is."""
+    if cfg.workload == "generate":
+        return {
+            "definition": "one decode step: one new token for each of the batch's sequences "
+            "(the prefill is timed and marked apart)",
+            "micro_batches": 1,
+            "tokens": cfg.batch,
+        }
+    return {
+        "definition": "one optimizer step: grad_accum micro-batches of batch x seq tokens, "
+        "a forward and a backward each (loss / grad_accum), then one AdamW step",
+        "micro_batches": cfg.grad_accum,
+        "micro_batch_tokens": cfg.batch * cfg.seq,
+        "tokens": cfg.tokens_per_step,
+        "activation_checkpointing": "per block, torch.utils.checkpoint(use_reentrant=False)"
+        if cfg.checkpoint
+        else None,
+        "optimizer": cfg.optimizer_name,
+        "cuda_graphs": cuda_graphs_method(cfg),
+        "model_flops_exclude": "the checkpoint recompute" if cfg.checkpoint else None,
+    }
+
+
 def base_manifest(cfg: CollectConfig, device: torch.device) -> dict[str, Any]:
     mcfg = cfg.model_config()
     return {
@@ -314,6 +350,7 @@ def base_manifest(cfg: CollectConfig, device: torch.device) -> dict[str, Any]:
             "flops_formula": "6*N_matmul_params + 12*n_layer*n_embd*seq (Kaplan 2020; PaLM app. B)",
             **mcfg.to_dict(),
         },
+        "step": step_entry(cfg),
         "versions": versions(device),
         "device": device_info(device),
         "metrics": None,
@@ -361,6 +398,13 @@ def collect(cfg: CollectConfig) -> Path:
         atomic_write_json(tmp / MANIFEST, manifest)
     if failure is None:
         return out
+    if _is_oom(failure) and cfg.workload == "generate":
+        raise OutOfMemoryError(
+            f"CUDA out of memory generating with --preset {cfg.preset} --batch {cfg.batch} "
+            f"--prompt {cfg.prompt} --new-tokens {cfg.new_tokens} --dtype {cfg.dtype}; "
+            f"{out}/{MANIFEST} has status 'oom' (the KV cache alone needs "
+            f"{kv_cache_bytes(cfg) / 2**30:.2f} GiB: try a smaller --batch or context)"
+        ) from failure
     if _is_oom(failure):
         raise OutOfMemoryError(
             f"CUDA out of memory with --preset {cfg.preset} --batch {cfg.batch} --seq {cfg.seq} "
@@ -380,6 +424,25 @@ def _bytes(n: float | None) -> str:
     return "n/a" if n is None else f"{n / 2**30:.2f} GiB"
 
 
+def _generate_lines(m: dict[str, Any]) -> list[str]:
+    met, g = m["metrics"], m["generate"]
+    ft, tp, mem = met["ttft_ms"], met["tpot_ms"], met["memory"]
+    return [
+        f"generate: batch {g['batch']}, prompt {g['prompt']}, {g['new_tokens']} decode steps "
+        f"(context {g['context']})",
+        f"time to first token: {ft['median']:.2f} ms median (p10 {ft['p10']:.2f}, "
+        f"p90 {ft['p90']:.2f}, n={ft['n']})",
+        f"time per output token: {tp['median']:.3f} ms median (p10 {tp['p10']:.3f}, "
+        f"p90 {tp['p90']:.3f}, n={tp['n']}); {met['tokens_per_s']:,.0f} tokens/s decoding, "
+        f"{met['generated_tokens_per_s']:,.0f} tokens/s end to end",
+        f"profiled decode step: {met['profiled_step_time_ms']:.3f} ms "
+        f"(profiler overhead {met['profiler_overhead_pct']:+.1f} %)",
+        f"memory: peak allocated {_bytes(met['peak_allocated_bytes'])} = weights "
+        f"{_bytes(mem['weights_bytes'])} + KV cache {_bytes(mem['kv_cache_bytes'])} "
+        f"(formula {_bytes(g['kv_cache_bytes'])}) + other {_bytes(mem['other_bytes'])}",
+    ]
+
+
 def summary(run_dir: Path) -> str:
     """A few lines describing a finished run folder (what the CLI prints)."""
     import json
@@ -387,7 +450,9 @@ def summary(run_dir: Path) -> str:
     m = json.loads((Path(run_dir) / MANIFEST).read_text())
     lines = [f"run folder: {run_dir}  (status {m['status']})"]
     met = m.get("metrics")
-    if met:
+    if met and met.get("workload") == "generate":
+        lines += _generate_lines(m)
+    elif met:
         st = met["step_time_ms"]
         lines.append(
             f"step time: {st['median']:.2f} ms median (p10 {st['p10']:.2f}, p90 {st['p90']:.2f}, "

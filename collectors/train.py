@@ -1,5 +1,13 @@
 """The profiled workload: a GPT training step, and how its steps are timed.
 
+A step is one optimizer step: ``--grad-accum K`` micro-batches of ``--batch`` sequences,
+each a forward and a backward (the loss divided by K, so the gradients are those of the
+mean), then one AdamW step and ``zero_grad(set_to_none=True)``. The levers change how it
+runs, not what it computes: ``--checkpoint`` (blocks recompute their forward in
+backward), ``--optimizer`` (AdamW's loop, foreach or fused implementation) and
+``--cuda-graphs`` (the whole step captured once as a CUDA graph and replayed; with
+``--compile``, inductor's cudagraph trees of ``mode="reduce-overhead"`` instead).
+
 One step function serves every phase (warm-up, timed, profiled, snapshot), so the
 profiled step is the measured step. Inside a step nothing waits for the device:
 batches are pre-generated on the device, the loss stays a tensor, and the only
@@ -16,7 +24,7 @@ import contextlib
 import random
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -26,6 +34,7 @@ from tracekit.collectors.config import TORCH_DTYPE, CollectConfig
 from tracekit.collectors.gpt import GPT, count_params
 
 POOL_BATCHES = 8  # distinct batches cycled through; generated once, on the device
+GRAPH_WARMUP = 3  # eager steps on a side stream before a CUDA graph capture (torch's docs)
 
 
 class Stepper(Protocol):
@@ -40,18 +49,25 @@ def make_batches(
 
     Random token ids by default; with ``cfg.data``, random windows of the file's bytes
     (token id = byte value)."""
-    B, T = cfg.batch, cfg.seq
-    vocab = cfg.model_config().vocab_size
+    tokens = sample_tokens(cfg, cfg.seq + 1, device, seed)  # (POOL_BATCHES, B, T + 1)
+    return [(t[:, :-1], t[:, 1:]) for t in tokens]
+
+
+def sample_tokens(
+    cfg: CollectConfig, length: int, device: torch.device, seed: int | None = None
+) -> torch.Tensor:
+    """(POOL_BATCHES, batch, length) token ids seeded by ``seed`` (default ``cfg.seed``):
+    random, or random windows of ``cfg.data``'s bytes."""
+    B = cfg.batch
     g = torch.Generator().manual_seed(cfg.seed if seed is None else seed)
     if cfg.data is None:
-        tokens = torch.randint(0, vocab, (POOL_BATCHES, B, T + 1), generator=g)
+        vocab = cfg.model_config().vocab_size
+        tokens = torch.randint(0, vocab, (POOL_BATCHES, B, length), generator=g)
     else:
         data = torch.frombuffer(bytearray(cfg.data.read_bytes()), dtype=torch.uint8).long()
-        starts = torch.randint(0, data.numel() - T, (POOL_BATCHES, B), generator=g)
-        offsets = torch.arange(T + 1)
-        tokens = data[starts[..., None] + offsets]  # (POOL_BATCHES, B, T + 1)
-    tokens = tokens.to(device)
-    return [(t[:, :-1], t[:, 1:]) for t in tokens]
+        starts = torch.randint(0, data.numel() - length + 1, (POOL_BATCHES, B), generator=g)
+        tokens = data[starts[..., None] + torch.arange(length)]  # (POOL_BATCHES, B, length)
+    return tokens.to(device)
 
 
 @dataclass
@@ -79,6 +95,38 @@ class Workload:
     step: Callable[[int], torch.Tensor]
 
 
+def make_optimizer(
+    cfg: CollectConfig, params: Iterable[torch.nn.Parameter], *, capturable: bool = False
+) -> torch.optim.Optimizer:
+    """AdamW (weight decay 0.1) in the implementation ``cfg.optimizer`` names; without
+    one, torch picks (foreach on CUDA, the per-parameter loop on CPU)."""
+    kw: dict[str, Any] = {
+        None: {},
+        "adamw": {"foreach": False},
+        "adamw-foreach": {"foreach": True},
+        "adamw-fused": {"fused": True},
+    }[cfg.optimizer]
+    if capturable:  # step counters on the device: no host read inside the graph
+        kw["capturable"] = True
+    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.1, **kw)
+
+
+def cuda_graphs_method(cfg: CollectConfig) -> str | None:
+    """How ``--cuda-graphs`` runs for ``cfg`` (None: it is off)."""
+    if not cfg.cuda_graphs:
+        return None
+    if cfg.compile:
+        return (
+            "torch.compile(mode='reduce-overhead'): inductor's cudagraph trees replay the "
+            "forward and the backward; the optimizer step runs eagerly"
+        )
+    return (
+        "torch.cuda.graph: the whole step (every micro-batch's forward and backward and "
+        "the capturable AdamW step) captured once after warm-up, replayed from static "
+        "input buffers"
+    )
+
+
 def build_workload(
     cfg: CollectConfig,
     device: torch.device,
@@ -93,42 +141,115 @@ def build_workload(
     random.seed(cfg.seed)
     torch.set_float32_matmul_precision("high" if cfg.tf32 else "highest")
     mcfg = cfg.model_config()
-    model = GPT(mcfg).to(device)
+    model = GPT(mcfg, checkpoint=cfg.checkpoint).to(device)
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
     assert n_params == count_params(mcfg), (n_params, count_params(mcfg))
     if wrap is not None:
         model = wrap(model)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.1)
+    whole_graph = cfg.cuda_graphs and not cfg.compile
+    optimizer = make_optimizer(cfg, model.parameters(), capturable=whole_graph)
     scaler = torch.amp.GradScaler(device.type) if cfg.dtype == "fp16" else None
     fwd: torch.nn.Module = model
     if cfg.compile:
-        fwd = torch.compile(model)  # type: ignore[assignment]
+        mode = "reduce-overhead" if cfg.cuda_graphs else None
+        fwd = torch.compile(model, mode=mode)  # type: ignore[assignment]
     batches = make_batches(cfg, device, data_seed)
     probe = MemoryProbe(device)
     dtype = TORCH_DTYPE[cfg.dtype]
     use_autocast = cfg.dtype != "fp32"
+    K = cfg.grad_accum
+    mark_step = cfg.compile and cfg.cuda_graphs  # cudagraph trees: a new iteration begins
 
-    def step(i: int) -> torch.Tensor:
-        x, y = batches[i % len(batches)]  # (B, T) each, already on the device
-        probe()
-        with torch.autocast(device.type, dtype=dtype, enabled=use_autocast):
+    def micro(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Forward and backward of one micro-batch; the (unscaled) loss, detached."""
+        if mark_step:
+            torch.compiler.cudagraph_mark_step_begin()
+        # Inside a graph capture autocast must not cache its weight casts (torch's docs).
+        with torch.autocast(
+            device.type, dtype=dtype, enabled=use_autocast, cache_enabled=not whole_graph
+        ):
             loss: torch.Tensor = fwd(x, y)
         probe()  # activations held for backward
+        if K > 1:
+            loss = loss / K  # gradients of the mean over the K micro-batches
         if scaler is not None:
             scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
-            probe()
+        else:
+            loss.backward()  # type: ignore[no-untyped-call]
+        probe()  # + gradients
+        return loss.detach()
+
+    def update() -> None:
+        if scaler is not None:
             scaler.step(optimizer)  # reads the inf flag on the host (GradScaler's own sync)
             scaler.update()
         else:
-            loss.backward()  # type: ignore[no-untyped-call]
-            probe()  # + gradients
             optimizer.step()
+
+    def accumulate(micro_batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        losses = [micro(x, y) for x, y in micro_batches]
+        loss = losses[0] if K == 1 else torch.stack(losses).sum()
+        update()
+        return loss
+
+    def micro_batches(i: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [batches[(i * K + j) % len(batches)] for j in range(K)]
+
+    def step(i: int) -> torch.Tensor:
+        probe()
+        loss = accumulate(micro_batches(i))
         optimizer.zero_grad(set_to_none=True)
         probe()
-        return loss.detach()
+        return loss.clone() if mark_step else loss  # cudagraph outputs are overwritten
 
+    if whole_graph:
+        graphed = _graphed_step(accumulate, micro_batches, optimizer, probe, device)
+        return Workload(model, optimizer, scaler, batches, device, probe, n_params, graphed)
     return Workload(model, optimizer, scaler, batches, device, probe, n_params, step)
+
+
+def _graphed_step(
+    accumulate: Callable[[list[tuple[torch.Tensor, torch.Tensor]]], torch.Tensor],
+    micro_batches: Callable[[int], list[tuple[torch.Tensor, torch.Tensor]]],
+    optimizer: torch.optim.Optimizer,
+    probe: MemoryProbe,
+    device: torch.device,
+) -> Callable[[int], torch.Tensor]:
+    """The step as one CUDA graph (torch's "whole-network capture"), captured at the
+    first call: GRAPH_WARMUP eager steps on a side stream, then the capture. Each call
+    copies its micro-batches into the static inputs and replays. The gradients stay
+    allocated between steps (the graph writes them in place: no zero_grad)."""
+    static = [(x.clone(), y.clone()) for x, y in micro_batches(0)]
+    captured: list[tuple[torch.cuda.CUDAGraph, torch.Tensor]] = []
+
+    def capture() -> None:
+        side = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+        side.wait_stream(torch.cuda.current_stream(device))  # type: ignore[no-untyped-call]
+        with torch.cuda.stream(side):
+            for _ in range(GRAPH_WARMUP):
+                optimizer.zero_grad(set_to_none=True)
+                accumulate(static)
+        torch.cuda.current_stream(device).wait_stream(side)  # type: ignore[no-untyped-call]
+        graph = torch.cuda.CUDAGraph()
+        optimizer.zero_grad(set_to_none=True)
+        with torch.cuda.graph(graph):
+            loss = accumulate(static)
+        captured.append((graph, loss))
+
+    def step(i: int) -> torch.Tensor:
+        for (sx, sy), (x, y) in zip(static, micro_batches(i), strict=True):
+            sx.copy_(x)
+            sy.copy_(y)
+        if not captured:
+            capture()
+        graph, loss = captured[0]
+        probe()
+        graph.replay()
+        probe()
+        return loss
+
+    return step
 
 
 class StepTimer:

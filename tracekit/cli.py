@@ -65,7 +65,9 @@ def collect(
     attention: Annotated[str, typer.Option(help="naive (explicit softmax) or sdpa.")] = "naive",
     compile: Annotated[bool, typer.Option("--compile", help="torch.compile the model.")] = False,
     batch: Annotated[int, typer.Option(help="Sequences per step.")] = 8,
-    seq: Annotated[int, typer.Option(help="Tokens per sequence (<= the preset's context).")] = 128,
+    seq: Annotated[
+        int | None, typer.Option(help="Tokens per sequence (<= the preset's context; default 128).")
+    ] = None,
     layers: Annotated[
         int | None, typer.Option(help="Override the preset's number of layers.")
     ] = None,
@@ -79,7 +81,10 @@ def collect(
     tf32: Annotated[bool, typer.Option("--tf32", help="Allow TF32 for fp32 matmuls.")] = False,
     profile_wait: Annotated[int, typer.Option(help="Profiler schedule: wait steps.")] = 1,
     profile_warmup: Annotated[int, typer.Option(help="Profiler schedule: warm-up steps.")] = 1,
-    profile_active: Annotated[int, typer.Option(help="Profiler schedule: recorded steps.")] = 2,
+    profile_active: Annotated[
+        int | None,
+        typer.Option(help="Profiler schedule: recorded steps (default 2; generate: all)."),
+    ] = None,
     profile_repeat: Annotated[int, typer.Option(help="Profiler schedule: cycles.")] = 1,
     record_shapes: Annotated[bool, typer.Option(help="Record operator input shapes.")] = True,
     profile_memory: Annotated[bool, typer.Option(help="Record allocations.")] = True,
@@ -128,15 +133,55 @@ def collect(
     parallel: Annotated[
         str, typer.Option(help="With --gpus N>1: ddp (DistributedDataParallel) or fsdp (FSDP2).")
     ] = "ddp",
+    workload: Annotated[
+        str, typer.Option(help="train (default) or generate (prefill + decode, KV cache).")
+    ] = "train",
+    checkpoint: Annotated[
+        bool, typer.Option("--checkpoint", help="Activation checkpointing per block (train).")
+    ] = False,
+    optimizer: Annotated[
+        str | None,
+        typer.Option(
+            help="adamw, adamw-foreach or adamw-fused (train; default: torch's choice, "
+            "foreach on CUDA, the adamw loop on CPU)."
+        ),
+    ] = None,
+    grad_accum: Annotated[
+        int, typer.Option(help="Micro-batches of --batch per optimizer step (train).")
+    ] = 1,
+    cuda_graphs: Annotated[
+        bool,
+        typer.Option(
+            "--cuda-graphs",
+            help="Replay the step as a CUDA graph (train, CUDA; with --compile: "
+            "mode=reduce-overhead).",
+        ),
+    ] = False,
+    prompt: Annotated[
+        int | None, typer.Option(help="Prompt tokens per sequence (generate; default 128).")
+    ] = None,
+    new_tokens: Annotated[
+        int | None, typer.Option(help="Decode steps (generate; default 64).")
+    ] = None,
 ) -> None:
     """Train a GPT under torch.profiler and write a run folder (trace, memory, manifest).
-    With --gpus N: N ranks, one trace each (rank<R>.*), one manifest."""
+    With --gpus N: N ranks, one trace each (rank<R>.*), one manifest. With --workload
+    generate: profile its prefill and decode steps instead."""
     from tracekit.collectors import CollectConfig, ProfilerConfig, collect_run, summary
+    from tracekit.collectors.config import GENERATE_NEW_TOKENS
 
+    if workload == "generate" and seq is not None:
+        raise UsageError("--seq is the training length; generate takes --prompt and --new-tokens")
+    if profile_active is None:  # generate: every decode step; training: 2 steps
+        generating = workload == "generate"
+        profile_active = (new_tokens or GENERATE_NEW_TOKENS) if generating else 2
     cfg = CollectConfig(
         preset=preset, device=device, dtype=dtype, attention=attention, compile=compile,
-        batch=batch, seq=seq, layers=layers, steps=steps, warmup=warmup, seed=seed, data=data,
-        lr=lr, tf32=tf32, memory_snapshot=memory_snapshot, snapshot_steps=snapshot_steps,
+        batch=batch, seq=128 if seq is None else seq, layers=layers, steps=steps,
+        warmup=warmup, seed=seed, data=data, lr=lr, tf32=tf32, workload=workload,
+        checkpoint=checkpoint, optimizer=optimizer, grad_accum=grad_accum,
+        cuda_graphs=cuda_graphs, prompt=prompt, new_tokens=new_tokens,
+        memory_snapshot=memory_snapshot, snapshot_steps=snapshot_steps,
         ceilings=ceilings, out=out, quiet=quiet, gpus=gpus, parallel=parallel,
         profiler=ProfilerConfig(
             wait=profile_wait, warmup=profile_warmup, active=profile_active,

@@ -1,0 +1,200 @@
+"""The training levers of ``tracekit collect`` on CPU: --checkpoint, --optimizer,
+--grad-accum (and --cuda-graphs' validation): each changes what runs (the trace shows it)
+and none changes what is computed."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import tracekit.collectors.run as run_mod
+from tracekit.cli import main
+from tracekit.collectors.config import CollectConfig
+from tracekit.collectors.profiler import ProfilerConfig
+from tracekit.collectors.train import build_workload, run_steps
+from tracekit.errors import UsageError
+
+CPU = torch.device("cpu")
+
+
+def _cfg(**kw: Any) -> CollectConfig:
+    base: dict[str, Any] = dict(preset="tiny", device="cpu", batch=2, seq=32, steps=1, warmup=1,
+                                quiet=True, ceilings=False, memory_snapshot=False)  # fmt: skip
+    base.update(kw)
+    return CollectConfig(**base)
+
+
+def _op_counts(run: Path) -> Counter[str]:
+    """Operator and annotation counts of the run's (one) profiled step."""
+    m = json.loads((run / "manifest.json").read_text())
+    doc = json.loads(gzip.decompress((run / m["artifacts"]["trace"]).read_bytes()))
+    return Counter(e.get("name", "") for e in doc["traceEvents"] if e.get("ph") == "X")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One profiled step each: the baseline and the levers (tiny, batch 2 x 128)."""
+    root = tmp_path_factory.mktemp("levers")
+    prof = ProfilerConfig(wait=0, warmup=1, active=1)
+    levers: dict[str, dict[str, Any]] = {
+        "base": {},
+        "ckpt": {"checkpoint": True},
+        "accum": {"grad_accum": 3, "optimizer": "adamw-fused"},
+    }
+    return {
+        name: run_mod.collect(_cfg(seq=128, profiler=prof, out=root / name, **kw))
+        for name, kw in levers.items()
+    }
+
+
+def _step_peak(run: Path) -> int:
+    """Largest allocated total during the profiled step (the profiler's [memory] events:
+    on CPU, bytes allocated since the profiler started)."""
+    from tracekit.parse import load
+
+    mem = load(run).memory
+    return int(mem[mem["step"] >= 0]["total_allocated"].max())
+
+
+def test_checkpoint_recomputes_the_blocks_and_saves_memory(runs: dict[str, Path]) -> None:
+    base, ckpt = _op_counts(runs["base"]), _op_counts(runs["ckpt"])
+    # tiny: 2 blocks x 2 LayerNorms + ln_f; the recompute runs the blocks' forward again
+    assert base["aten::layer_norm"] == 5 and ckpt["aten::layer_norm"] == 9
+    assert ckpt["aten::softmax"] == 2 * base["aten::softmax"] == 4
+    assert base["aten::embedding"] == ckpt["aten::embedding"] == 2  # no recompute outside
+    # the attention matrices (2 x 4 x 128 x 128 fp32 = 512 KiB per block) are not held
+    assert _step_peak(runs["ckpt"]) < 0.7 * _step_peak(runs["base"])
+    m = json.loads((runs["ckpt"] / "manifest.json").read_text())
+    assert m["config"]["checkpoint"] is True
+    assert "use_reentrant=False" in m["step"]["activation_checkpointing"]
+
+
+def test_grad_accum_runs_k_micro_batches_per_optimizer_step(runs: dict[str, Path]) -> None:
+    base, accum = _op_counts(runs["base"]), _op_counts(runs["accum"])
+    for c in (base, accum):  # one recorded step
+        assert sum(v for k, v in c.items() if k.startswith("ProfilerStep#")) == 1
+    assert accum["aten::embedding"] == 3 * base["aten::embedding"] == 6  # 3 forwards
+    assert accum["autograd::engine::evaluate_function: EmbeddingBackward0"] == 6  # 3 backwards
+    assert accum["Optimizer.step#AdamW.step"] == base["Optimizer.step#AdamW.step"] == 1
+    m = json.loads((runs["accum"] / "manifest.json").read_text())
+    assert m["step"]["micro_batches"] == 3 and m["step"]["tokens"] == 3 * 2 * 128
+    met = m["metrics"]
+    assert met["tokens_per_s"] == pytest.approx(3 * 2 * 128 / met["step_time_ms"]["median"] * 1e3)
+    assert met["samples_per_s"] == pytest.approx(met["tokens_per_s"] / 128)
+
+
+def _optimizer_ops(optimizer: str | None) -> Counter[str]:
+    """Operators of one optimizer step (after a first one has made AdamW's state)."""
+    wl = build_workload(_cfg(optimizer=optimizer), CPU)
+    run_steps(wl.step, 1)
+    wl.model(*wl.batches[0]).backward()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        wl.optimizer.step()
+    return Counter(e.name for e in prof.events())
+
+
+def test_optimizer_implementations_show_in_the_trace(runs: dict[str, Path]) -> None:
+    loop, foreach, fused = (_op_counts(runs["base"]), _optimizer_ops("adamw-foreach"),
+                            _op_counts(runs["accum"]))  # fmt: skip
+    assert not any(k.startswith("aten::_foreach") for k in loop)  # CPU default: the loop
+    assert loop["aten::_fused_adamw_"] == 0 and loop["aten::addcdiv_"] > 0
+    assert foreach["aten::_foreach_sqrt"] == 1 and foreach["aten::_fused_adamw_"] == 0
+    assert fused["aten::_fused_adamw_"] == 1 and fused["aten::_foreach_sqrt"] == 0
+    assert _optimizer_ops("adamw")["aten::_foreach_sqrt"] == 0
+    names = {k: json.loads((runs[k] / "manifest.json").read_text())["config"]["optimizer"]
+             for k in ("base", "accum")}  # fmt: skip
+    assert names == {"base": "adamw", "accum": "adamw-fused"}
+
+
+def _grads_of_first_step(cfg: CollectConfig, batch: tuple[torch.Tensor, torch.Tensor] | None,
+                         ) -> list[torch.Tensor]:  # fmt: skip
+    wl = build_workload(cfg, CPU)
+    if batch is not None:
+        wl.batches[0] = batch
+    grads: list[torch.Tensor] = []
+    real = wl.optimizer.step
+
+    def spy(*a: Any, **k: Any) -> Any:
+        grads.extend(p.grad.clone() for p in wl.model.parameters() if p.grad is not None)
+        return real(*a, **k)
+
+    wl.optimizer.step = spy  # type: ignore[method-assign]
+    run_steps(wl.step, 1)
+    return grads
+
+
+def test_grad_accum_gradients_are_those_of_the_whole_batch() -> None:
+    accum = _cfg(batch=2, grad_accum=2)
+    wl = build_workload(accum, CPU)
+    x = torch.cat([wl.batches[0][0], wl.batches[1][0]])
+    y = torch.cat([wl.batches[0][1], wl.batches[1][1]])
+    whole = _grads_of_first_step(_cfg(batch=4), (x, y))
+    micro = _grads_of_first_step(accum, None)
+    assert len(whole) == len(micro) > 0
+    for a, b in zip(whole, micro, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_checkpoint_and_optimizers_do_not_change_the_maths() -> None:
+    base = _grads_of_first_step(_cfg(), None)
+    ckpt = _grads_of_first_step(_cfg(checkpoint=True), None)
+    for a, b in zip(base, ckpt, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    weights = []
+    for opt in ("adamw", "adamw-foreach", "adamw-fused"):
+        wl = build_workload(_cfg(optimizer=opt), CPU)
+        run_steps(wl.step, 2)
+        weights.append(wl.model.lm_head.weight.detach().clone())
+    torch.testing.assert_close(weights[0], weights[1])
+    torch.testing.assert_close(weights[0], weights[2])
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"optimizer": "sgd"}, "--optimizer must be one of adamw, adamw-foreach, adamw-fused"),
+        ({"grad_accum": 0}, "--grad-accum must be an integer >= 1"),
+        ({"cuda_graphs": True}, "--cuda-graphs needs --device cuda"),
+        ({"device": "cuda", "cuda_graphs": True, "dtype": "fp16"}, "GradScaler reads"),
+        ({"device": "cuda", "cuda_graphs": True, "warmup": 0}, "needs --warmup >= 1"),
+    ],
+)
+def test_lever_validation(kw: dict[str, Any], message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        _cfg(**kw)
+
+
+def test_cuda_graphs_on_cpu_is_one_line_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "r"
+    argv = ["collect", "--device", "cpu", "--preset", "tiny", "--cuda-graphs", "-o", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tracekit: error: --cuda-graphs needs --device cuda")
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_cuda_graphs_compiled_with_fp16_is_allowed() -> None:
+    # reduce-overhead keeps the GradScaler outside the graphs
+    cfg = _cfg(device="cuda", cuda_graphs=True, compile=True, dtype="fp16")
+    assert cfg.run_name().endswith("-compile-cudagraphs")
+
+
+def test_run_names_and_manifest_config_of_the_levers() -> None:
+    cfg = _cfg(checkpoint=True, optimizer="adamw-fused", grad_accum=4)
+    assert cfg.run_name() == "tiny-b2-s32-fp32-naive-ckpt-adamw-fused-ga4-cpu"
+    # the device's default implementation is not spelled out (names stay as before)
+    assert _cfg(optimizer="adamw").run_name() == "tiny-b2-s32-fp32-naive-cpu"
+    assert _cfg(device="cuda", optimizer="adamw-foreach").run_name() == "tiny-b2-s32-fp32-naive"
+    assert _cfg(device="cuda").to_dict()["optimizer"] == "adamw-foreach"
+    d = cfg.to_dict()
+    assert (d["checkpoint"], d["optimizer"], d["grad_accum"], d["cuda_graphs"]) == (
+        True, "adamw-fused", 4, False)  # fmt: skip
+    assert cfg.tokens_per_step == 4 * 2 * 32
