@@ -37,4 +37,38 @@ def _bind_subpackages() -> None:
         setattr(tracekit, name, mod)
 
 
+def _bind_subprocesses() -> None:
+    """Subprocesses the tests start (``tracekit sweep`` runs ``collect`` in one) bind the
+    same way: a ``sitecustomize`` on PYTHONPATH imports this file first."""
+    import os
+    import tempfile
+
+    if os.environ.get("TRACEKIT_TEST_BIND") == str(ROOT):
+        return  # set up already (this process may be such a subprocess)
+    if not _mapped_elsewhere():
+        return
+    site = Path(tempfile.mkdtemp(prefix="tracekit-bind-"))
+    (site / "sitecustomize.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nimport conftest  # noqa: F401\n"
+    )
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(site), str(ROOT), os.environ.get("PYTHONPATH")) if p
+    )
+    os.environ["TRACEKIT_TEST_BIND"] = str(ROOT)
+
+
+def _mapped_elsewhere() -> bool:
+    """Whether a fresh interpreter would import tracekit.collectors from another checkout
+    (an editable install's finder maps the name to *its* folder)."""
+    import subprocess
+
+    code = (
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); import importlib.util as u; "
+        "print(u.find_spec('tracekit.collectors').origin)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    return Path(out.stdout.strip()).resolve().parent != ROOT / "collectors"
+
+
 _bind_subpackages()
+_bind_subprocesses()
