@@ -263,12 +263,23 @@ def _export_xspace_of(trace: Path, logdir: Path | None, run: str | None, host: s
 
 @app.command()
 def sweep(
-    batch: Annotated[str, typer.Option(help="Batch sizes, comma-separated.")] = "4,8,16,32",
-    seq: Annotated[str, typer.Option(help="Sequence lengths, comma-separated.")] = (
-        "64,128,256,512,1024"
-    ),
-    dtype: Annotated[str, typer.Option(help="Precisions: fp32, bf16, fp16.")] = "fp32,bf16",
-    attention: Annotated[str, typer.Option(help="Attentions: naive, sdpa.")] = "naive,sdpa",
+    batch: Annotated[
+        str | None,
+        typer.Option(help="Batch sizes, comma-separated (default 4,8,16,32; generate: 1-256)."),
+    ] = None,
+    seq: Annotated[
+        str | None,
+        typer.Option(
+            help="Sequence lengths, comma-separated (default 64-1024; generate: the "
+            "contexts, prompt + new tokens, 128-1024)."
+        ),
+    ] = None,
+    dtype: Annotated[
+        str | None, typer.Option(help="Precisions: fp32, bf16, fp16 (default fp32,bf16).")
+    ] = None,
+    attention: Annotated[
+        str | None, typer.Option(help="Attentions: naive, sdpa (default naive,sdpa).")
+    ] = None,
     gpus: Annotated[
         str, typer.Option(help="GPU counts, comma-separated (an axis; --batch is per GPU).")
     ] = "1",
@@ -279,7 +290,16 @@ def sweep(
     ] = False,
     device: Annotated[str, typer.Option(help="cuda or cpu.")] = "cuda",
     base_batch: Annotated[int, typer.Option(help="Batch of the axes' base configuration.")] = 8,
-    base_seq: Annotated[int, typer.Option(help="Seq of the axes' base configuration.")] = 128,
+    base_seq: Annotated[
+        int | None,
+        typer.Option(help="Seq of the axes' base configuration (default 128; generate: 1024)."),
+    ] = None,
+    workload: Annotated[
+        str, typer.Option(help="train (default) or generate (collect --workload generate).")
+    ] = "train",
+    new_tokens: Annotated[
+        int, typer.Option(help="Generate: decode steps; the prompt is seq - new tokens.")
+    ] = 64,
     layers: Annotated[
         int | None, typer.Option(help="Override the preset's number of layers.")
     ] = None,
@@ -299,18 +319,27 @@ def sweep(
     from tracekit.sweep.plan import ATTENTIONS as ATTN
     from tracekit.sweep.plan import DTYPES, parse_choice_list, parse_int_list
 
+    gen = workload == "generate"  # its defaults: the issue's batch and context axes, bf16
     plan = SweepPlan(
-        batches=tuple(parse_int_list(batch, "batch")),
-        seqs=tuple(parse_int_list(seq, "seq")),
-        dtypes=tuple(parse_choice_list(dtype, "dtype", DTYPES)),
-        attentions=tuple(parse_choice_list(attention, "attention", ATTN)),
+        batches=tuple(
+            parse_int_list(batch or ("1,2,4,8,16,32,64,128,256" if gen else "4,8,16,32"), "batch")
+        ),
+        seqs=tuple(
+            parse_int_list(seq or ("128,256,512,1024" if gen else "64,128,256,512,1024"), "seq")
+        ),
+        dtypes=tuple(parse_choice_list(dtype or ("bf16" if gen else "fp32,bf16"), "dtype", DTYPES)),
+        attentions=tuple(
+            parse_choice_list(attention or ("sdpa" if gen else "naive,sdpa"), "attention", ATTN)
+        ),
         gpus=tuple(parse_int_list(gpus, "gpus")),
         parallel=parallel,
         preset=preset,
         device=device,
         grid=grid,
         base_batch=base_batch,
-        base_seq=base_seq,
+        base_seq=base_seq or (1024 if gen else 128),
+        workload=workload,
+        new_tokens=new_tokens,
         layers=layers,
         steps=steps,
         warmup=warmup,

@@ -64,8 +64,32 @@ def _gib(v: Any) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v / 2**30:.2f}"
 
 
+def _generate_lines(table: pd.DataFrame) -> list[str]:
+    """A generate sweep's table: prefill and decode times, memory, and the decode step's
+    bandwidth by the analytic model's byte count (% of the measured copy ceiling)."""
+    lines = [
+        f"{'configuration':<22} {'status':<6} {'TTFT ms':>8} {'TPOT ms':>8} {'tokens/s':>10} "
+        f"{'peak GiB':>8} {'KV GiB':>7} {'model MB/step':>13} {'GB/s':>7} {'% copy':>6}"
+    ]
+    for _, r in table.iterrows():
+        if r["status"] != "ok":
+            lines.append(f"{r['key']:<22} {r['status']:<6} {r['error']}")
+            continue
+        lines.append(
+            f"{r['key']:<22} {r['status']:<6} {r.get('ttft_ms', math.nan):>8.2f} "
+            f"{r.get('tpot_ms', math.nan):>8.3f} {r['tokens_per_s']:>10,.0f} "
+            f"{_gib(r['peak_bytes']):>8} {_gib(r.get('kv_cache_bytes')):>7} "
+            f"{r.get('model_decode_bytes_per_step', math.nan) / 1e6:>13.1f} "
+            f"{r.get('decode_model_bw_Bps', math.nan) / 1e9:>7.1f} "
+            f"{r.get('decode_bw_util_pct', math.nan):>6.1f}"
+        )
+    return lines
+
+
 def describe(table: pd.DataFrame, outs: SweepOutputs) -> str:
     """What the CLI prints: the table, the model next to the measurement, fits, findings."""
+    if "workload" in table.columns and (table["workload"] == "generate").all():
+        return _describe(_generate_lines(table), outs)
     lines = [
         f"{'configuration':<22} {'status':<6} {'step ms':>8} {'tokens/s':>10} "
         f"{'peak GiB':>8} {'model GiB':>9} {'err %':>6} {'act GiB':>7} {'model act':>9} "
@@ -82,6 +106,11 @@ def describe(table: pd.DataFrame, outs: SweepOutputs) -> str:
             f"{_gib(r.get('mem_activations_bytes')):>7} "
             f"{_gib(r.get('model_activations_bytes')):>9} {r.get('gpu_idle_pct', math.nan):>6.1f}"
         )
+    return _describe(lines, outs)
+
+
+def _describe(lines: list[str], outs: SweepOutputs) -> str:
+    """The table's lines, then the fits and the findings."""
     fits = outs.fits
     if len(fits):
         lines.append("")

@@ -1,8 +1,19 @@
-"""Which configurations a sweep runs: one parameter at a time (axes) or the full grid."""
+"""Which configurations a sweep runs: one parameter at a time (axes) or the full grid.
+
+A point may carry extra ``tracekit collect`` options (``Point.options``, e.g.
+``("--checkpoint",)`` or ``("--optimizer", "adamw-fused")``): they are appended to its
+command line and named in its key (``b8-s128-fp32-naive+optimizer=adamw-fused``), so a
+caller (``tracekit advise``) can run the same configuration with each lever toggled as
+rows of one sweep (``SweepPlan.explicit``).
+
+``workload="generate"`` sweeps ``collect --workload generate``: ``seq`` is then the
+context (prompt + ``new_tokens``), so the sequence axis is the KV cache's length.
+"""
 
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -26,6 +37,15 @@ def config_columns(table: Any) -> list[str]:
     return cols
 
 
+WORKLOADS = ("train", "generate")
+# Options the runner sets from the point and the plan; a point's options may not repeat them.
+RESERVED_OPTIONS = frozenset(
+    {"--preset", "--device", "--batch", "--seq", "--dtype", "--attention", "--gpus",
+     "--workload", "--prompt", "--new-tokens", "-o", "--out"}
+)  # fmt: skip
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]")
+
+
 @dataclass(frozen=True, order=True)
 class Point:
     """One configuration of the sweep."""
@@ -35,16 +55,43 @@ class Point:
     dtype: str
     attention: str
     gpus: int = 1
+    options: tuple[str, ...] = ()  # extra collect options, e.g. ("--grad-accum", "2")
 
     @property
     def key(self) -> str:
         key = f"b{self.batch}-s{self.seq}-{self.dtype}-{self.attention}"
-        return key if self.gpus == 1 else f"{key}-g{self.gpus}"
+        key = key if self.gpus == 1 else f"{key}-g{self.gpus}"
+        return key + options_suffix(self.options)
 
     @property
     def tokens(self) -> int:
         """Tokens per step on one GPU (the whole step on ``gpus`` GPUs: x gpus)."""
         return self.batch * self.seq
+
+
+def options_suffix(options: Sequence[str]) -> str:
+    """``+name[=value]`` per option (``("--optimizer", "adamw-fused", "--checkpoint")`` ->
+    ``+optimizer=adamw-fused+checkpoint``), safe as a folder name."""
+    parts: list[str] = []
+    for tok in options:
+        if tok.startswith("-"):
+            parts.append(tok.lstrip("-"))
+        elif parts:
+            parts[-1] += f"={tok}"
+        else:
+            raise UsageError(f"sweep point options must start with an option, got {tok!r}")
+    return "".join("+" + _UNSAFE.sub("_", p) for p in parts)
+
+
+def check_options(options: Sequence[str]) -> None:
+    """A point's options may not set what the runner sets from the point itself."""
+    options_suffix(options)
+    clash = sorted({o.split("=")[0] for o in options if o.startswith("-")} & RESERVED_OPTIONS)
+    if clash:
+        raise UsageError(
+            f"sweep point options {', '.join(clash)}: set by the sweep itself "
+            "(vary batch, seq, dtype and attention as the point's fields)"
+        )
 
 
 def parse_int_list(text: str, name: str) -> list[int]:
@@ -105,6 +152,9 @@ class SweepPlan:
     timeout_s: float = 300.0
     with_stack: bool = True
     collect_args: tuple[str, ...] = field(default_factory=tuple)  # passed on verbatim
+    workload: str = "train"  # "generate": collect --workload generate, seq = context
+    new_tokens: int = 64  # generate: decode steps; the prompt is seq - new_tokens
+    explicit: tuple[Point, ...] = ()  # when given: exactly these points, in this order
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -134,6 +184,25 @@ class SweepPlan:
                 raise UsageError(f"--{name} must be an integer >= {low}, got {v!r}")
         if not self.timeout_s > 0:
             raise UsageError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
+        if self.workload not in WORKLOADS:
+            raise UsageError(
+                f"--workload must be one of {', '.join(WORKLOADS)}, got {self.workload!r}"
+            )
+        if (
+            isinstance(self.new_tokens, bool)
+            or not isinstance(self.new_tokens, int)
+            or (self.new_tokens < 1)
+        ):
+            raise UsageError(f"--new-tokens must be an integer >= 1, got {self.new_tokens!r}")
+        if self.workload == "generate":
+            short = [s for s in {p.seq for p in self.points()} if s <= self.new_tokens]
+            if short:
+                raise UsageError(
+                    f"--seq {min(short)}: a generate sweep's seq is the context (prompt + "
+                    f"--new-tokens {self.new_tokens}); each must exceed {self.new_tokens}"
+                )
+        for p in self.explicit:
+            check_options(p.options)
 
     @property
     def base(self) -> Point:
@@ -144,7 +213,10 @@ class SweepPlan:
     def points(self) -> list[Point]:
         """Axes: the base, then each parameter varied alone around it; the sequence axis
         runs once per attention (at the base dtype) so naive and SDPA can be compared; the
-        GPU counts last, at the base. Grid: the full product."""
+        GPU counts last, at the base. Grid: the full product. ``explicit``: those points."""
+        if self.explicit:
+            seen_keys: set[str] = set()
+            return [p for p in self.explicit if not (p.key in seen_keys or seen_keys.add(p.key))]  # type: ignore[func-returns-value]
         if self.grid:
             return [
                 Point(b, s, d, a, g)

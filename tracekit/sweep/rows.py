@@ -188,7 +188,59 @@ def base_row(point: Point) -> dict[str, Any]:
         "attention": point.attention,
         "gpus": point.gpus,
         "tokens": point.tokens,
+        "options": " ".join(point.options) or None,
     }
+
+
+# The levers a row ran with, from its manifest's config (training runs).
+LEVER_COLUMNS = ("checkpoint", "optimizer", "grad_accum", "cuda_graphs")
+
+
+def generate_columns(
+    manifest: Mapping[str, Any], peak_bytes: float, ceilings: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A generate run's columns: TTFT and TPOT, the memory split, and the analytic decode
+    model beside the measurement (bytes per step over the measured time per token gives
+    the bandwidth the decode step achieved by the model's count)."""
+    from tracekit.sweep.decode_model import DecodeModel
+
+    met = manifest.get("metrics") or {}
+    g = manifest.get("generate") or {}
+    mem = met.get("memory") or {}
+    ft, tp = met.get("ttft_ms") or {}, met.get("tpot_ms") or {}
+    cols: dict[str, Any] = {
+        "prompt": _f(g.get("prompt")),
+        "new_tokens": _f(g.get("new_tokens")),
+        "ttft_ms": _f(ft.get("median")),
+        "ttft_p10_ms": _f(ft.get("p10")),
+        "ttft_p90_ms": _f(ft.get("p90")),
+        "tpot_ms": _f(tp.get("median")),
+        "tpot_p10_ms": _f(tp.get("p10")),
+        "tpot_p90_ms": _f(tp.get("p90")),
+        "generated_tokens_per_s": _f(met.get("generated_tokens_per_s")),
+        "prefill_tokens_per_s": _f(met.get("prefill_tokens_per_s")),
+        "weights_bytes": _f(mem.get("weights_bytes")),
+        "kv_cache_bytes": _f(mem.get("kv_cache_bytes")),
+        "other_peak_bytes": _f(mem.get("other_bytes")),
+        "model_kv_cache_bytes": _f(g.get("kv_cache_bytes")),
+    }
+    cols["dynamic_peak_bytes"] = peak_bytes - cols["weights_bytes"]
+    dm = DecodeModel.from_manifest(manifest)
+    cols["model_decode_bytes_per_step"] = dm.mean_bytes_per_step()
+    cols["model_decode_flops_per_token"] = dm.mean_flops_per_token()
+    cols["decode_model_bw_Bps"] = cols["model_decode_bytes_per_step"] / (cols["tpot_ms"] / 1e3)
+    bw = _f(ceilings.get("memory_bandwidth_Bps"))
+    roofs = ceilings.get("matmul_flops") or {}
+    peak = _f(roofs.get(dm.dtype))
+    cols["decode_bw_util_pct"] = 100.0 * cols["decode_model_bw_Bps"] / bw if bw > 0 else math.nan
+    for k in ("model_tpot_ms", "model_gemm_ridge_batch", "model_step_ridge_batch"):
+        cols[k] = math.nan
+    if bw > 0 and peak > 0:
+        pred = dm.predict(bw, peak)
+        cols["model_tpot_ms"] = 1e3 * pred["tpot_s"]
+        cols["model_gemm_ridge_batch"] = pred["gemm_ridge_batch"]
+        cols["model_step_ridge_batch"] = _f(pred["step_ridge_batch"])
+    return cols
 
 
 def run_row(
@@ -208,7 +260,12 @@ def run_row(
     row.update(manifest_columns(m))
     row.update(gpu_columns(point, m))
     row.update(memory_columns(point, run_dir, m, row["peak_allocated_bytes"], notes))
-    row.update(roof_columns(point, m.get("ceilings") or ceilings or {}, row["model_flops_per_s"]))
+    ceil = m.get("ceilings") or ceilings or {}
+    row.update(roof_columns(point, ceil, row["model_flops_per_s"]))
+    config = m.get("config") or {}
+    row.update({c: config.get(c) for c in LEVER_COLUMNS})
+    if config.get("workload") == "generate":
+        row.update(generate_columns(m, row["peak_bytes"], ceil))
     if point.gpus > 1:
         notes.append("the memory model is for one GPU")
     else:
@@ -309,9 +366,10 @@ def roof_columns(point: Point, ceil: Mapping[str, Any], model_flops: float) -> d
 def model_columns(point: Point, m: Mapping[str, Any], peak: float) -> dict[str, Any]:
     """The analytic memory model next to the measured peak (none without the manifest's
     model config)."""
-    model_cfg = (m.get("config") or {}).get("model")
-    if not model_cfg:
-        return {}
+    config = m.get("config") or {}
+    model_cfg = config.get("model")
+    if not model_cfg or config.get("workload", "train") != "train":
+        return {}  # the model is of a training step
     est = estimate(
         model_cfg,
         batch=point.batch,

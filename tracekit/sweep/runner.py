@@ -41,6 +41,8 @@ FIRST_COLUMNS = (
     "attention",
     "gpus",
     "tokens",
+    "workload",
+    "options",
     "status",
     "error",
     "oom_requested_bytes",
@@ -64,8 +66,7 @@ def collect_command(plan: SweepPlan, point: Point, out: Path, *, ceilings: bool)
         plan.device,
         "--batch",
         str(point.batch),
-        "--seq",
-        str(point.seq),
+        *_length_args(plan, point),
         "--dtype",
         point.dtype,
         "--attention",
@@ -96,7 +97,17 @@ def collect_command(plan: SweepPlan, point: Point, out: Path, *, ceilings: bool)
     if point.gpus > 1:
         cmd += ["--gpus", str(point.gpus), "--parallel", plan.parallel]
     cmd += list(plan.collect_args)
+    cmd += list(point.options)
     return cmd
+
+
+def _length_args(plan: SweepPlan, point: Point) -> list[str]:
+    """Training: ``--seq``. Generate: the point's seq is the context, prompt + new tokens."""
+    if plan.workload == "generate":
+        prompt = point.seq - plan.new_tokens
+        return ["--workload", "generate", "--prompt", str(prompt),
+                "--new-tokens", str(plan.new_tokens)]  # fmt: skip
+    return ["--seq", str(point.seq)]
 
 
 def _last_error_line(stderr: str) -> str:
@@ -160,6 +171,7 @@ def run_point(
     row["oom_requested_bytes"] = (
         oom_requested_bytes(row["error"]) if row["status"] == "oom" else math.nan
     )
+    row["workload"] = plan.workload
     row["exit_code"] = float(code) if code is not None else math.nan
     row["wall_s"] = wall
     row["run_dir"] = str(Path(RUNS) / point.key) if run_dir.is_dir() else None
