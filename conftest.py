@@ -47,10 +47,17 @@ def _bind_subprocesses() -> None:
         return  # set up already (this process may be such a subprocess)
     if not _mapped_elsewhere():
         return
-    site = Path(tempfile.mkdtemp(prefix="tracekit-bind-"))
-    (site / "sitecustomize.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nimport conftest  # noqa: F401\n"
-    )
+    import hashlib
+
+    tag = hashlib.sha1(str(ROOT).encode()).hexdigest()[:12]
+    site = Path(tempfile.gettempdir()) / f"tracekit-bind-{tag}"  # one per checkout, reused
+    site.mkdir(exist_ok=True)
+    text = f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nimport conftest  # noqa: F401\n"
+    hook = site / "sitecustomize.py"
+    if not hook.is_file() or hook.read_text() != text:
+        tmp = site / f".sitecustomize.{os.getpid()}"
+        tmp.write_text(text)
+        tmp.replace(hook)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(site), str(ROOT), os.environ.get("PYTHONPATH")) if p
     )
@@ -66,7 +73,8 @@ def _mapped_elsewhere() -> bool:
         f"import sys; sys.path.insert(0, {str(ROOT)!r}); import importlib.util as u; "
         "print(u.find_spec('tracekit.collectors').origin)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    # -I: no PYTHONPATH, so no sitecustomize that would import this file (and recurse)
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True)
     return Path(out.stdout.strip()).resolve().parent != ROOT / "collectors"
 
 
