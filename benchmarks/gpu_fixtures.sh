@@ -4,18 +4,7 @@
 # Each step runs on its own (a failure is reported and the next step still runs). Writes the
 # run folders under runs/, a log per step and runs.tar.gz (run folders minus snapshot pickles).
 set -u
-OUT=${1:-out}; mkdir -p "$OUT" runs
-export PYTHONUNBUFFERED=1
-step() {  # step NAME CMD...: run with a time limit, log, report status and seconds
-  local name=$1; shift
-  local t0=$(date +%s%N)
-  timeout 420 "$@" >"$OUT/$name.log" 2>&1; local rc=$?
-  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-  printf '%-28s rc=%-3s %6d ms\n' "$name" "$rc" "$ms" | tee -a "$OUT/steps.txt"
-  tail -n 25 "$OUT/$name.log"
-}
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
-python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'python', sys.version.split()[0])" | tee -a "$OUT/gpu.txt"
+source "$(dirname "$0")/gpu_common.sh"
 C="tracekit collect --batch 8 --seq 128 --profile-active 1 -q"
 ncu --query-metrics 2>&1 | grep -E "^sm__ops_path_tensor" > "$OUT/ncu_tensor_metrics.txt"
 step fp32-naive    $C --counters -o runs/gpt2s-b8-s128-fp32-naive

@@ -12,18 +12,8 @@
 #    2 MB: those two run folders are the fixtures (runs.tar.gz, snapshots left out).
 # Each step runs on its own with a time limit (a failure is reported and the next one runs).
 set -u
-OUT=${1:-out}; mkdir -p "$OUT" runs
-export PYTHONUNBUFFERED=1
-step() {  # step NAME CMD...: run with a time limit, log, report status and seconds
-  local name=$1; shift
-  local t0=$(date +%s%N)
-  timeout 420 "$@" >"$OUT/$name.log" 2>&1; local rc=$?
-  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-  printf '%-28s rc=%-3s %6d ms\n' "$name" "$rc" "$ms" | tee -a "$OUT/steps.txt"
-  tail -n 12 "$OUT/$name.log"
-}
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
-python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'python', sys.version.split()[0])" | tee -a "$OUT/gpu.txt"
+STEP_TAIL=12
+source "$(dirname "$0")/gpu_common.sh"
 
 L="tracekit collect --batch 8 --seq 128 --steps 10 --warmup 3 --profile-active 1 --no-memory-snapshot -q"
 step lever-fp32-base        $L -o runs/lever-fp32-base

@@ -35,8 +35,7 @@ import torch
 
 from tracekit.collectors.config import TORCH_DTYPE, CollectConfig
 from tracekit.collectors.gpt import GPT, KVCache, decode_flops_per_token
-from tracekit.collectors.profiler import Profiler, memory_snapshot_absent_reason
-from tracekit.collectors.profiler import record_memory_snapshot as _record_snapshot
+from tracekit.collectors.profiler import Profiler, snapshot_artifacts
 from tracekit.collectors.train import POOL_BATCHES, StepTimer, sample_tokens, summarize_ms
 
 PREFILL_RANGE = "tracekit.prefill"
@@ -200,7 +199,7 @@ def run_generate(
     reserved = int(torch.cuda.max_memory_reserved(device)) if cuda else None
 
     sched, active, warm = profiler_schedule(cfg)
-    ui.phase("profiling", (2 if warm else 1) * (1 + cfg.decode_steps))
+    ui.phase("profiling (decode steps)", (2 if warm else 1) * cfg.decode_steps)
     ptimers = GenerationTimers(StepTimer(device), StepTimer(device))
     profiler = Profiler(cfg.profiler, run_dir, device=device, schedule=sched, step_ranges=False,
                         on_export=lambda what: ui.note(f"exporting {what}"))  # fmt: skip
@@ -210,35 +209,21 @@ def run_generate(
             n += 1
         generate(gen, n, timers=ptimers, profiler=profiler, on_token=ui.advance)
         n += 1
-    arts["trace"] = profiler.traces[0].name if profiler.traces else None
-    arts["traces"] = [p.name for p in profiler.traces]
-    arts["memory_timeline"] = (
-        profiler.memory_timelines[0].name if profiler.memory_timelines else None
-    )
-    arts["memory_timeline_absent"] = profiler.memory_timeline_absent
-    arts["profiler_flops"] = profiler.flops_tables[0].name if profiler.flops_tables else None
+    arts.update(profiler.artifacts())
     manifest["profiler"]["decode_steps_recorded"] = active
     manifest["metrics"] = generate_metrics(
         cfg, gen, ttft, tpot, ptimers.prefill.millis(), ptimers.decode.millis()[:active],
         peak, reserved,
     )  # fmt: skip
 
-    if cfg.memory_snapshot:
-        reason = memory_snapshot_absent_reason(device)
-        if reason is None:
-            ui.phase("recording CUDA memory snapshot (one generation)")
-            _record_snapshot(device, run_dir / SNAPSHOT, lambda: _discard(generate(gen, n)))
-            n += 1
-            arts["memory_snapshot"] = SNAPSHOT
-        else:
-            arts["memory_snapshot_absent"] = reason
-    else:
-        arts["memory_snapshot_absent"] = "disabled (--no-memory-snapshot)"
+    def one_generation() -> None:
+        ui.phase("recording CUDA memory snapshot (one generation)")
+        generate(gen, n)
+
+    arts.update(snapshot_artifacts(cfg.memory_snapshot, device, run_dir / SNAPSHOT, one_generation))
+    if arts["memory_snapshot"]:
+        n += 1
     manifest["total_generations"] = n
-
-
-def _discard(_: object) -> None:
-    return None
 
 
 def generate_entry(cfg: CollectConfig, gen: Generator) -> dict[str, Any]:

@@ -322,6 +322,17 @@ class Profiler:
             del prof
             _collect_garbage()
 
+    def artifacts(self) -> dict[str, Any]:
+        """The manifest's artifact entries of what this profiler wrote (names relative to
+        its folder)."""
+        return {
+            "trace": self.traces[0].name if self.traces else None,
+            "traces": [p.name for p in self.traces],
+            "memory_timeline": self.memory_timelines[0].name if self.memory_timelines else None,
+            "memory_timeline_absent": self.memory_timeline_absent,
+            "profiler_flops": self.flops_tables[0].name if self.flops_tables else None,
+        }
+
     def _trace_ready(self, prof: torch.profiler.profile) -> None:
         if self._aborting:
             return
@@ -356,6 +367,20 @@ def memory_snapshot_absent_reason(device: torch.device) -> str | None:
             f"(torch.cuda.memory._record_memory_history); this run is on {device.type}"
         )
     return None
+
+
+def snapshot_artifacts(
+    enabled: bool, device: torch.device, path: Path, run: Callable[[], None]
+) -> dict[str, Any]:
+    """Record a snapshot of ``run()`` into ``path`` where possible; the manifest's
+    ``memory_snapshot`` entry, or ``memory_snapshot_absent`` with why not."""
+    if not enabled:
+        return {"memory_snapshot_absent": "disabled (--no-memory-snapshot)"}
+    reason = memory_snapshot_absent_reason(device)
+    if reason is not None:
+        return {"memory_snapshot_absent": reason}
+    record_memory_snapshot(device, path, run)
+    return {"memory_snapshot": Path(path).name}
 
 
 def record_memory_snapshot(

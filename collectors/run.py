@@ -29,12 +29,7 @@ from tracekit.collectors.ceilings import measure_ceilings
 from tracekit.collectors.config import CollectConfig, resolve_device
 from tracekit.collectors.generate import kv_cache_bytes, run_generate
 from tracekit.collectors.gpt import count_params, train_flops_per_token
-from tracekit.collectors.profiler import (
-    Profiler,
-    default_worker_name,
-    memory_snapshot_absent_reason,
-    record_memory_snapshot,
-)
+from tracekit.collectors.profiler import Profiler, default_worker_name, snapshot_artifacts
 from tracekit.collectors.train import (
     StepTimer,
     Workload,
@@ -283,33 +278,19 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
     n += pcfg.steps
     all_ms = ptimer.millis()
     profiled_ms = [t for i, t in enumerate(all_ms) if pcfg.is_active(i)]
-    arts["trace"] = profiler.traces[0].name if profiler.traces else None
-    arts["traces"] = [p.name for p in profiler.traces]
-    arts["memory_timeline"] = (
-        profiler.memory_timelines[0].name if profiler.memory_timelines else None
-    )
-    arts["memory_timeline_absent"] = profiler.memory_timeline_absent
-    arts["profiler_flops"] = profiler.flops_tables[0].name if profiler.flops_tables else None
+    arts.update(profiler.artifacts())
     manifest["metrics"] = _metrics(
         cfg, wl, timed_ms, profiled_ms, peak_alloc, peak_reserved, avg_alloc, final_loss
     )
 
-    if cfg.memory_snapshot:
-        reason = memory_snapshot_absent_reason(device)
-        if reason is None:
-            ui.phase("recording CUDA memory snapshot", cfg.snapshot_steps)
-            start = n
-            record_memory_snapshot(
-                device,
-                run_dir / (prefix + SNAPSHOT),
-                lambda: run_steps(wl.step, cfg.snapshot_steps, start=start, on_step=ui.advance),
-            )
-            n += cfg.snapshot_steps
-            arts["memory_snapshot"] = prefix + SNAPSHOT
-        else:
-            arts["memory_snapshot_absent"] = reason
-    else:
-        arts["memory_snapshot_absent"] = "disabled (--no-memory-snapshot)"
+    def snapshot_steps() -> None:
+        ui.phase("recording CUDA memory snapshot", cfg.snapshot_steps)
+        run_steps(wl.step, cfg.snapshot_steps, start=n, on_step=ui.advance)
+
+    path = run_dir / (prefix + SNAPSHOT)
+    arts.update(snapshot_artifacts(cfg.memory_snapshot, device, path, snapshot_steps))
+    if arts["memory_snapshot"]:
+        n += cfg.snapshot_steps
     manifest["total_steps"] = n
 
 

@@ -7,6 +7,7 @@ writes findings. No torch import here: the collectors run in the subprocesses.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,49 +65,50 @@ def _gib(v: Any) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v / 2**30:.2f}"
 
 
-def _generate_lines(table: pd.DataFrame) -> list[str]:
-    """A generate sweep's table: prefill and decode times, memory, and the decode step's
-    bandwidth by the analytic model's byte count (% of the measured copy ceiling)."""
-    lines = [
-        f"{'configuration':<22} {'status':<6} {'TTFT ms':>8} {'TPOT ms':>8} {'tokens/s':>10} "
-        f"{'peak GiB':>8} {'KV GiB':>7} {'model MB/step':>13} {'GB/s':>7} {'% copy':>6}"
-    ]
+def _table_lines(table: pd.DataFrame, header: str, row: Callable[[pd.Series], str]) -> list[str]:
+    """``header``, then ``row(r)`` for each ok row and the error of each other row."""
+    lines = [f"{'configuration':<22} {'status':<6} {header}"]
     for _, r in table.iterrows():
-        if r["status"] != "ok":
-            lines.append(f"{r['key']:<22} {r['status']:<6} {r['error']}")
-            continue
-        lines.append(
-            f"{r['key']:<22} {r['status']:<6} {r.get('ttft_ms', math.nan):>8.2f} "
-            f"{r.get('tpot_ms', math.nan):>8.3f} {r['tokens_per_s']:>10,.0f} "
-            f"{_gib(r['peak_bytes']):>8} {_gib(r.get('kv_cache_bytes')):>7} "
-            f"{r.get('model_decode_bytes_per_step', math.nan) / 1e6:>13.1f} "
-            f"{r.get('decode_model_bw_Bps', math.nan) / 1e9:>7.1f} "
-            f"{r.get('decode_bw_util_pct', math.nan):>6.1f}"
-        )
+        what = row(r) if r["status"] == "ok" else r["error"]
+        lines.append(f"{r['key']:<22} {r['status']:<6} {what}")
     return lines
+
+
+def _train_row(r: pd.Series) -> str:
+    return (
+        f"{r['step_time_ms']:>8.2f} {r['tokens_per_s']:>10,.0f} {_gib(r['peak_bytes']):>8} "
+        f"{_gib(r.get('model_peak_bytes')):>9} {r.get('model_error_pct', math.nan):>+6.1f} "
+        f"{_gib(r.get('mem_activations_bytes')):>7} "
+        f"{_gib(r.get('model_activations_bytes')):>9} {r.get('gpu_idle_pct', math.nan):>6.1f}"
+    )
+
+
+def _generate_row(r: pd.Series) -> str:
+    """Prefill and decode times, memory, and the decode step's bandwidth by the analytic
+    model's byte count (% of the measured copy ceiling)."""
+    return (
+        f"{r.get('ttft_ms', math.nan):>8.2f} {r.get('tpot_ms', math.nan):>8.3f} "
+        f"{r['tokens_per_s']:>10,.0f} {_gib(r['peak_bytes']):>8} "
+        f"{_gib(r.get('kv_cache_bytes')):>7} "
+        f"{r.get('model_decode_bytes_per_step', math.nan) / 1e6:>13.1f} "
+        f"{r.get('decode_model_bw_Bps', math.nan) / 1e9:>7.1f} "
+        f"{r.get('decode_bw_util_pct', math.nan):>6.1f}"
+    )
 
 
 def describe(table: pd.DataFrame, outs: SweepOutputs) -> str:
     """What the CLI prints: the table, the model next to the measurement, fits, findings."""
     if "workload" in table.columns and (table["workload"] == "generate").all():
-        return _describe(_generate_lines(table), outs)
-    lines = [
-        f"{'configuration':<22} {'status':<6} {'step ms':>8} {'tokens/s':>10} "
-        f"{'peak GiB':>8} {'model GiB':>9} {'err %':>6} {'act GiB':>7} {'model act':>9} "
-        f"{'idle %':>6}"
-    ]
-    for _, r in table.iterrows():
-        if r["status"] != "ok":
-            lines.append(f"{r['key']:<22} {r['status']:<6} {r['error']}")
-            continue
-        lines.append(
-            f"{r['key']:<22} {r['status']:<6} {r['step_time_ms']:>8.2f} "
-            f"{r['tokens_per_s']:>10,.0f} {_gib(r['peak_bytes']):>8} "
-            f"{_gib(r.get('model_peak_bytes')):>9} {r.get('model_error_pct', math.nan):>+6.1f} "
-            f"{_gib(r.get('mem_activations_bytes')):>7} "
-            f"{_gib(r.get('model_activations_bytes')):>9} {r.get('gpu_idle_pct', math.nan):>6.1f}"
+        header = (
+            f"{'TTFT ms':>8} {'TPOT ms':>8} {'tokens/s':>10} {'peak GiB':>8} {'KV GiB':>7} "
+            f"{'model MB/step':>13} {'GB/s':>7} {'% copy':>6}"
         )
-    return _describe(lines, outs)
+        return _describe(_table_lines(table, header, _generate_row), outs)
+    header = (
+        f"{'step ms':>8} {'tokens/s':>10} {'peak GiB':>8} {'model GiB':>9} {'err %':>6} "
+        f"{'act GiB':>7} {'model act':>9} {'idle %':>6}"
+    )
+    return _describe(_table_lines(table, header, _train_row), outs)
 
 
 def _describe(lines: list[str], outs: SweepOutputs) -> str:
