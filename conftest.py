@@ -37,9 +37,34 @@ def _bind_subpackages() -> None:
         setattr(tracekit, name, mod)
 
 
+# Maps the two subpackages to this checkout when first imported (no import at start-up:
+# subprocesses that check which modules they load see nothing extra).
+_SITECUSTOMIZE = """\
+import importlib.util
+import sys
+
+_ROOT = {root!r}
+sys.path.insert(0, _ROOT)
+
+
+class _ThisCheckout:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name not in ("tracekit.collectors", "tracekit.reports"):
+            return None
+        folder = _ROOT + "/" + name.split(".")[1]
+        return importlib.util.spec_from_file_location(
+            name, folder + "/__init__.py", submodule_search_locations=[folder]
+        )
+
+
+sys.meta_path.insert(0, _ThisCheckout)
+"""
+
+
 def _bind_subprocesses() -> None:
     """Subprocesses the tests start (``tracekit sweep`` runs ``collect`` in one) bind the
-    same way: a ``sitecustomize`` on PYTHONPATH imports this file first."""
+    same way: a ``sitecustomize`` on PYTHONPATH maps the subpackages to this checkout."""
     import os
     import tempfile
 
@@ -52,7 +77,7 @@ def _bind_subprocesses() -> None:
     tag = hashlib.sha1(str(ROOT).encode()).hexdigest()[:12]
     site = Path(tempfile.gettempdir()) / f"tracekit-bind-{tag}"  # one per checkout, reused
     site.mkdir(exist_ok=True)
-    text = f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nimport conftest  # noqa: F401\n"
+    text = _SITECUSTOMIZE.format(root=str(ROOT))
     hook = site / "sitecustomize.py"
     if not hook.is_file() or hook.read_text() != text:
         tmp = site / f".sitecustomize.{os.getpid()}"
