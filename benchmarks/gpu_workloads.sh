@@ -44,7 +44,7 @@ gen gen-gpt2m-b8-p512-n64-bf16-sdpa gpt2-medium
 
 python3 - <<'EOF' | tee "$OUT/summary.txt"
 import json, pathlib
-from tracekit.sweep.decode_model import DecodeModel
+from tracekit.summary.decode_model import DecodeModel
 GiB = 2**30
 def levers(c):
     on = [c["optimizer"], "checkpoint" if c["checkpoint"] else "", f"accum {c['grad_accum']}"

@@ -8,7 +8,7 @@ from fractions import Fraction
 import pytest
 
 from tracekit.errors import UsageError
-from tracekit.sweep.decode_model import (
+from tracekit.summary.decode_model import (
     DecodeModel,
     decode_step,
     gemm_ridge_batch,
@@ -18,7 +18,7 @@ from tracekit.sweep.decode_model import (
     step_ridge_batch,
     weight_bytes,
 )
-from tracekit.sweep.memory_model import ModelShape
+from tracekit.summary.memory_model import ModelShape
 
 GPT2_SMALL = {"vocab_size": 50304, "n_layer": 12, "n_head": 12, "n_embd": 768,
               "block_size": 1024}  # fmt: skip

@@ -202,7 +202,7 @@ def generate_columns(
     """A generate run's columns: TTFT and TPOT, the memory split, and the analytic decode
     model beside the measurement (bytes per step over the measured time per token gives
     the bandwidth the decode step achieved by the model's count)."""
-    from tracekit.sweep.decode_model import DecodeModel
+    from tracekit.summary.decode_model import DecodeModel
 
     met = manifest.get("metrics") or {}
     g = manifest.get("generate") or {}

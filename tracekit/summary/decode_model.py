@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from tracekit.errors import UsageError
-from tracekit.sweep.memory_model import DTYPE_BYTES, ModelShape
+from tracekit.summary.memory_model import DTYPE_BYTES, ModelShape
 
 
 def _shape(model: Mapping[str, Any] | ModelShape) -> ModelShape:
