@@ -241,3 +241,16 @@ def test_whole_step_graph_plumbing_with_stand_ins(monkeypatch: pytest.MonkeyPatc
     assert len(counted) == train.GRAPH_WARMUP + 1
     assert losses[0] is losses[2]  # the graph's static output
     assert wl.model.lm_head.weight.grad is not None  # gradients stay between steps
+
+
+def test_memory_model_says_what_it_does_not_count() -> None:
+    from tracekit.summary.memory_model import from_manifest
+
+    cfg = _cfg(checkpoint=True, grad_accum=2).to_dict()
+    est, caveat = from_manifest({"config": cfg})
+    assert est is not None
+    assert "--checkpoint keeps only each block's input" in caveat
+    assert "one micro-batch" in caveat
+    gen = CollectConfig(device="cpu", workload="generate", preset="tiny", prompt=8)
+    est, why = from_manifest({"config": gen.to_dict()})
+    assert est is None and "this run generates" in why

@@ -435,6 +435,8 @@ def from_manifest(manifest: Mapping[str, Any] | None) -> tuple[MemoryEstimate | 
     model = cfg.get("model") or (manifest or {}).get("model")
     if not isinstance(model, Mapping):
         return None, "the manifest has no model config (config.model)"
+    if cfg.get("workload", "train") != "train":
+        return None, "the analytic memory model is of a training step; this run generates"
     try:
         est = estimate(
             model,
@@ -446,9 +448,15 @@ def from_manifest(manifest: Mapping[str, Any] | None) -> tuple[MemoryEstimate | 
         )
     except (KeyError, TypeError, ValueError, UsageError) as e:
         return None, f"the analytic model does not apply to this run's config ({e})"
-    caveat = (
+    caveats = [
         "torch.compile changes what is saved for backward: the model counts eager mode"
         if cfg.get("compile")
-        else ""
-    )
-    return est, caveat
+        else "",
+        "--checkpoint keeps only each block's input: the model counts every block's saved tensors"
+        if cfg.get("checkpoint")
+        else "",
+        "the model counts one micro-batch and gradients from the backward on"
+        if int(cfg.get("grad_accum") or 1) > 1 or cfg.get("cuda_graphs")
+        else "",
+    ]
+    return est, "; ".join(c for c in caveats if c)
