@@ -55,6 +55,51 @@ def parse(
     typer.echo(result.describe())
 
 
+# collect's workload and lever options
+_Workload = Annotated[
+    str, typer.Option(help="train (default) or generate (prefill + decode, KV cache).")
+]
+_Checkpoint = Annotated[
+    bool, typer.Option("--checkpoint", help="Activation checkpointing per block (train).")
+]
+_Optimizer = Annotated[
+    str | None,
+    typer.Option(
+        help="adamw, adamw-foreach or adamw-fused (train; default: torch's choice, "
+        "foreach on CUDA, the adamw loop on CPU)."
+    ),
+]
+_GradAccum = Annotated[
+    int, typer.Option(help="Micro-batches of --batch per optimizer step (train).")
+]
+_CudaGraphs = Annotated[
+    bool,
+    typer.Option(
+        "--cuda-graphs",
+        help="Replay the step as a CUDA graph (train, CUDA; with --compile: mode=reduce-overhead).",
+    ),
+]
+_Prompt = Annotated[
+    int | None, typer.Option(help="Prompt tokens per sequence (generate; default 128).")
+]
+_NewTokens = Annotated[int | None, typer.Option(help="Decode steps (generate; default 64).")]
+
+
+def _workload_defaults(
+    workload: str, seq: int | None, profile_active: int | None, new_tokens: int | None
+) -> tuple[int, int]:
+    """(seq, profile_active): training defaults 128 and 2; generate takes no --seq and
+    records every decode step unless told otherwise."""
+    from tracekit.collectors.config import GENERATE_NEW_TOKENS
+
+    generating = workload == "generate"
+    if generating and seq is not None:
+        raise UsageError("--seq is the training length; generate takes --prompt and --new-tokens")
+    if profile_active is None:
+        profile_active = (new_tokens or GENERATE_NEW_TOKENS) if generating else 2
+    return (128 if seq is None else seq), profile_active
+
+
 @app.command()
 def collect(
     preset: Annotated[
@@ -133,51 +178,23 @@ def collect(
     parallel: Annotated[
         str, typer.Option(help="With --gpus N>1: ddp (DistributedDataParallel) or fsdp (FSDP2).")
     ] = "ddp",
-    workload: Annotated[
-        str, typer.Option(help="train (default) or generate (prefill + decode, KV cache).")
-    ] = "train",
-    checkpoint: Annotated[
-        bool, typer.Option("--checkpoint", help="Activation checkpointing per block (train).")
-    ] = False,
-    optimizer: Annotated[
-        str | None,
-        typer.Option(
-            help="adamw, adamw-foreach or adamw-fused (train; default: torch's choice, "
-            "foreach on CUDA, the adamw loop on CPU)."
-        ),
-    ] = None,
-    grad_accum: Annotated[
-        int, typer.Option(help="Micro-batches of --batch per optimizer step (train).")
-    ] = 1,
-    cuda_graphs: Annotated[
-        bool,
-        typer.Option(
-            "--cuda-graphs",
-            help="Replay the step as a CUDA graph (train, CUDA; with --compile: "
-            "mode=reduce-overhead).",
-        ),
-    ] = False,
-    prompt: Annotated[
-        int | None, typer.Option(help="Prompt tokens per sequence (generate; default 128).")
-    ] = None,
-    new_tokens: Annotated[
-        int | None, typer.Option(help="Decode steps (generate; default 64).")
-    ] = None,
+    workload: _Workload = "train",
+    checkpoint: _Checkpoint = False,
+    optimizer: _Optimizer = None,
+    grad_accum: _GradAccum = 1,
+    cuda_graphs: _CudaGraphs = False,
+    prompt: _Prompt = None,
+    new_tokens: _NewTokens = None,
 ) -> None:
     """Train a GPT under torch.profiler and write a run folder (trace, memory, manifest).
     With --gpus N: N ranks, one trace each (rank<R>.*), one manifest. With --workload
     generate: profile its prefill and decode steps instead."""
     from tracekit.collectors import CollectConfig, ProfilerConfig, collect_run, summary
-    from tracekit.collectors.config import GENERATE_NEW_TOKENS
 
-    if workload == "generate" and seq is not None:
-        raise UsageError("--seq is the training length; generate takes --prompt and --new-tokens")
-    if profile_active is None:  # generate: every decode step; training: 2 steps
-        generating = workload == "generate"
-        profile_active = (new_tokens or GENERATE_NEW_TOKENS) if generating else 2
+    seq, profile_active = _workload_defaults(workload, seq, profile_active, new_tokens)
     cfg = CollectConfig(
         preset=preset, device=device, dtype=dtype, attention=attention, compile=compile,
-        batch=batch, seq=128 if seq is None else seq, layers=layers, steps=steps,
+        batch=batch, seq=seq, layers=layers, steps=steps,
         warmup=warmup, seed=seed, data=data, lr=lr, tf32=tf32, workload=workload,
         checkpoint=checkpoint, optimizer=optimizer, grad_accum=grad_accum,
         cuda_graphs=cuda_graphs, prompt=prompt, new_tokens=new_tokens,
