@@ -155,6 +155,11 @@ class CollectConfig:
                 )
             if self.warmup < 1:
                 raise UsageError("--cuda-graphs captures the step in warm-up: needs --warmup >= 1")
+            if self.gpus > 1:
+                raise UsageError(
+                    "--cuda-graphs runs on one GPU (capturing DDP/FSDP's collectives is not "
+                    "supported here); use --gpus 1"
+                )
 
     def _check_generate(self, block_size: int) -> None:
         # frozen dataclass: resolve the defaults in place so the manifest shows them
@@ -171,6 +176,7 @@ class CollectConfig:
                 ("--optimizer", self.optimizer is not None),
                 ("--grad-accum", self.grad_accum != 1),
                 ("--cuda-graphs", self.cuda_graphs),
+                ("--gpus", self.gpus > 1),
             )
             if on
         ]

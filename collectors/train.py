@@ -188,7 +188,13 @@ def build_workload(
             optimizer.step()
 
     def accumulate(micro_batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-        losses = [micro(x, y) for x, y in micro_batches]
+        if K == 1:
+            losses = [micro(*micro_batches[0])]
+        else:  # multi-GPU: gradients are reduced once, after the last micro-batch
+            losses = []
+            for j, (x, y) in enumerate(micro_batches):
+                with grad_sync(model, last=j == K - 1):
+                    losses.append(micro(x, y))
         loss = losses[0] if K == 1 else torch.stack(losses).sum()
         update()
         return loss
@@ -207,6 +213,21 @@ def build_workload(
         graphed = _graphed_step(accumulate, micro_batches, optimizer, probe, device)
         return Workload(model, optimizer, scaler, batches, device, probe, n_params, graphed)
     return Workload(model, optimizer, scaler, batches, device, probe, n_params, step)
+
+
+def grad_sync(model: torch.nn.Module, *, last: bool) -> contextlib.AbstractContextManager[Any]:
+    """Around one micro-batch of an accumulating step: DDP's ``no_sync()`` and FSDP2's
+    ``set_requires_gradient_sync(False)`` before the last one, so the gradients are
+    reduced once per optimizer step; nothing for a model on one GPU."""
+    fsdp = getattr(model, "set_requires_gradient_sync", None)
+    if fsdp is not None:
+        fsdp(last)
+        return contextlib.nullcontext()
+    no_sync = getattr(model, "no_sync", None)
+    if no_sync is not None and not last:
+        ctx: contextlib.AbstractContextManager[Any] = no_sync()
+        return ctx
+    return contextlib.nullcontext()
 
 
 def _graphed_step(

@@ -254,3 +254,41 @@ def test_memory_model_says_what_it_does_not_count() -> None:
     gen = CollectConfig(device="cpu", workload="generate", preset="tiny", prompt=8)
     est, why = from_manifest({"config": gen.to_dict()})
     assert est is None and "this run generates" in why
+
+
+def test_grad_accum_reduces_once_per_step_on_several_gpus() -> None:
+    """DDP: no_sync() around every micro-batch but the last; FSDP2:
+    set_requires_gradient_sync(False) before them, True for the last."""
+    import contextlib
+
+    from tracekit.collectors.train import grad_sync
+
+    calls: list[object] = []
+
+    class DDPLike(torch.nn.Module):
+        @contextlib.contextmanager
+        def no_sync(self) -> Any:
+            calls.append("no_sync")
+            yield
+
+    class FSDPLike(torch.nn.Module):
+        def set_requires_gradient_sync(self, on: bool) -> None:
+            calls.append(on)
+
+    for model in (DDPLike(), FSDPLike(), torch.nn.Linear(1, 1)):
+        for j in range(3):
+            with grad_sync(model, last=j == 2):
+                pass
+    assert calls == ["no_sync", "no_sync", False, False, True]
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"device": "cuda", "cuda_graphs": True, "gpus": 2}, "--cuda-graphs runs on one GPU"),
+        ({"workload": "generate", "gpus": 2, "seq": 128}, "--gpus: training options"),
+    ],
+)
+def test_levers_and_generate_with_several_gpus(kw: dict[str, Any], message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        _cfg(**kw)

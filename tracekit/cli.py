@@ -55,6 +55,32 @@ def parse(
     typer.echo(result.describe())
 
 
+# collect's options that take several lines
+_Counters = Annotated[
+    bool,
+    typer.Option(
+        "--counters",
+        help="Replay one step under Nsight Compute (ncu) for measured "
+        "FLOPs and DRAM/L2 bytes per kernel (CUDA only).",
+    ),
+]
+_Gpus = Annotated[
+    int,
+    typer.Option(
+        help="GPUs of this host, one process each (torch's elastic launcher, NCCL; "
+        "with --device cpu: gloo processes). --batch is per GPU.",
+    ),
+]
+_Parallel = Annotated[
+    str, typer.Option(help="With --gpus N>1: ddp (DistributedDataParallel) or fsdp (FSDP2).")
+]
+_Ceilings = Annotated[
+    bool,
+    typer.Option(
+        help="Measure copy bandwidth and matmul FLOP/s first (with --gpus N: and the "
+        "interconnect's bus bandwidth)."
+    ),
+]
 # collect's workload and lever options
 _Workload = Annotated[
     str, typer.Option(help="train (default) or generate (prefill + decode, KV cache).")
@@ -145,13 +171,7 @@ def collect(
         bool, typer.Option(help="Record a CUDA memory snapshot (pickle; CUDA only).")
     ] = True,
     snapshot_steps: Annotated[int, typer.Option(help="Steps in the memory snapshot.")] = 1,
-    ceilings: Annotated[
-        bool,
-        typer.Option(
-            help="Measure copy bandwidth and matmul FLOP/s first (with --gpus N: and the "
-            "interconnect's bus bandwidth)."
-        ),
-    ] = True,
+    ceilings: _Ceilings = True,
     out: Annotated[
         Path | None,
         typer.Option("-o", "--out", help="Run folder (default: runs/<preset>-b<B>-s<S>-...)."),
@@ -160,24 +180,9 @@ def collect(
     xspace: Annotated[
         bool, typer.Option("--xspace", help="Also export the trace for TensorBoard's PROFILE tab.")
     ] = False,
-    counters: Annotated[
-        bool,
-        typer.Option(
-            "--counters",
-            help="Replay one step under Nsight Compute (ncu) for measured "
-            "FLOPs and DRAM/L2 bytes per kernel (CUDA only).",
-        ),
-    ] = False,
-    gpus: Annotated[
-        int,
-        typer.Option(
-            help="GPUs of this host, one process each (torch's elastic launcher, NCCL; "
-            "with --device cpu: gloo processes). --batch is per GPU.",
-        ),
-    ] = 1,
-    parallel: Annotated[
-        str, typer.Option(help="With --gpus N>1: ddp (DistributedDataParallel) or fsdp (FSDP2).")
-    ] = "ddp",
+    counters: _Counters = False,
+    gpus: _Gpus = 1,
+    parallel: _Parallel = "ddp",
     workload: _Workload = "train",
     checkpoint: _Checkpoint = False,
     optimizer: _Optimizer = None,
@@ -207,16 +212,20 @@ def collect(
             memory_timeline=memory_timeline,
         ),
     )  # fmt: skip
-    if counters and device != "cuda":
-        raise UsageError("--counters needs --device cuda (Nsight Compute replays CUDA kernels)")
-    if counters and gpus > 1:
-        raise UsageError("--counters replays one process's step: use it with --gpus 1")
+    _check_counters(counters, device, gpus)
     run_dir = collect_run(cfg)
     if counters:
         _replay_counters(run_dir)
     typer.echo(summary(run_dir))
     if xspace:
         _export_xspace_of(run_dir, None, None, None)
+
+
+def _check_counters(counters: bool, device: str, gpus: int) -> None:
+    if counters and device != "cuda":
+        raise UsageError("--counters needs --device cuda (Nsight Compute replays CUDA kernels)")
+    if counters and gpus > 1:
+        raise UsageError("--counters replays one process's step: use it with --gpus 1")
 
 
 def _replay_counters(run_dir: Path) -> None:
