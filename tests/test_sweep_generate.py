@@ -21,7 +21,7 @@ def _flag(cmd: list[str], name: str) -> str:
 
 
 def test_point_options_name_the_row_and_reach_the_command(tmp_path: Path) -> None:
-    p = Point(8, 128, "fp32", "naive", ("--optimizer", "adamw-fused", "--checkpoint"))
+    p = Point(8, 128, "fp32", "naive", options=("--optimizer", "adamw-fused", "--checkpoint"))
     assert p.key == "b8-s128-fp32-naive+optimizer=adamw-fused+checkpoint"
     assert options_suffix(["--data", "/a b/c.txt"]) == "+data=_a_b_c.txt"
     plan = SweepPlan(explicit=(Point(8, 128, "fp32", "naive"), p, p), device="cpu")
@@ -42,7 +42,7 @@ def test_point_options_name_the_row_and_reach_the_command(tmp_path: Path) -> Non
 )
 def test_point_options_may_not_redefine_the_point(options: tuple[str, ...], message: str) -> None:
     with pytest.raises(UsageError, match=message):
-        SweepPlan(explicit=(Point(8, 128, "fp32", "naive", options),))
+        SweepPlan(explicit=(Point(8, 128, "fp32", "naive", options=options),))
 
 
 def test_generate_command_turns_seq_into_the_context(tmp_path: Path) -> None:
@@ -87,7 +87,7 @@ def test_generate_sweep_on_cpu(tmp_path: Path) -> None:
 def test_lever_rows_record_their_options_and_levers(tmp_path: Path) -> None:
     from tracekit.sweep.rows import run_row
 
-    lever = Point(2, 16, "fp32", "naive", ("--checkpoint", "--grad-accum", "2"))
+    lever = Point(2, 16, "fp32", "naive", options=("--checkpoint", "--grad-accum", "2"))
     config = {"checkpoint": True, "optimizer": "adamw", "grad_accum": 2, "cuda_graphs": False,
               "workload": "train"}  # fmt: skip
     r = run_row(lever, tmp_path, {"config": config, "metrics": {}}, with_trace=False)
