@@ -164,7 +164,7 @@ def merge_metrics(cfg: CollectConfig, per_rank: list[Mapping[str, Any]]) -> dict
     medians = [float(m["step_time_ms"]["median"]) for m in per_rank]
     slow = max(range(n), key=lambda r: (medians[r], -r))
     t = medians[slow] / 1e3
-    global_batch = cfg.batch * n
+    global_batch = cfg.batch * cfg.grad_accum * n  # sequences per optimizer step
     prof_medians = [float(m["profiled_step_time"]["median"]) for m in per_rank]
     pslow = max(range(n), key=lambda r: (prof_medians[r], -r))
     peaks = [m.get("peak_allocated_bytes") for m in per_rank]
@@ -249,9 +249,9 @@ def build_manifest(
         "backend": backend_for(cfg.device),
         "parallel": cfg.parallel,
         **launcher,
-        "global_batch": n * cfg.batch,
+        "global_batch": n * cfg.batch * cfg.grad_accum,
         "per_rank_batch": cfg.batch,
-        "global_tokens_per_step": n * cfg.batch * cfg.seq,
+        "global_tokens_per_step": n * cfg.tokens_per_step,
         "data": "rank R draws its batches with seed + R (rank 0's are the one-GPU run's)",
         "wrapping": parallel_info(cfg),
         "env": dict(env),

@@ -292,3 +292,17 @@ def test_grad_accum_reduces_once_per_step_on_several_gpus() -> None:
 def test_levers_and_generate_with_several_gpus(kw: dict[str, Any], message: str) -> None:
     with pytest.raises(UsageError, match=message):
         _cfg(**kw)
+
+
+def test_multi_gpu_throughput_counts_every_micro_batch() -> None:
+    from tracekit.collectors.dist_manifest import merge_metrics
+
+    def rank(median: float) -> dict[str, Any]:
+        st = {"median": median, "p10": median, "p90": median, "mean": median, "n": 3}
+        mem = {"peak_allocated_bytes": None, "peak_reserved_bytes": None, "memory_method": "m"}
+        return {"step_time_ms": st, "profiled_step_time": st, "avg_allocated_bytes": None,
+                "final_loss": 1.0, **mem}  # fmt: skip
+
+    met = merge_metrics(_cfg(gpus=2, grad_accum=3), [rank(10.0), rank(10.0)])
+    assert met["tokens_per_s"] == pytest.approx(2 * 3 * 2 * 32 / 10e-3)  # ranks x K x B x T
+    assert met["samples_per_s"] == pytest.approx(2 * 3 * 2 / 10e-3)
