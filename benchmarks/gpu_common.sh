@@ -5,7 +5,7 @@ export PYTHONUNBUFFERED=1
 step() {  # step NAME CMD...: run with a time limit, log, report status and seconds
   local name=$1; shift
   local t0=$(date +%s%N)
-  timeout 420 "$@" >"$OUT/$name.log" 2>&1; local rc=$?
+  timeout "${STEP_TIMEOUT:-420}" "$@" >"$OUT/$name.log" 2>&1; local rc=$?
   local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   printf '%-28s rc=%-3s %6d ms\n' "$name" "$rc" "$ms" | tee -a "$OUT/steps.txt"
   tail -n "${STEP_TAIL:-25}" "$OUT/$name.log"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU smoke of the training levers and the generate workload, plus two generate fixtures.
-#   bash benchmarks/gpu_workloads.sh OUTDIR
+#   bash benchmarks/gpu_workloads.sh OUTDIR [all|levers|generate]
+# (each part takes a few minutes; run them as two calls where a call's time is limited)
 # 1. Levers, gpt2-small b8 s128 (10 timed steps each), each against its baseline in this run:
 #    fp32 naive: baseline, --checkpoint, --optimizer adamw-fused, --grad-accum 2, --cuda-graphs;
 #    bf16 SDPA: baseline, --cuda-graphs, --cuda-graphs --compile (mode=reduce-overhead).
@@ -12,8 +13,10 @@
 #    2 MB: those two run folders are the fixtures (runs.tar.gz, snapshots left out).
 # Each step runs on its own with a time limit (a failure is reported and the next one runs).
 set -u
+PART=${2:-all}
 STEP_TAIL=12
 source "$(dirname "$0")/gpu_common.sh"
+if [ "$PART" != generate ]; then
 
 L="tracekit collect --batch 8 --seq 128 --steps 10 --warmup 3 --profile-active 1 --no-memory-snapshot -q"
 step lever-fp32-base        $L -o runs/lever-fp32-base
@@ -25,9 +28,10 @@ B="$L --dtype bf16 --attention sdpa"
 step lever-bf16-base        $B -o runs/lever-bf16-base
 step lever-bf16-graphs      $B --no-ceilings --cuda-graphs -o runs/lever-bf16-graphs
 step lever-bf16-graphs-compile $B --no-ceilings --cuda-graphs --compile -o runs/lever-bf16-graphs-compile
+fi
 
-gen() {  # gen NAME PRESET: the generate run, trimmed until its trace is <= 2 MB gzipped
-  local name=$1 preset=$2 active=64
+gen() {  # gen NAME PRESET ACTIVE: the generate run, trimmed until its trace is <= 2 MB gzipped
+  local name=$1 preset=$2 active=$3
   while :; do
     step "$name-a$active" tracekit collect --workload generate --preset "$preset" --dtype bf16 \
       --attention sdpa --batch 8 --prompt 512 --new-tokens 64 --steps 10 --warmup 3 \
@@ -39,8 +43,10 @@ gen() {  # gen NAME PRESET: the generate run, trimmed until its trace is <= 2 MB
   done
   step "report-$name" tracekit report "runs/$name" -o "$OUT/report-$name"
 }
-gen gen-gpt2s-b8-p512-n64-bf16-sdpa gpt2-small
-gen gen-gpt2m-b8-p512-n64-bf16-sdpa gpt2-medium
+if [ "$PART" != levers ]; then
+  gen gen-gpt2s-b8-p512-n64-bf16-sdpa gpt2-small 64
+  gen gen-gpt2m-b8-p512-n64-bf16-sdpa gpt2-medium 32
+fi
 
 python3 - <<'EOF' | tee "$OUT/summary.txt"
 import json, pathlib
