@@ -28,9 +28,9 @@ from typing import Any, Protocol, cast
 import numpy as np
 import pandas as pd
 
-from tracekit.classify import classes as C
-from tracekit.classify import counters as K
-from tracekit.classify import flops as F
+import tracekit.classify.classes as C
+import tracekit.classify.counters as K
+import tracekit.classify.flops as F
 from tracekit.classify.codes import combine_codes, factorized, group_sums, text
 from tracekit.classify.devices import Roofline, pipe_for, pipe_from_kernel_name, resolve_roofline
 from tracekit.classify.schema import TABLES
