@@ -8,6 +8,8 @@ import pytest
 
 from tests._synth import Builder
 from tracekit.classify import classes as C
+from tracekit.classify.families.registry import CLASSES
+from tracekit.classify.inductor import fused_ops
 
 DATA = Path(__file__).parent / "data"
 
@@ -61,14 +63,14 @@ def test_kind_decides_copies_and_sets() -> None:
 
 
 def test_fused_op_tokens() -> None:
-    assert C.fused_ops("triton_per_fused__softmax_add_eq_masked_fill_mul_14") == [
+    assert fused_ops("triton_per_fused__softmax_add_eq_masked_fill_mul_14") == [
         "_softmax",
         "add",
         "eq",
         "masked_fill",
         "mul",
     ]
-    assert C.fused_ops("triton_red_fused__unsafe_view_add_mean_mul_pow_rsqrt_1") == [
+    assert fused_ops("triton_red_fused__unsafe_view_add_mean_mul_pow_rsqrt_1") == [
         "_unsafe_view",
         "add",
         "mean",
@@ -76,11 +78,11 @@ def test_fused_op_tokens() -> None:
         "pow",
         "rsqrt",
     ]
-    assert C.fused_ops("triton_red_fused_native_layer_norm_native_layer_norm_backward_82") == [
+    assert fused_ops("triton_red_fused_native_layer_norm_native_layer_norm_backward_82") == [
         "native_layer_norm",
         "native_layer_norm_backward",
     ]
-    assert C.fused_ops("ampere_sgemm_32x32_sliced1x4_tn") is None
+    assert fused_ops("ampere_sgemm_32x32_sliced1x4_tn") is None
 
 
 def test_fused_kernel_named_by_dominant_op() -> None:
@@ -253,7 +255,7 @@ def test_without_operators_kernel_names_decide() -> None:
 
 def test_every_rule_names_a_class_and_compiles() -> None:
     frame = C.rules_frame()
-    assert set(frame["class"]) <= set(C.CLASSES)
+    assert set(frame["class"]) <= set(CLASSES)
     assert set(frame["target"]) == {"op", "kernel", "fused"}
     assert (frame["note"].str.len() > 0).all()
 

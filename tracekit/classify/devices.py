@@ -34,6 +34,7 @@ from typing import Any, cast
 
 import pandas as pd
 
+from tracekit.classify.families.registry import MATRIX_CLASSES
 from tracekit.errors import UsageError
 
 PIPES: tuple[str, ...] = (
@@ -586,7 +587,6 @@ _NAME_PIPE = (
     (re.compile(r"dgemm|d884|dmma", re.I), "tensor_fp64"),
     (re.compile(r"sgemm|scudnn|simt_sgemm|cgemm|_simt_"), "simt_fp32"),
 )
-_MATMUL_CLASSES = ("gemm", "attention")
 
 
 def pipe_from_kernel_name(name: str) -> str | None:
@@ -607,7 +607,7 @@ def pipe_for(
     named: str | None = None,
 ) -> str | None:
     """The precision pipe an operator of class ``cls`` and compute dtype ``dtype`` uses."""
-    if cls in _MATMUL_CLASSES:
+    if cls in MATRIX_CLASSES:
         if named is None and kernel_name:
             named = pipe_from_kernel_name(kernel_name)
         if dtype in ("bf16", "fp16", "fp8"):

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.classify.codes import combine_codes, factorized
+from tracekit.classify.inductor import fused_ops
 
 NAN = float("nan")
 
@@ -1155,8 +1156,6 @@ def _triton(name: str, x: Inputs) -> Cost | None:
     """An Inductor kernel: every tensor argument read or written once; FLOPs from the
     per-element counts of its fused ops times its largest argument's elements (a
     template GEMM ``triton_tem_*``: 2·M·N·K from its A, B and output)."""
-    from tracekit.classify.classes import fused_ops
-
     ts = x.tensors()
     if not ts:
         return None

@@ -33,12 +33,12 @@ import tracekit.classify.counters as K
 import tracekit.classify.flops as F
 from tracekit.classify.codes import combine_codes, factorized, group_sums, text
 from tracekit.classify.devices import Roofline, pipe_for, pipe_from_kernel_name, resolve_roofline
+from tracekit.classify.families.registry import CLASSES, is_convolution
 from tracekit.classify.schema import TABLES
 from tracekit.errors import TraceError
 
 NAN = math.nan
 MAX_COST_HOPS = 6  # how far up the operator tree a kernel looks for its cost operator
-_CONV_RULE = next(r for r in C.RULES if r.target == "op" and "convolution" in r.pattern)
 
 
 class TraceLike(Protocol):
@@ -912,7 +912,7 @@ def _pipes(
         return np.zeros(0, dtype=object)
     named = [pipe_from_kernel_name(str(u)) for u in name_uniq]
     conv_codes, uniq_ops = pd.factorize(pd.Series(cost_name, dtype=object), sort=False)
-    is_conv = np.array([bool(_CONV_RULE.regex.search(str(o))) for o in uniq_ops], dtype=bool)
+    is_conv = np.array([is_convolution(str(o)) for o in uniq_ops], dtype=bool)
     conv = np.zeros(n, dtype=np.int64)
     if len(is_conv):
         conv = np.where(conv_codes >= 0, is_conv[np.maximum(conv_codes, 0)], False)
@@ -1046,9 +1046,9 @@ def _op_roofline(
 
 
 def _classes(kr: pd.DataFrame, n_steps: int) -> pd.DataFrame:
-    """One row per class of :data:`C.CLASSES` (sums per class in row order, as a mask and
-    ``Series.sum`` per class gave them)."""
-    known = list(C.CLASSES)
+    """One row per class of :data:`~tracekit.classify.families.registry.CLASSES` (sums per
+    class in row order, as a mask and ``Series.sum`` per class gave them)."""
+    known = list(CLASSES)
     codes, uniq = pd.factorize(kr["class"])  # in Arrow; then map the few distinct names
     codes = np.append(pd.Index(known).get_indexer(uniq), -1)[codes]
     ok = codes >= 0

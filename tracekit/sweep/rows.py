@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tracekit.classify.classes import CLASSES
+from tracekit.classify.families.registry import CLASSES
 from tracekit.summary.memory_model import (
     CATEGORIES,
     TIMELINE_CATEGORIES,
