@@ -177,7 +177,7 @@ def test_real_ncu_counters_join(
 )
 def test_gemm_model_agrees_with_torchs_own_flops(name: str) -> None:
     """The issue's check: GEMM FLOPs of the model vs the profiler's (profiler_flops table)."""
-    from tracekit.classify.flops import model_ops
+    from tracekit.classify.costs import model_ops
     from tracekit.classify.roofline import _run_profiler_flops, _with_profiler_flops
     from tracekit.parse import load
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tracekit.classify.flops import model_ops, op_cost
+from tracekit.classify.costs import model_ops, op_cost
 
 DATA = Path(__file__).parent / "data"
 RECORDS = json.loads((DATA / "cpu_profile_ops.json").read_text())["ops"]

@@ -6,10 +6,11 @@ counters, by measurement). Pure functions over the parsed tables; no torch impor
 from __future__ import annotations
 
 from tracekit.classify.classes import classify_kernel_name, classify_kernels
+from tracekit.classify.costs import op_cost
 from tracekit.classify.counters import join_counters, ncu_command, ncu_metrics, read_ncu_csv
 from tracekit.classify.devices import SPECS, Roofline, pipe_for, resolve_roofline
+from tracekit.classify.families.inputs import Cost
 from tracekit.classify.families.registry import CLASSES, RULES
-from tracekit.classify.flops import Cost, op_cost
 from tracekit.classify.output import write_classification
 from tracekit.classify.roofline import Classification, analytic_traffic, classify
 

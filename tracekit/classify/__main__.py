@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tracekit.classify.classes import rules_markdown
+from tracekit.classify.costs import per_element_markdown
 from tracekit.classify.devices import specs_markdown
-from tracekit.classify.flops import per_element_markdown
 from tracekit.classify.schema import markdown as schema_markdown
 
 BLOCKS = {

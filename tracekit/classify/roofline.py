@@ -29,10 +29,11 @@ import numpy as np
 import pandas as pd
 
 import tracekit.classify.classes as C
+import tracekit.classify.costs as F
 import tracekit.classify.counters as K
-import tracekit.classify.flops as F
 from tracekit.classify.codes import combine_codes, factorized, group_sums, text
 from tracekit.classify.devices import Roofline, pipe_for, pipe_from_kernel_name, resolve_roofline
+from tracekit.classify.families.inputs import LIST_SIZES_UNKNOWN
 from tracekit.classify.families.registry import CLASSES, is_convolution
 from tracekit.classify.schema import TABLES
 from tracekit.errors import TraceError
@@ -313,7 +314,7 @@ def _refine_lists(
         if (
             n_params
             and one_group
-            and str(note_arr[i]).startswith(F.LIST_SIZES_UNKNOWN)
+            and str(note_arr[i]).startswith(LIST_SIZES_UNKNOWN)
             and str(ctx.rule[ctx.anc[i]]).startswith("op:^Optimizer")
             and blocks[i] * MTA_CHUNK >= 0.5 * n_params
         ):
@@ -759,12 +760,12 @@ def classify(
     elif len(ops) and not np.isfinite(flops[~is_copy]).any() and (~is_copy).any():
         notes.append("no kernel could be given FLOPs from the recorded shapes")
     distinct_notes = [str(x) for x in pd.unique(cost_note)]
-    if any(x.startswith(F.LIST_SIZES_UNKNOWN) for x in distinct_notes):
+    if any(x.startswith(LIST_SIZES_UNKNOWN) for x in distinct_notes):
         notes.append(
             "the profiler dropped the shapes of long tensor lists (optimizer steps): their "
             "FLOPs and bytes are unknown unless the manifest gives the parameter count"
         )
-    if any(F.LIST_SIZES_UNKNOWN + ":" in x for x in distinct_notes):
+    if any(LIST_SIZES_UNKNOWN + ":" in x for x in distinct_notes):
         notes.append(
             "optimizer tensor lists without recorded shapes were given the model's parameter "
             "count (manifest) per list"

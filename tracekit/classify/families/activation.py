@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from tracekit.classify.families.family import P_NORMAL, ClassSpec, Family, Rule, aten
+from tracekit.classify.families.inputs import (
+    Cost,
+    Inputs,
+    aten_inplace,
+    elementwise,
+    per_element_model,
+)
 
 RULES: tuple[Rule, ...] = (
     Rule(
@@ -77,6 +84,16 @@ FUSED_RULES: tuple[Rule, ...] = (
     ),
 )
 
+# FLOPs per element (a transcendental counts 1). Documented in docs/classify.md.
+PER_ELEMENT: dict[str, float] = {
+    # activations (forward, backward)
+    "relu": 1, "threshold": 1, "threshold_backward": 1, "gelu": 5, "gelu_tanh": 9,
+    "gelu_backward": 10, "gelu_tanh_backward": 16, "silu": 4, "silu_backward": 8,
+    "sigmoid": 3, "sigmoid_backward": 3, "tanh": 1, "tanh_backward": 3, "leaky_relu": 2,
+    "leaky_relu_backward": 2, "hardtanh": 1, "hardtanh_backward": 1, "elu": 3,
+    "softplus": 3, "mish": 5, "hardswish": 4,
+}  # fmt: skip
+
 FAMILY = Family(
     "activation",
     classes=(ClassSpec("activation"),),
@@ -90,4 +107,36 @@ FAMILY = Family(
         "threshold_backward",
         "leaky_relu",
     ),
+    per_element=PER_ELEMENT,
 )
+
+
+# activations (and their in-place forms ``name_``): PER_ELEMENT FLOPs per output element
+_POINTWISE = (
+    "relu",
+    "threshold",
+    "threshold_backward",
+    "sigmoid",
+    "sigmoid_backward",
+    "tanh",
+    "tanh_backward",
+    "silu",
+    "silu_backward",
+    "leaky_relu",
+    "leaky_relu_backward",
+    "hardtanh",
+    "hardtanh_backward",
+    "elu",
+    "softplus",
+    "mish",
+    "hardswish",
+)
+FAMILY.cost(*aten_inplace(_POINTWISE))(per_element_model(PER_ELEMENT))
+
+
+@FAMILY.cost("aten::gelu", "aten::gelu_", "aten::gelu_backward")
+def _gelu(name: str, x: Inputs) -> Cost | None:
+    approx = x.value(2 if name.endswith("backward") else 1)
+    key = "gelu_tanh" if approx == "tanh" else "gelu"
+    key += "_backward" if name.endswith("backward") else ""
+    return elementwise(x, PER_ELEMENT[key])

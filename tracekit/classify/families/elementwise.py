@@ -6,6 +6,18 @@ lose to any operator rule.
 from __future__ import annotations
 
 from tracekit.classify.families.family import P_GENERIC, P_NORMAL, ClassSpec, Family, Rule, aten
+from tracekit.classify.families.inputs import (
+    LIST_SIZES_UNKNOWN,
+    NAN,
+    SCALAR_TYPE,
+    Cost,
+    Inputs,
+    ListOpts,
+    aten_inplace,
+    elementwise,
+    list_cost,
+    per_element_model,
+)
 
 RULES: tuple[Rule, ...] = (
     Rule(
@@ -140,6 +152,23 @@ FUSED_RULES: tuple[Rule, ...] = (
     Rule(r".", "fused", "elementwise", 5, "anything else (add, mul, casts, dropout, …)"),
 )
 
+# FLOPs per element (a transcendental counts 1). Documented in docs/classify.md.
+PER_ELEMENT: dict[str, float] = {
+    # binary / unary arithmetic
+    "add": 1, "sub": 1, "rsub": 1, "mul": 1, "div": 1, "neg": 1, "abs": 1, "pow": 1,
+    "sqrt": 1, "rsqrt": 1, "exp": 1, "exp2": 1, "log": 1, "log1p": 1, "reciprocal": 1,
+    "sin": 1, "cos": 1, "erf": 1, "sign": 1, "square": 1, "maximum": 1, "minimum": 1,
+    "where": 1, "clamp": 1, "clamp_min": 1, "clamp_max": 1, "eq": 1, "ne": 1, "lt": 1,
+    "le": 1, "gt": 1, "ge": 1, "floor": 1, "ceil": 1, "round": 1, "remainder": 1, "fmod": 1,
+    "addcmul": 3, "addcdiv": 3, "lerp": 2,
+    # data movement: no arithmetic
+    "copy": 0, "_to_copy": 0, "clone": 0, "contiguous": 0, "cat": 0, "stack": 0,
+    "masked_fill": 0, "fill": 0, "zero": 0, "constant_pad_nd": 0, "index_copy": 0,
+    "tril": 0, "triu": 0,
+    # dropout: compare against a random number, scale
+    "native_dropout": 2, "native_dropout_backward": 2,
+}  # fmt: skip
+
 FAMILY = Family(
     "elementwise",
     classes=(ClassSpec("elementwise"),),
@@ -177,4 +206,112 @@ FAMILY = Family(
         "unsqueeze",
         "reflection_pad2d",
     ),
+    per_element=PER_ELEMENT,
 )
+
+# element-wise operators (and their in-place forms ``name_``): PER_ELEMENT FLOPs per output
+# element (1 if not listed)
+_POINTWISE = (
+    "bitwise_not",
+    "bitwise_and",
+    "bitwise_or",
+    "logical_not",
+    "logical_and",
+    "logical_or",
+    "add",
+    "sub",
+    "rsub",
+    "mul",
+    "div",
+    "where",
+    "maximum",
+    "minimum",
+    "remainder",
+    "fmod",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "pow",
+    "addcmul",
+    "addcdiv",
+    "lerp",
+    "clamp",
+    "clamp_min",
+    "clamp_max",
+    "masked_fill",
+    "neg",
+    "abs",
+    "sqrt",
+    "rsqrt",
+    "exp",
+    "exp2",
+    "log",
+    "log1p",
+    "reciprocal",
+    "sin",
+    "cos",
+    "erf",
+    "sign",
+    "square",
+    "floor",
+    "ceil",
+    "round",
+    "tril",
+    "triu",
+    "clone",
+    "contiguous",
+    "constant_pad_nd",
+)
+
+
+FAMILY.cost(*aten_inplace(_POINTWISE))(per_element_model(PER_ELEMENT))
+
+
+@FAMILY.cost("aten::copy_")
+def _copy(name: str, x: Inputs) -> Cost | None:
+    dst, src = x.tensor(0), x.tensor(1)
+    if dst is None or src is None:
+        return None
+    return Cost(0.0, float(src.nbytes + dst.numel * dst.itemsize), dst.dtype)
+
+
+@FAMILY.cost("aten::_to_copy")
+def _to_copy(name: str, x: Inputs) -> Cost | None:
+    src = x.tensor(0)
+    if src is None:
+        return None
+    code = x.value(1)
+    dst = SCALAR_TYPE.get(code) if isinstance(code, int) and not isinstance(code, bool) else None
+    dst = dst or (src.dtype, src.itemsize)
+    return Cost(0.0, float(src.nbytes + src.numel * dst[1]), dst[0])
+
+
+@FAMILY.cost("aten::fill_", "aten::zero_", "aten::uniform_", "aten::normal_", "aten::bernoulli_")
+def _fill(name: str, x: Inputs) -> Cost | None:
+    t = x.tensor(0)
+    return None if t is None else Cost(0.0, float(t.nbytes), t.dtype)
+
+
+@FAMILY.cost("aten::native_dropout")
+def _dropout(name: str, x: Inputs) -> Cost | None:
+    t = x.tensor(0)
+    if t is None:
+        return None
+    # reads x, writes y and a bool mask
+    return Cost(PER_ELEMENT["native_dropout"] * t.numel, float(2 * t.nbytes + t.numel), t.dtype)
+
+
+@FAMILY.cost("aten::native_dropout_backward")
+def _dropout_bwd(name: str, x: Inputs) -> Cost | None:
+    return elementwise(x, PER_ELEMENT["native_dropout_backward"])
+
+
+@FAMILY.cost("aten::cat", "aten::stack", lists=True)
+def _cat(name: str, x: Inputs, opts: ListOpts) -> Cost | None:
+    tl = x.tensor_list(0)
+    if tl is None or tl.numel is None:
+        return None if tl is None else Cost(NAN, NAN, None, LIST_SIZES_UNKNOWN)
+    return list_cost(0.0, float(2 * tl.numel * opts.bytes), opts, "")  # read all, write all

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from tracekit.classify.families.family import P_NORMAL, ClassSpec, Family, Rule, aten
+from tracekit.classify.families.inputs import (
+    Cost,
+    Inputs,
+)
 
 RULES: tuple[Rule, ...] = (
     Rule(
@@ -79,3 +83,46 @@ FAMILY = Family(
         "scatter_reduce",
     ),
 )
+
+
+@FAMILY.cost("aten::embedding")
+def _embedding(name: str, x: Inputs) -> Cost | None:
+    w, idx = x.tensor(0), x.tensor(1)
+    if w is None or idx is None or len(w.shape) != 2:
+        return None
+    rows = idx.numel * w.shape[1] * w.itemsize
+    # only the rows looked up are read (not the whole table), each written once
+    return Cost(0.0, float(2 * rows + idx.nbytes), w.dtype, "reads only the gathered rows")
+
+
+@FAMILY.cost("aten::embedding_dense_backward")
+def _embedding_bwd(name: str, x: Inputs) -> Cost | None:
+    g, idx = x.tensor(0), x.tensor(1)
+    if g is None or idx is None or not g.shape:
+        return None
+    # scatter-add of every gradient row into the (separately zeroed) weight gradient
+    return Cost(
+        float(g.numel),
+        float(2 * g.nbytes + idx.nbytes),
+        g.dtype,
+        "scatter-add of gradient rows; zeroing counted under its own fill",
+    )
+
+
+@FAMILY.cost("aten::index_select")
+def _index_select(name: str, x: Inputs) -> Cost | None:
+    t, idx = x.tensor(0), x.tensor(2)
+    dim = x.value(1)
+    if t is None or idx is None or not isinstance(dim, int) or not t.shape:
+        return None
+    row = t.numel // t.shape[dim % len(t.shape)] if t.shape[dim % len(t.shape)] else 0
+    out = idx.numel * row
+    return Cost(0.0, float(2 * out * t.itemsize + idx.nbytes), t.dtype)
+
+
+@FAMILY.cost("aten::gather")
+def _gather(name: str, x: Inputs) -> Cost | None:
+    t, idx = x.tensor(0), x.tensor(2)
+    if t is None or idx is None:
+        return None
+    return Cost(0.0, float(2 * idx.numel * t.itemsize + idx.nbytes), t.dtype)

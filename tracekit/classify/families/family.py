@@ -90,7 +90,8 @@ class Family:
     ``fused_vocab``: the family's operator names with underscores, as Inductor writes them
     into kernel names (``native_layer_norm``), so that the kernel-name tokenizer keeps
     them whole. ``convolution_ops``: the rule naming operators whose fp32 math follows
-    cuDNN's TF32 setting (on by default) rather than the matmul one.
+    cuDNN's TF32 setting (on by default) rather than the matmul one. ``per_element``: the
+    FLOPs per element its models use (``factors``: other constants), listed in the docs.
     """
 
     def __init__(
@@ -103,6 +104,7 @@ class Family:
         fused_vocab: Iterable[str] = (),
         per_element: Mapping[str, float] | None = None,
         convolution_ops: Rule | None = None,
+        factors: Mapping[str, float] | None = None,
     ) -> None:
         if isinstance(fused_vocab, str):
             raise TypeError(f"{name}: fused_vocab is a collection of names, not one string")
@@ -113,6 +115,7 @@ class Family:
         self.fused_vocab = frozenset(fused_vocab)
         self.per_element: dict[str, float] = dict(per_element or {})
         self.convolution_ops = convolution_ops
+        self.factors: dict[str, float] = dict(factors or {})
         self.formulas: dict[str, CostModel] = {}
         self.prefixes: dict[str, CostModel] = {}
         for r in self.rules:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,6 +202,21 @@ def elementwise(
     reads = sum(t.nbytes for t in ts)
     writes = out_n * size if writes_out else 0
     return Cost(per_elem * out_n, float(reads + writes + extra_out_bytes), main.dtype)
+
+
+def per_element_model(table: Mapping[str, float]) -> Callable[[str, Inputs], Cost | None]:
+    """The cost model of element-wise operators: ``table[op]`` FLOPs per output element (1
+    for an operator not in it), the inputs read once and the output written once."""
+
+    def _pointwise(name: str, x: Inputs) -> Cost | None:
+        return elementwise(x, table.get(op_base(name), 1.0))
+
+    return _pointwise
+
+
+def aten_inplace(names: Sequence[str]) -> list[str]:
+    """``aten::name`` and its in-place form ``aten::name_`` of each name."""
+    return [*(f"aten::{n}" for n in names), *(f"aten::{n}_" for n in names)]
 
 
 def conv_out(size: int, k: int, s: int, p: int, d: int) -> int:

@@ -5,6 +5,12 @@ softmax.
 from __future__ import annotations
 
 from tracekit.classify.families.family import P_NORMAL, ClassSpec, Family, Rule, aten
+from tracekit.classify.families.inputs import (
+    Cost,
+    Inputs,
+    elementwise,
+    op_base,
+)
 
 RULES: tuple[Rule, ...] = (
     Rule(
@@ -60,6 +66,12 @@ FUSED_RULES: tuple[Rule, ...] = (
     ),
 )
 
+# FLOPs per element (a transcendental counts 1). Documented in docs/classify.md.
+PER_ELEMENT: dict[str, float] = {
+    # losses
+    "mse_loss": 3, "mse_loss_backward": 3,
+}  # fmt: skip
+
 FAMILY = Family(
     "loss",
     classes=(ClassSpec("loss"),),
@@ -74,4 +86,35 @@ FAMILY = Family(
         "mse_loss_backward",
         "binary_cross_entropy",
     ),
+    per_element=PER_ELEMENT,
 )
+
+
+@FAMILY.cost("aten::nll_loss_forward", "aten::nll_loss2d_forward")
+def _nll(name: str, x: Inputs) -> Cost | None:
+    t, tgt = x.tensor(0), x.tensor(1)
+    if t is None or tgt is None:
+        return None
+    # one log-probability gathered per target, summed
+    return Cost(
+        float(tgt.numel), float(tgt.numel * t.itemsize + tgt.nbytes + 2 * t.itemsize), t.dtype
+    )
+
+
+@FAMILY.cost("aten::nll_loss_backward", "aten::nll_loss2d_backward")
+def _nll_bwd(name: str, x: Inputs) -> Cost | None:
+    t, tgt = x.tensor(1), x.tensor(2)
+    if t is None or tgt is None:
+        return None
+    # scatter -grad into the (separately zeroed) input gradient
+    return Cost(float(tgt.numel), float(tgt.nbytes + tgt.numel * t.itemsize), t.dtype)
+
+
+@FAMILY.cost("aten::mse_loss", "aten::mse_loss_backward")
+def _mse(name: str, x: Inputs) -> Cost | None:
+    return elementwise(
+        x,
+        PER_ELEMENT[op_base(name)],
+        writes_out=name.endswith("backward"),
+        extra_out_bytes=0.0 if name.endswith("backward") else 4.0,
+    )

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 from tracekit.classify.families.family import P_GENERIC, P_NORMAL, ClassSpec, Family, Rule, aten
+from tracekit.classify.families.inputs import (
+    NAN,
+    Cost,
+    Inputs,
+    Tensor,
+    conv_out,
+    elementwise,
+    op_base,
+)
 
 RULES: tuple[Rule, ...] = (
     Rule(
@@ -84,6 +96,14 @@ FUSED_RULES: tuple[Rule, ...] = (
     ),
 )
 
+# FLOPs per element (a transcendental counts 1). Documented in docs/classify.md.
+PER_ELEMENT: dict[str, float] = {
+    # reductions, per input element
+    "sum": 1, "mean": 1, "amax": 1, "amin": 1, "max": 1, "min": 1, "prod": 1, "any": 0,
+    "all": 0, "argmax": 1, "argmin": 1, "var": 3, "std": 3, "var_mean": 3, "std_mean": 3,
+    "norm_reduce": 2, "logsumexp": 3, "cumsum": 1,
+}  # fmt: skip
+
 FAMILY = Family(
     "reduction",
     classes=(ClassSpec("reduction"),),
@@ -97,4 +117,117 @@ FAMILY = Family(
         "avg_pool2d",
         "avg_pool2d_backward",
     ),
+    per_element=PER_ELEMENT,
 )
+
+
+def _reduce_out(t: Tensor, dims: Any, keep: Any) -> int | None:
+    if dims is None or dims == []:
+        return 1
+    if isinstance(dims, bool):
+        return None
+    if isinstance(dims, int):
+        dims = [dims]
+    if not isinstance(dims, list) or not all(isinstance(d, int) for d in dims):
+        return None
+    nd = len(t.shape)
+    red = {d % nd for d in dims} if nd else set()
+    return math.prod(s for i, s in enumerate(t.shape) if i not in red)
+
+
+# position of the ``dim`` argument of each reduction
+_REDUCE = {
+    "sum": 1,
+    "mean": 1,
+    "amax": 1,
+    "amin": 1,
+    "prod": 1,
+    "any": 1,
+    "all": 1,
+    "argmax": 1,
+    "argmin": 1,
+    "var": 1,
+    "std": 1,
+    "var_mean": 1,
+    "std_mean": 1,
+    "logsumexp": 1,
+    "linalg_vector_norm": 2,
+    "norm": 2,
+    "max": 1,
+    "min": 1,
+}
+
+
+@FAMILY.cost(*(f"aten::{n}" for n in _REDUCE), "aten::cumsum")
+def _reduce(name: str, x: Inputs) -> Cost | None:
+    t = x.tensor(0)
+    if t is None:
+        return None
+    base = op_base(name)
+    key = "norm_reduce" if base in ("norm", "linalg_vector_norm") else base
+    flops = PER_ELEMENT.get(key, 1.0) * t.numel
+    if base == "cumsum":
+        return Cost(flops, float(2 * t.nbytes), t.dtype)
+    if base in ("max", "min") and x.tensor(1) is not None:  # max(a, b) is element-wise
+        return elementwise(x, 1.0)
+    dim_at = _REDUCE[base]
+    if len(x) <= 2 and dim_at == 1:  # sum(self, dtype), mean(self, dtype), max(self): all
+        out: int | None = 1
+    else:
+        out = _reduce_out(t, x.value(dim_at), None)
+    note = "" if out is not None else "reduced dims not recorded: output bytes not counted"
+    nbytes = t.nbytes + (out or 0) * t.itemsize
+    return Cost(flops, float(nbytes), t.dtype, note)
+
+
+@FAMILY.cost(
+    "aten::max_pool2d_with_indices",
+    "aten::avg_pool2d",
+    "aten::max_pool3d_with_indices",
+    "aten::avg_pool3d",
+)
+def _pool(name: str, x: Inputs) -> Cost | None:
+    t = x.tensor(0)
+    if t is None or len(t.shape) < 3:
+        return None
+    nsp = 3 if "3d" in name else 2
+    ks, st = x.ints(1, nsp), x.ints(2, nsp)
+    pad = x.ints(3, nsp) or [0] * nsp
+    dil = x.ints(4, nsp) if "max" in name else [1] * nsp
+    if ks is None:
+        return Cost(NAN, NAN, t.dtype, "pool: kernel size not recorded")
+    st = st or ks
+    dil = dil or [1] * nsp
+    sp = t.shape[-nsp:]
+    out_sp = [conv_out(i, k, s, p, d) for i, k, s, p, d in zip(sp, ks, st, pad, dil, strict=True)]
+    out = math.prod(t.shape[:-nsp]) * math.prod(out_sp)
+    idx = 8 * out if "max" in name else 0
+    return Cost(float(out * math.prod(ks)), float(t.nbytes + out * t.itemsize + idx), t.dtype)
+
+
+@FAMILY.cost(
+    "aten::max_pool2d_with_indices_backward",
+    "aten::max_pool3d_with_indices_backward",
+    "aten::avg_pool2d_backward",
+    "aten::_adaptive_avg_pool2d_backward",
+    "aten::adaptive_max_pool2d_backward",
+)
+def _pool_bwd(name: str, x: Inputs) -> Cost | None:
+    g, t = x.tensor(0), x.tensor(1)
+    if g is None or t is None:
+        return None
+    idx = x.tensor(7) if "max_pool" in name else None
+    flops = float(max(g.numel, t.numel))
+    return Cost(flops, float(g.nbytes + (idx.nbytes if idx else 0) + t.nbytes), g.dtype)
+
+
+@FAMILY.cost("aten::_adaptive_avg_pool2d", "aten::adaptive_avg_pool2d")
+def _adaptive_pool(name: str, x: Inputs) -> Cost | None:
+    t = x.tensor(0)
+    if t is None or len(t.shape) < 3:
+        return None
+    size = x.ints(1, 2)
+    if size is None:
+        return Cost(float(t.numel), float(t.nbytes), t.dtype, "output size not recorded")
+    out = math.prod(t.shape[:-2]) * math.prod(size)
+    return Cost(float(t.numel), float(t.nbytes + out * t.itemsize), t.dtype)
