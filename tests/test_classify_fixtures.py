@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tracekit.classify import classify
-from tracekit.classify.roofline import Classification
+from tracekit.classify.result import Classification
 from tracekit.parse import load
 
 FIX = Path(__file__).parents[1] / "fixtures"
@@ -178,12 +178,12 @@ def test_real_ncu_counters_join(
 def test_gemm_model_agrees_with_torchs_own_flops(name: str) -> None:
     """The issue's check: GEMM FLOPs of the model vs the profiler's (profiler_flops table)."""
     from tracekit.classify.costs import model_ops
-    from tracekit.classify.roofline import _run_profiler_flops, _with_profiler_flops
+    from tracekit.classify.profiler_flops import run_profiler_flops, with_profiler_flops
     from tracekit.parse import load
 
     t = load(FIX / name)
     gem = t.ops["name"].isin(["aten::mm", "aten::addmm", "aten::bmm"]) & (t.ops["step"] >= 0)
-    prof = _with_profiler_flops(t.ops, _run_profiler_flops(t), [])["flops"][gem].astype(float)
+    prof = with_profiler_flops(t.ops, run_profiler_flops(t), [])["flops"][gem].astype(float)
     model = model_ops(t.ops)["flops_model"][gem]
     assert prof.notna().all() and len(prof) > 100
     assert model.sum() / prof.sum() == pytest.approx(1.0, abs=0.01)  # 1.00011 measured

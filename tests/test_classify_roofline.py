@@ -14,7 +14,7 @@ import pytest
 from tests._synth import Builder, Trace
 from tracekit.classify import classify, write_classification
 from tracekit.classify.families.registry import CLASSES
-from tracekit.classify.roofline import analytic_traffic
+from tracekit.classify.manifest import analytic_traffic
 from tracekit.classify.schema import ARROW, TABLES
 from tracekit.errors import TraceError
 

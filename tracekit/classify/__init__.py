@@ -11,8 +11,10 @@ from tracekit.classify.counters import join_counters, ncu_command, ncu_metrics, 
 from tracekit.classify.devices import SPECS, Roofline, pipe_for, resolve_roofline
 from tracekit.classify.families.inputs import Cost
 from tracekit.classify.families.registry import CLASSES, RULES
+from tracekit.classify.manifest import analytic_traffic
 from tracekit.classify.output import write_classification
-from tracekit.classify.roofline import Classification, analytic_traffic, classify
+from tracekit.classify.result import Classification
+from tracekit.classify.roofline import classify
 
 __all__ = [
     "CLASSES",

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tracekit.classify.result import Classification, in_scope
 from tracekit.classify.schema import ARROW
 from tracekit.io import atomic_dir, atomic_write_json
-
-if TYPE_CHECKING:
-    from tracekit.classify.roofline import Classification
 
 FILES = {
     "op_roofline": "op_roofline.parquet",
@@ -149,9 +147,7 @@ def describe(result: Classification, dest: Path) -> str:
     c = result.classes[result.classes["gpu_time"] > 0].sort_values("gpu_time", ascending=False)
     shares = ", ".join(f"{r['class']} {r['time_share_pct']:.1f}%" for _, r in c.iterrows())
     lines.append(f"GPU time by class: {shares or 'no GPU activity'}")
-    from tracekit.classify.roofline import _scope
-
-    k = result.kernels[_scope(result.kernels)] if len(result.kernels) else result.kernels
+    k = result.kernels[in_scope(result.kernels)] if len(result.kernels) else result.kernels
     if len(k):
         t = float(k["dur"].sum()) or 1.0
         mem = 100 * float(k.loc[k["bound"] == "memory-bound", "dur"].sum()) / t

@@ -1,0 +1,218 @@
+"""Kernel FLOPs and bytes from the operators that launched them.
+
+FLOPs and bytes are modelled per *operator* (:mod:`tracekit.classify.costs`). A kernel
+carries a share of the cost of its **cost operator**: the innermost operator that
+launched it if that operator has a model, else the nearest ancestor of the same class
+that has one. Where an operator launches several kernels (a GEMM and its split-K
+reduction, a cuDNN convolution and its layout transforms) its totals are **split over
+its kernels in proportion to their durations**, so the kernels' shares sum to the
+operator's total and every kernel of an operator has the operator's intensity. (The
+alternative — attributing everything to the longest kernel — would give the helper
+kernels zero bytes and an undefined intensity.)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+
+import numpy as np
+import pandas as pd
+
+from tracekit.classify.classes import OpContext, op_context
+from tracekit.classify.codes import text
+from tracekit.classify.costs import OpCosts, model_op_costs, op_cost
+from tracekit.classify.families.inputs import LIST_SIZES_UNKNOWN
+
+NAN = math.nan
+MAX_COST_HOPS = 6  # how far up the operator tree a kernel looks for its cost operator
+
+
+def cost_ops(
+    kernels: pd.DataFrame,
+    ops: pd.DataFrame,
+    kcls: np.ndarray,
+    list_bytes: int,
+    n_params: int | None = None,
+    ctx: OpContext | None = None,
+    names: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, OpCosts]:
+    """Row position in ``ops`` of each kernel's cost operator and of its innermost
+    operator (-1: none), and the op costs.
+
+    Optimizer tensor lists whose shapes the profiler dropped get ``n_params`` elements
+    each when the op runs once per step inside ``Optimizer.step`` (one parameter group:
+    its lists hold every parameter, gradient or state). ``names``: the kernel names as
+    an object array, if already at hand.
+    """
+    n = len(kernels)
+    if ops is None or not len(ops) or "op_id" not in kernels:
+        none = np.full(n, -1, dtype=np.int64)
+        return (
+            none,
+            none.copy(),
+            model_op_costs(ops.iloc[:0] if ops is not None else pd.DataFrame({"name": []})),
+        )
+    ctx = ctx if ctx is not None else op_context(ops)
+    pos = ctx.ids.get_indexer(pd.Index(kernels["op_id"].to_numpy(dtype=np.int64)))
+    pos = pos.astype(np.int64)
+    # only the launching ops and a few ancestors need a cost
+    need = np.zeros(len(ops), dtype=bool)
+    cur = np.unique(pos[pos >= 0])
+    for _ in range(MAX_COST_HOPS + 1):
+        need[cur] = True
+        cur = ctx.ppos[cur]
+        cur = cur[cur >= 0]  # repeats are harmless (and never more than the kernels)
+        if not len(cur):
+            break
+    cost = model_op_costs(ops, list_bytes=list_bytes, only=need)
+    if names is None:
+        names = kernels["name"].to_numpy(dtype=object)
+    _refine_lists(ops, cost, ctx, kernels, names, pos, n_params)
+    finite = np.isfinite(cost.flops) | np.isfinite(cost.bytes)
+    anchor = np.full(n, -1, dtype=np.int64)
+    cur = pos.copy()
+    for level in range(MAX_COST_HOPS + 1):
+        valid = (cur >= 0) & (anchor < 0)
+        if not valid.any():
+            break
+        idx = np.flatnonzero(valid)
+        c = cur[idx]
+        ok = finite[c]
+        if level > 0:  # an ancestor carries the cost only if it is of the kernel's class
+            ok &= ctx.cls[ctx.own[c]] == kcls[idx]
+        anchor[idx[ok]] = c[ok]
+        cur = np.where(cur >= 0, ctx.ppos[np.maximum(cur, 0)], -1)
+    return anchor, pos, cost
+
+
+_ELEM_RE = re.compile(
+    r"OpaqueType<(\d+)u?>|(?:Functor|Metadata)\w*<(float|double|c10::BFloat16|c10::Half)\b"
+)
+_ELEM_BYTES = {"float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2}
+MTA_CHUNK = 65536  # elements per block of PyTorch's multi_tensor_apply (kChunkSize)
+_ONE_PER_GROUP = ("aten::_foreach_addcdiv_", "aten::_foreach_lerp_", "aten::_fused_adamw_",
+                  "aten::_fused_adam_")  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_element_size(name: str) -> int | None:
+    m = _ELEM_RE.search(name)
+    if m is None:
+        return None
+    return int(m.group(1)) if m.group(1) else _ELEM_BYTES[m.group(2)]
+
+
+def _element_size(names: list[str]) -> int | None:
+    """Element size of copy/multi-tensor kernels from their template arguments, if unique."""
+    sizes = {_name_element_size(nm) for nm in names} - {None}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def _refine_lists(
+    ops: pd.DataFrame,
+    cost: OpCosts,
+    ctx: OpContext,
+    kernels: pd.DataFrame,
+    names: np.ndarray,
+    kpos: np.ndarray,
+    n_params: int | None,
+) -> None:
+    """Tensor-list ops (optimizer steps, cat): the profiler records no dtype for lists and
+    drops the shapes of long ones. Take the element size from the ops' kernels' template
+    arguments (``OpaqueType<2u>``, ``BinaryOpListAlphaFunctor<float, …>``); give optimizer
+    lists without shapes the model's parameter count where that is what they hold: inside
+    ``Optimizer.step``, one parameter group (one addcdiv/lerp/fused-AdamW call per step),
+    and multi_tensor_apply kernels that ran enough 64 Ki-element blocks to cover it.
+    Updates ``cost`` in place."""
+    note_arr = cost.cost_note
+    cand = np.zeros(len(note_arr), dtype=bool)
+    has = np.flatnonzero(cost.has_model)
+    cand[has] = [("tensor-list" in str(x)) for x in note_arr[has]]
+    if not cand.any():
+        return
+    grid = (
+        kernels["grid_x"].fillna(0).to_numpy(dtype=float)
+        if "grid_x" in kernels
+        else np.zeros(len(kernels))
+    )
+    sel = np.flatnonzero((kpos >= 0) & cand[np.maximum(kpos, 0)])
+    by_op: dict[int, list[str]] = {}
+    for kp, nm in zip(kpos[sel].tolist(), names[sel].tolist(), strict=True):
+        by_op.setdefault(kp, []).append(nm)
+    blocks = np.zeros(len(ops))
+    np.add.at(blocks, kpos[sel], grid[sel])  # in kernel order, like a running sum
+    one_group = False
+    if n_params:
+        step = ops["step"] if "step" in ops else pd.Series(0, index=ops.index)
+        per_group = ops[ops["name"].isin(_ONE_PER_GROUP)]
+        counts = per_group.groupby([step[per_group.index], per_group["name"]]).size()
+        one_group = not len(counts) or int(counts.max()) == 1
+    upd_i: list[int] = []
+    upd: list[tuple[float, float, str]] = []
+    idx = np.array(sorted(by_op), dtype=np.int64)
+    rec = {
+        c: dict(zip(idx.tolist(), ops[c].iloc[idx].astype(object).tolist(), strict=True))
+        if c in ops
+        else {}
+        for c in ("name", "input_dims", "input_types", "concrete_inputs")
+    }
+    for i, kn in by_op.items():
+        size = _element_size(kn)
+        numel = None
+        if (
+            n_params
+            and one_group
+            and str(note_arr[i]).startswith(LIST_SIZES_UNKNOWN)
+            and str(ctx.rule[ctx.anc[i]]).startswith("op:^Optimizer")
+            and blocks[i] * MTA_CHUNK >= 0.5 * n_params
+        ):
+            numel = n_params
+        if size is None and numel is None:
+            continue
+        c = op_cost(
+            str(rec["name"][i]),
+            text(rec["input_dims"].get(i)),
+            text(rec["input_types"].get(i)),
+            text(rec["concrete_inputs"].get(i)),
+            size or 4,
+            numel,
+        )
+        if c is None or not math.isfinite(c.bytes):
+            continue
+        note = c.note
+        if size is not None:
+            note = note.replace(
+                f"tensor-list dtype not recorded by the profiler: {size} B/element assumed",
+                f"tensor-list element size {size} B from the kernel names",
+            )
+        if numel is not None:
+            note += " (the model's parameter count, from the manifest)"
+        upd_i.append(i)
+        upd.append((c.flops, c.bytes, note))
+    if upd_i:
+        rows = np.array(upd_i)
+        cost.flops_model[rows] = [u[0] for u in upd]
+        cost.flops[rows] = [u[0] for u in upd]
+        cost.bytes[rows] = [u[1] for u in upd]
+        cost.source[rows] = "modelled"
+        cost.cost_note[rows] = [u[2] for u in upd]
+
+
+def split_by_duration(anchor: np.ndarray, dur: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """Each kernel's share of its cost operator's total, by duration."""
+    out = np.full(len(anchor), NAN)
+    has = anchor >= 0
+    if not has.any():
+        return out
+    a = anchor[has]
+    d = dur[has].astype(float)
+    codes, _ = pd.factorize(a)
+    dsum = np.bincount(codes, weights=d)
+    cnt = np.bincount(codes).astype(float)
+    share = np.where(
+        dsum[codes] > 0, d / np.where(dsum[codes] > 0, dsum[codes], 1.0), 1.0 / cnt[codes]
+    )
+    out[has] = total[a] * share
+    return out
