@@ -8,7 +8,10 @@ reduction, a cuDNN convolution and its layout transforms) its totals are **split
 its kernels in proportion to their durations**, so the kernels' shares sum to the
 operator's total and every kernel of an operator has the operator's intensity. (The
 alternative — attributing everything to the longest kernel — would give the helper
-kernels zero bytes and an undefined intensity.)
+kernels zero bytes and an undefined intensity.) memcpy/memset records carry their own
+byte count (device-to-device copies count read + write). Measured counters replace the
+modelled numbers kernel by kernel (:mod:`tracekit.classify.measured`), with the modelled
+ones kept alongside.
 """
 
 from __future__ import annotations
@@ -16,17 +19,20 @@ from __future__ import annotations
 import functools
 import math
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from tracekit.classify.classes import OpContext, op_context
 from tracekit.classify.codes import text
+from tracekit.classify.columns import KernelColumns, take
 from tracekit.classify.costs import OpCosts, model_op_costs, op_cost
 from tracekit.classify.families.inputs import LIST_SIZES_UNKNOWN
 
 NAN = math.nan
 MAX_COST_HOPS = 6  # how far up the operator tree a kernel looks for its cost operator
+LIST_BYTES = 4  # element size assumed for tensor lists whose kernels do not reveal it
 
 
 def cost_ops(
@@ -216,3 +222,122 @@ def split_by_duration(anchor: np.ndarray, dur: np.ndarray, total: np.ndarray) ->
     )
     out[has] = total[a] * share
     return out
+
+
+@dataclass
+class KernelCosts:
+    """FLOPs and bytes of every kernel (aligned with the kernels table) and where they came
+    from. ``flops_model``/``bytes_model`` keep the modelled figures when measured counters
+    replace ``flops``/``bytes`` (``l2_bytes`` and ``extrapolated`` are the counters')."""
+
+    flops: np.ndarray
+    bytes: np.ndarray
+    source: np.ndarray  # 'modelled' | 'profiler' | 'measured' | 'none'
+    note: np.ndarray
+    dtype: np.ndarray  # compute dtype of the cost operator
+    op_name: np.ndarray  # the cost operator's name (None: none)
+    op_id: np.ndarray  # the cost operator's op_id (-1: none)
+    is_copy: np.ndarray  # memcpy/memset records
+    host_copy: np.ndarray  # host<->device transfers: not judged against DRAM
+    flops_model: np.ndarray
+    bytes_model: np.ndarray
+    l2_bytes: np.ndarray
+    extrapolated: np.ndarray
+
+
+def kernel_costs(
+    k: KernelColumns,
+    ops: pd.DataFrame,
+    kcls: np.ndarray,
+    ctx: OpContext | None,
+    n_params: int | None,
+) -> KernelCosts:
+    """Each kernel's share of its cost operator's modelled cost (memcpy/memset: their own
+    byte count; device-to-device copies read and write)."""
+    anchor, inner, cost = cost_ops(k.frame, ops, kcls, LIST_BYTES, n_params, ctx, k.names)
+    is_copy = np.isin(k.kind, ("memcpy", "memset"))
+    anchor[is_copy] = -1  # copies carry their own byte count, not a share of an op
+    flops = split_by_duration(anchor, k.dur, cost.flops)
+    nbytes = split_by_duration(anchor, k.dur, cost.bytes)
+    src = take(cost.source, anchor, "none")
+    src[~(np.isfinite(flops) | np.isfinite(nbytes))] = "none"
+    note = take(cost.cost_note, anchor, "")
+    why = take(cost.cost_note, inner, "")  # why a kernel without a cost operator has none
+    note = np.where(anchor >= 0, note, why).astype(object)
+    op_id = np.full(k.n, -1, dtype=np.int64)
+    if len(ops):
+        has = anchor >= 0
+        op_id[has] = ops["op_id"].to_numpy(dtype=np.int64)[anchor[has]]
+    host_copy = _copies(k, is_copy, flops, nbytes, src, note)
+    return KernelCosts(
+        flops=flops,
+        bytes=nbytes,
+        source=src,
+        note=note,
+        dtype=take(cost.dtype, anchor, None),
+        op_name=take(ops.get("name"), anchor, None),
+        op_id=op_id,
+        is_copy=is_copy,
+        host_copy=host_copy,
+        flops_model=flops.copy(),
+        bytes_model=nbytes.copy(),
+        l2_bytes=np.full(k.n, NAN),
+        extrapolated=np.zeros(k.n, dtype=bool),
+    )
+
+
+def _copies(
+    k: KernelColumns,
+    is_copy: np.ndarray,
+    flops: np.ndarray,
+    nbytes: np.ndarray,
+    src: np.ndarray,
+    note: np.ndarray,
+) -> np.ndarray:
+    """memcpy/memset records carry their own byte count (in place); returns which are host
+    transfers."""
+    kernels, kind = k.frame, k.kind
+    copy_bytes = (
+        pd.to_numeric(kernels["bytes"], errors="coerce").to_numpy(dtype=float)
+        if ("bytes" in kernels)
+        else np.full(k.n, NAN)
+    )
+    dtod = np.zeros(k.n, dtype=bool)
+    dtod[kind == "memcpy"] = ["DtoD" in str(x) for x in k.names[kind == "memcpy"]]
+    factor = np.where((kind == "memcpy") & dtod, 2.0, 1.0)
+    flops[is_copy] = 0.0
+    nbytes[is_copy] = copy_bytes[is_copy] * factor[is_copy]
+    src[is_copy] = np.where(np.isfinite(nbytes[is_copy]), "profiler", "none")
+    host_copy = (kind == "memcpy") & ~dtod
+    note[host_copy] = "host transfer: PCIe/NVLink-bound, not judged against DRAM"
+    out: np.ndarray = host_copy
+    return out
+
+
+def cost_notes(ops: pd.DataFrame, cost: KernelCosts) -> list[str]:
+    """Plain sentences about what the cost model could not determine or assumed."""
+    notes = []
+    flops, is_copy = cost.flops, cost.is_copy
+    if len(ops) and "input_dims" in ops and ops["input_dims"].notna().sum() == 0:
+        notes.append("no shapes recorded (record_shapes=False): FLOPs unavailable")
+    elif len(ops) and not np.isfinite(flops[~is_copy]).any() and (~is_copy).any():
+        notes.append("no kernel could be given FLOPs from the recorded shapes")
+    distinct_notes = [str(x) for x in pd.unique(cost.note)]
+    if any(x.startswith(LIST_SIZES_UNKNOWN) for x in distinct_notes):
+        notes.append(
+            "the profiler dropped the shapes of long tensor lists (optimizer steps): their "
+            "FLOPs and bytes are unknown unless the manifest gives the parameter count"
+        )
+    if any(LIST_SIZES_UNKNOWN + ":" in x for x in distinct_notes):
+        notes.append(
+            "optimizer tensor lists without recorded shapes were given the model's parameter "
+            "count (manifest) per list"
+        )
+    if any("B/element assumed" in x for x in distinct_notes):
+        notes.append(
+            "the profiler does not record the dtype of tensor lists (optimizer "
+            "states): fp32 (4 B/element) assumed for their bytes"
+        )
+    if len(ops) and "flops" in ops and ops["flops"].notna().any():
+        notes.append("the trace carries the profiler's own FLOPs (with_flops): used where present")
+    return notes

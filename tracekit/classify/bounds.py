@@ -9,7 +9,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.classify.attribution import KernelCosts
 from tracekit.classify.codes import combine_codes, factorized
+from tracekit.classify.columns import KernelColumns
 from tracekit.classify.devices import Roofline, pipe_for, pipe_from_kernel_name
 from tracekit.classify.families.registry import is_convolution
 
@@ -82,6 +84,15 @@ def peaks(roof: Roofline, pipes: Any) -> np.ndarray:
 
 
 def kernel_pipes(
+    k: KernelColumns, kcls: np.ndarray, cost: KernelCosts, roof: Roofline
+) -> np.ndarray:
+    """Pipe of every kernel (copies: None)."""
+    pipe = _pipes(kcls, cost.dtype, cost.op_name, k.name_codes, k.name_uniq, roof)
+    pipe[cost.is_copy] = None
+    return pipe
+
+
+def _pipes(
     kcls: np.ndarray,
     dtype: np.ndarray,
     cost_name: np.ndarray,
@@ -119,3 +130,18 @@ def kernel_pipes(
     )
     out: np.ndarray = vals[codes]
     return out
+
+
+def kernel_bounds(
+    cost: KernelCosts, pipe: np.ndarray, dur: np.ndarray, roof: Roofline
+) -> dict[str, np.ndarray]:
+    """:func:`bounds` of every kernel, with its pipe's ``peak``: copies are memory-bound
+    (host transfers get no roof fraction), everything ``unknown`` on an unknown device."""
+    peak = peaks(roof, pipe)
+    b = bounds(cost.flops, cost.bytes, dur, peak, roof.bandwidth, cost.l2_bytes, roof.l2_bandwidth)
+    b["bound"][cost.is_copy & np.isfinite(cost.bytes)] = "memory-bound"
+    b["roof_pct"][cost.host_copy] = NAN
+    if not roof.known:
+        b["bound"][:] = "unknown"
+    b["peak"] = peak
+    return b

@@ -3,6 +3,7 @@ their text: the plumbing the classify stages share."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -67,3 +68,37 @@ def take(values: np.ndarray | pd.Series | None, pos: np.ndarray, default: Any) -
         else:
             out[has] = values[pos[has]]
     return out
+
+
+@dataclass(frozen=True)
+class KernelColumns:
+    """The columns of the kernels table every stage reads, as arrays (text as codes of its
+    distinct values, decoded once)."""
+
+    frame: pd.DataFrame
+    dur: np.ndarray
+    kind: np.ndarray
+    name_codes: np.ndarray
+    name_uniq: np.ndarray
+    names: np.ndarray
+    step: np.ndarray
+    device: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.frame)
+
+    @classmethod
+    def of(cls, kernels: pd.DataFrame) -> KernelColumns:
+        kind_codes, kind_uniq = text_codes(kernels, "kind", "kernel")
+        name_codes, name_uniq = text_codes(kernels, "name", "")
+        return cls(
+            frame=kernels,
+            dur=col(kernels, "dur", 0, np.int64),
+            kind=kind_uniq[kind_codes],
+            name_codes=name_codes,
+            name_uniq=name_uniq,
+            names=name_uniq[name_codes],
+            step=col(kernels, "step", -1, np.int64),
+            device=col(kernels, "device", 0, np.int64),
+        )

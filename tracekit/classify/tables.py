@@ -9,16 +9,74 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
+from tracekit.classify.attribution import KernelCosts
 from tracekit.classify.bounds import BOUNDS, bounds, peaks
 from tracekit.classify.classes import OpContext, id_index
 from tracekit.classify.codes import group_sums
-from tracekit.classify.columns import out_column
+from tracekit.classify.columns import KernelColumns, col, out_column
 from tracekit.classify.devices import Roofline
 from tracekit.classify.families.registry import CLASSES
 from tracekit.classify.result import in_scope
 from tracekit.classify.schema import TABLES
 
 NAN = math.nan
+
+
+def kernel_table(
+    k: KernelColumns,
+    cls: dict[str, np.ndarray],
+    cost: KernelCosts,
+    pipe: np.ndarray,
+    b: dict[str, np.ndarray],
+    roof: Roofline,
+) -> pd.DataFrame:
+    """The ``kernel_roofline`` table: one row per GPU activity."""
+    kernels, n = k.frame, k.n
+    kr = pd.DataFrame(
+        {
+            "kernel_id": kernels["kernel_id"].to_numpy(dtype=np.int64),
+            "name": out_column(kernels.get("name"), n, k.names),
+            "kind": out_column(kernels.get("kind"), n, k.kind),
+            "class": cls["class"],
+            "class_source": cls["class_source"],
+            "class_rule": cls["class_rule"],
+            "fused_ops": cls["fused_ops"],
+            "device": k.device.astype(np.int32),
+            "stream": col(kernels, "stream", -1, np.int64),
+            "op_id": col(kernels, "op_id", -1, np.int64),
+            "op_name": out_column(kernels.get("op_name"), n),
+            "autograd_node": cls["autograd_node"],
+            "top_op": out_column(kernels.get("top_op_name"), n),
+            "module": out_column(kernels.get("module"), n),
+            "step": k.step.astype(np.int32),
+            "ts": col(kernels, "ts", 0, np.int64),
+            "dur": k.dur,
+            "cost_op_id": cost.op_id.astype(np.int64),
+            "cost_op_name": cost.op_name,
+            "flops": cost.flops,
+            "bytes": cost.bytes,
+            "flops_model": cost.flops_model,
+            "bytes_model": cost.bytes_model,
+            "l2_bytes": cost.l2_bytes,
+            "intensity": b["intensity"],
+            "intensity_l2": b["intensity_l2"],
+            "pipe": pipe,
+            "peak_flops": b["peak"],
+            "peak_bw": np.full(n, roof.bandwidth if roof.bandwidth else NAN),
+            "ridge": b["ridge"],
+            "bound": b["bound"],
+            "bound_level": b["bound_level"],
+            "attained_flops": b["attained_flops"],
+            "attained_bw": b["attained_bw"],
+            "roof_pct": b["roof_pct"],
+            "source": cost.source,
+            "extrapolated": cost.extrapolated,
+            "cost_note": cost.note,
+        }
+    )
+    out: pd.DataFrame = kr[[c.name for c in TABLES["kernel_roofline"]]]
+    return out
+
 
 _SUMMED = ("flops", "bytes", "flops_model", "bytes_model")
 _FIRST = ("pipe", "source", "cost_note", "autograd_node")
