@@ -9,13 +9,8 @@ import pytest
 
 from tests._synth import Builder
 from tracekit.classify import classify
-from tracekit.classify.counters import (
-    base_name,
-    join_counters,
-    ncu_command,
-    ncu_metrics,
-    read_ncu_csv,
-)
+from tracekit.classify.counters import join_counters
+from tracekit.classify.ncu import base_name, ncu_command, ncu_metrics, read_ncu_csv
 from tracekit.errors import TraceError
 
 DATA = Path(__file__).parent / "data"
@@ -324,7 +319,7 @@ def test_counters_table_has_the_documented_columns() -> None:
 
 
 def test_nested_tensor_metrics_are_not_counted_twice() -> None:
-    from tracekit.classify.counters import _tensor_columns
+    from tracekit.classify.ncu import _tensor_columns
 
     p = "sm__ops_path_tensor_"
     names = [

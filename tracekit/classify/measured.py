@@ -1,6 +1,7 @@
 """Measured counters in place of the modelled costs, kernel by kernel: the Nsight Compute
-counters (:mod:`tracekit.classify.counters`) joined to the trace's kernels, their FLOPs,
-DRAM and L2 bytes and pipe applied, and the L2 roof they measure."""
+counters (read by :mod:`tracekit.classify.ncu`, joined to the trace's kernels by
+:mod:`tracekit.classify.counters`), their FLOPs, DRAM and L2 bytes and pipe applied, and
+the L2 roof they measure."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import numpy as np
 import pandas as pd
 
 from tracekit.classify.attribution import KernelCosts
-from tracekit.classify.counters import join_counters, read_ncu_csv
+from tracekit.classify.counters import join_counters
 from tracekit.classify.devices import Roofline
 from tracekit.classify.manifest import TraceLike, run_artifact
+from tracekit.classify.ncu import read_ncu_csv
 
 Counters = pd.DataFrame | str | Path | None
 

@@ -61,7 +61,7 @@ def classify(
     ``trace`` has the parsed tables (``kernels``, ``ops``, ``steps``) and ``meta``
     (tracekit.parse.load's Trace). ``manifest`` defaults to ``trace.manifest`` (run
     folders). ``counters``: an Nsight Compute ``--csv --page raw`` file, or its parsed
-    frame (:func:`tracekit.classify.counters.read_ncu_csv`); ``gemm_counters``: the
+    frame (:func:`tracekit.classify.ncu.read_ncu_csv`); ``gemm_counters``: the
     collector's second pass with every GEMM launch (``counters-gemm.csv``), joined in launch
     order before ``counters`` (both found through the manifest by default).
     ``profiler_flops``: torch's own per-(operator, shapes) FLOP estimates (the collector's
