@@ -500,17 +500,54 @@ def resolve_roofline(
     props = _first(device_properties, device)
     name = str(props["name"]) if props.get("name") else None
     spec, how = match_spec(props) if props else (None, "no deviceProperties in the trace")
-    notes: list[str] = []
-    peaks: dict[str, float] = {}
-    sources: dict[str, str] = {}
-    bw: float | None = None
-    bw_src = ""
+    roofs = _Roofs()
+    roofs.measured(manifest, spec)
+    roofs.from_spec(spec)
+    notes = roofs.from_flags(spec, peak_tflops, bandwidth_gbs)
+    t_on, t_src = (tf32, "classify(tf32=...) argument") if tf32 is not None else (None, "")
+    if t_on is None:
+        t_on, t_src = _tf32_from_manifest(manifest)
+    roof = Roofline(
+        device_name=name,
+        spec_key=spec.key if spec else None,
+        spec_match=how,
+        peaks=roofs.peaks,
+        peak_sources=roofs.sources,
+        bandwidth=roofs.bw,
+        bandwidth_source=roofs.bw_src,
+        l2_bytes=spec.l2_mb * 1e6 if spec and spec.l2_mb else None,
+        tf32=bool(t_on),
+        tf32_source=t_src or "PyTorch default (torch.backends.cuda.matmul.allow_tf32 = False)",
+        notes=tuple(notes),
+    )
+    if not roof.known:
+        what = name or "no device name"
+        unknown = (
+            f"unknown device ({what}): no measured ceilings, not in the spec table "
+            "and no --peak-tflops/--bandwidth given; every operator is classed 'unknown'"
+        )
+        roof = Roofline(**{**roof.__dict__, "notes": (*roof.notes, unknown)})
+    return roof
 
-    ceilings = (manifest or {}).get("ceilings") or {}
-    if isinstance(ceilings, Mapping):
+
+@dataclass
+class _Roofs:
+    """Peaks per pipe and the bandwidth, each with its source, filled in order of
+    precedence (a figure already set is kept)."""
+
+    peaks: dict[str, float] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    bw: float | None = None
+    bw_src: str = ""
+
+    def measured(self, manifest: Mapping[str, Any] | None, spec: DeviceSpec | None) -> None:
+        """The run's measured ceilings (``manifest['ceilings']``)."""
+        ceilings = (manifest or {}).get("ceilings") or {}
+        if not isinstance(ceilings, Mapping):
+            return
         mbw = ceilings.get("memory_bandwidth_Bps")
         if isinstance(mbw, (int, float)) and mbw > 0:
-            bw, bw_src = float(mbw), "measured (manifest ceilings: device-to-device copy)"
+            self.bw, self.bw_src = float(mbw), "measured (manifest ceilings: device-to-device copy)"
         mm = ceilings.get("matmul_flops") or {}
         if isinstance(mm, Mapping):
             fp32_pipe = (
@@ -519,64 +556,44 @@ def resolve_roofline(
             for prec, value in mm.items():
                 pipe = _MEASURED_PIPE.get(prec, fp32_pipe if prec == "fp32" else None)
                 if pipe and isinstance(value, (int, float)) and value > 0:
-                    peaks[pipe] = float(value)
-                    sources[pipe] = f"measured (manifest ceilings: {prec} matmul)"
-    if spec is not None:
-        for pipe, tf in spec.peaks_tflops.items():
-            if pipe not in peaks:
-                peaks[pipe], sources[pipe] = tf * T, f"spec: {spec.source}"
-        if bw is None:
-            bw, bw_src = spec.bandwidth_gbs * G, f"spec: {spec.source}"
-    if peak_tflops is not None:
+                    self.peaks[pipe] = float(value)
+                    self.sources[pipe] = f"measured (manifest ceilings: {prec} matmul)"
+
+    def from_spec(self, spec: DeviceSpec | None) -> None:
+        """The spec table's figures where nothing was measured."""
         if spec is None:
-            for pipe in PIPES:
-                if pipe not in peaks:
-                    peaks[pipe], sources[pipe] = peak_tflops * T, "user flag --peak-tflops"
-        else:
-            notes.append(
-                f"--peak-tflops not used: the spec table gives the peaks of {spec.label} "
-                "(order: measured ceilings, spec table, flags)"
-            )
-    if bandwidth_gbs is not None:
-        if bw is None:
-            bw, bw_src = bandwidth_gbs * G, "user flag --bandwidth"
-        else:
-            notes.append(
-                f"--bandwidth not used: the bandwidth comes from {bw_src.split(':')[0]} "
-                "(order: measured ceilings, spec table, flags)"
-            )
-    t_on, t_src = (tf32, "classify(tf32=...) argument") if tf32 is not None else (None, "")
-    if t_on is None:
-        t_on, t_src = _tf32_from_manifest(manifest)
-    roof = Roofline(
-        device_name=name,
-        spec_key=spec.key if spec else None,
-        spec_match=how,
-        peaks=peaks,
-        peak_sources=sources,
-        bandwidth=bw,
-        bandwidth_source=bw_src,
-        l2_bytes=spec.l2_mb * 1e6 if spec and spec.l2_mb else None,
-        tf32=bool(t_on),
-        tf32_source=t_src or "PyTorch default (torch.backends.cuda.matmul.allow_tf32 = False)",
-        notes=tuple(notes),
-    )
-    if not roof.known:
-        what = name or "no device name"
-        roof = Roofline(
-            **{
-                **roof.__dict__,
-                "notes": (
-                    *roof.notes,
-                    (
-                        f"unknown device ({what}): no measured ceilings, not in the spec table "
-                        "and no --peak-tflops/--bandwidth given; every operator is classed "
-                        "'unknown'"
-                    ),
-                ),
-            }
-        )
-    return roof
+            return
+        for pipe, tf in spec.peaks_tflops.items():
+            if pipe not in self.peaks:
+                self.peaks[pipe], self.sources[pipe] = tf * T, f"spec: {spec.source}"
+        if self.bw is None:
+            self.bw, self.bw_src = spec.bandwidth_gbs * G, f"spec: {spec.source}"
+
+    def from_flags(
+        self, spec: DeviceSpec | None, peak_tflops: float | None, bandwidth_gbs: float | None
+    ) -> list[str]:
+        """The user's flags where neither gives a figure; notes for flags not used."""
+        notes = []
+        if peak_tflops is not None:
+            if spec is None:
+                for pipe in PIPES:
+                    if pipe not in self.peaks:
+                        self.peaks[pipe] = peak_tflops * T
+                        self.sources[pipe] = "user flag --peak-tflops"
+            else:
+                notes.append(
+                    f"--peak-tflops not used: the spec table gives the peaks of {spec.label} "
+                    "(order: measured ceilings, spec table, flags)"
+                )
+        if bandwidth_gbs is not None:
+            if self.bw is None:
+                self.bw, self.bw_src = bandwidth_gbs * G, "user flag --bandwidth"
+            else:
+                notes.append(
+                    f"--bandwidth not used: the bandwidth comes from {self.bw_src.split(':')[0]} "
+                    "(order: measured ceilings, spec table, flags)"
+                )
+        return notes
 
 
 _NAME_PIPE = (
