@@ -144,19 +144,12 @@ def _refine_lists(
         else np.zeros(len(kernels))
     )
     sel = np.flatnonzero((kpos >= 0) & cand[np.maximum(kpos, 0)])
-    by_op: dict[int, list[str]] = {}
+    by_op: dict[int, list[str]] = {}  # list op -> its kernels' names
     for kp, nm in zip(kpos[sel].tolist(), names[sel].tolist(), strict=True):
         by_op.setdefault(kp, []).append(nm)
     blocks = np.zeros(len(ops))
     np.add.at(blocks, kpos[sel], grid[sel])  # in kernel order, like a running sum
-    one_group = False
-    if n_params:
-        step = ops["step"] if "step" in ops else pd.Series(0, index=ops.index)
-        per_group = ops[ops["name"].isin(_ONE_PER_GROUP)]
-        counts = per_group.groupby([step[per_group.index], per_group["name"]]).size()
-        one_group = not len(counts) or int(counts.max()) == 1
-    upd_i: list[int] = []
-    upd: list[tuple[float, float, str]] = []
+    one_group = bool(n_params) and _one_param_group(ops)
     idx = np.array(sorted(by_op), dtype=np.int64)
     rec = {
         c: dict(zip(idx.tolist(), ops[c].iloc[idx].astype(object).tolist(), strict=True))
@@ -164,6 +157,8 @@ def _refine_lists(
         else {}
         for c in ("name", "input_dims", "input_types", "concrete_inputs")
     }
+    upd_i: list[int] = []
+    upd: list[tuple[float, float, str]] = []
     for i, kn in by_op.items():
         size = _element_size(kn)
         numel = None
@@ -175,28 +170,11 @@ def _refine_lists(
             and blocks[i] * MTA_CHUNK >= 0.5 * n_params
         ):
             numel = n_params
-        if size is None and numel is None:
-            continue
-        c = op_cost(
-            str(rec["name"][i]),
-            text(rec["input_dims"].get(i)),
-            text(rec["input_types"].get(i)),
-            text(rec["concrete_inputs"].get(i)),
-            size or 4,
-            numel,
-        )
-        if c is None or not math.isfinite(c.bytes):
-            continue
-        note = c.note
-        if size is not None:
-            note = note.replace(
-                f"tensor-list dtype not recorded by the profiler: {size} B/element assumed",
-                f"tensor-list element size {size} B from the kernel names",
-            )
-        if numel is not None:
-            note += " (the model's parameter count, from the manifest)"
-        upd_i.append(i)
-        upd.append((c.flops, c.bytes, note))
+        if size is not None or numel is not None:
+            u = _list_cost(rec, i, size, numel)
+            if u is not None:
+                upd_i.append(i)
+                upd.append(u)
     if upd_i:
         rows = np.array(upd_i)
         cost.flops_model[rows] = [u[0] for u in upd]
@@ -204,6 +182,41 @@ def _refine_lists(
         cost.bytes[rows] = [u[1] for u in upd]
         cost.source[rows] = "modelled"
         cost.cost_note[rows] = [u[2] for u in upd]
+
+
+def _one_param_group(ops: pd.DataFrame) -> bool:
+    """Whether the optimizer ran one parameter group: at most one addcdiv/lerp/fused-AdamW
+    call of each kind per step."""
+    step = ops["step"] if "step" in ops else pd.Series(0, index=ops.index)
+    per_group = ops[ops["name"].isin(_ONE_PER_GROUP)]
+    counts = per_group.groupby([step[per_group.index], per_group["name"]]).size()
+    return not len(counts) or int(counts.max()) == 1
+
+
+def _list_cost(
+    rec: dict[str, dict[int, object]], i: int, size: int | None, numel: int | None
+) -> tuple[float, float, str] | None:
+    """FLOPs, bytes and note of list op ``i`` modelled again with the element size from its
+    kernels' names and/or the model's parameter count per list (None: still unknown)."""
+    c = op_cost(
+        str(rec["name"][i]),
+        text(rec["input_dims"].get(i)),
+        text(rec["input_types"].get(i)),
+        text(rec["concrete_inputs"].get(i)),
+        size or LIST_BYTES,
+        numel,
+    )
+    if c is None or not math.isfinite(c.bytes):
+        return None
+    note = c.note
+    if size is not None:
+        note = note.replace(
+            f"tensor-list dtype not recorded by the profiler: {size} B/element assumed",
+            f"tensor-list element size {size} B from the kernel names",
+        )
+    if numel is not None:
+        note += " (the model's parameter count, from the manifest)"
+    return c.flops, c.bytes, note
 
 
 def split_by_duration(anchor: np.ndarray, dur: np.ndarray, total: np.ndarray) -> np.ndarray:

@@ -97,6 +97,17 @@ def op_roofline(
         return cast(pd.DataFrame, pd.DataFrame({c: pd.Series(dtype=object) for c in cols}))
     dur = kr["dur"].to_numpy(dtype=np.int64)
     rows = sel[np.argsort(-dur[sel], kind="stable")]  # longest first, ties in kernel order
+    res = _op_sums(kr, key, dur, rows)
+    _op_columns(res, ops, ctx)
+    _op_bounds(res, roof)
+    return cast(pd.DataFrame, pd.DataFrame({c: res[c] for c in cols}))
+
+
+def _op_sums(
+    kr: pd.DataFrame, key: np.ndarray, dur: np.ndarray, rows: np.ndarray
+) -> dict[str, Any]:
+    """Per operator (``key``), by GPU time: the sums of its kernels ``rows`` (longest
+    first), the columns of its longest kernel that has them, its class of most GPU time."""
     cls_codes, cls_uniq = pd.factorize(kr["class"], sort=True)
     at = np.arange(len(rows), dtype=float)
     k = pd.DataFrame(
@@ -136,12 +147,20 @@ def op_roofline(
         res[c] = kr[c].array.take(
             np.where(np.isnan(p), -1, rows[np.nan_to_num(p).astype(np.int64)]), allow_fill=True
         )
-    n = len(order)
+    return res
+
+
+_OP_COLUMNS = ("name", "step", "module", "input_dims", "input_types")
+
+
+def _op_columns(res: dict[str, Any], ops: pd.DataFrame, ctx: OpContext | None) -> None:
+    """The operators' own columns (name, step, module, shapes), into ``res``."""
+    n = len(res["op_id"])
     if len(ops):
         ids = ctx.ids if ctx is not None else id_index(ops["op_id"].to_numpy(dtype=np.int64))
         pos = ids.get_indexer(res["op_id"])
         found = pos >= 0
-        for c in ("name", "step", "module", "input_dims", "input_types"):
+        for c in _OP_COLUMNS:
             if c not in ops:
                 res[c] = np.full(n, None, dtype=object)
                 continue
@@ -150,10 +169,14 @@ def op_roofline(
                 col = col.where(found)
             res[c] = out_column(col, n)
     else:
-        for c in ("name", "step", "module", "input_dims", "input_types"):
+        for c in _OP_COLUMNS:
             res[c] = np.full(n, None, dtype=object)
     res["step"] = pd.to_numeric(pd.Series(res["step"]), errors="coerce").fillna(-1)
     res["step"] = res["step"].to_numpy().astype(np.int32)
+
+
+def _op_bounds(res: dict[str, Any], roof: Roofline) -> None:
+    """The operators' place on the roofline (their kernels' summed FLOPs, bytes, time)."""
     is_copy = np.isin(np.asarray(res["class"], dtype=object), ["memcpy", "memset"])
     peak = peaks(roof, res["pipe"])
     b = bounds(res["flops"], res["bytes"], res["gpu_dur"], peak, roof.bandwidth)
@@ -166,7 +189,6 @@ def op_roofline(
     res["roof_pct"] = b["roof_pct"]
     res["gpu_dur"] = res["gpu_dur"].astype(np.int64)
     res["kernel_count"] = res["kernel_count"].astype(np.int64)
-    return cast(pd.DataFrame, pd.DataFrame({c: res[c] for c in cols}))
 
 
 def class_table(kr: pd.DataFrame, n_steps: int) -> pd.DataFrame:
@@ -226,6 +248,8 @@ def step_table(
     analytic: dict[str, float] | None,
     notes: list[str],
 ) -> pd.DataFrame:
+    """The ``step_summary`` table: one row per analysed step. ``steps_in``: the parser's
+    steps table (its GPU span and busy time are used where it has them)."""
     cols = [c.name for c in TABLES["step_summary"]]
     scope = in_scope(kr)
     step_all = kr["step"].to_numpy()[scope]
@@ -234,70 +258,16 @@ def step_table(
     steps_sorted = step_all[order]
     cut = np.flatnonzero(np.diff(steps_sorted)) + 1
     groups = np.split(np.arange(len(sel)), cut) if len(sel) else []
-    a_ts = kr["ts"].to_numpy(np.int64)[sel]
-    a_dur = kr["dur"].to_numpy(np.int64)[sel]
-    a_fl = kr["flops"].to_numpy(float)[sel]
-    a_by = kr["bytes"].to_numpy(float)[sel]
-    a_kind = (kr["kind"] == "kernel").to_numpy()[sel]
-    a_bound = {b: (kr["bound"] == b).to_numpy()[sel] for b in BOUNDS}
-    # the parser's per-step GPU span and busy time, where it has them
-    given: dict[str, dict[int, Any]] = {}
-    if steps_in is not None and len(steps_in) and ("step" in steps_in):
-        for c in ("gpu_dur", "gpu_busy"):
-            if c in steps_in:
-                given[c] = dict(zip(steps_in["step"].tolist(), steps_in[c].tolist(), strict=True))
-    rows = []
-    for g in groups:
-        s = int(steps_sorted[g[0]])
-        ts, dur = a_ts[g], a_dur[g]
-        end = ts + dur
-        span = int(end.max() - ts.min()) if len(g) else 0
-        busy = _union(ts, end)
-        if pd.notna(v := given.get("gpu_dur", {}).get(s)):
-            span = int(v)
-        if pd.notna(v := given.get("gpu_busy", {}).get(s)):
-            busy = int(v)
-        kt = float(dur.sum())
-        fl, by = a_fl[g], a_by[g]
-        is_k = a_kind[g]
-        k_t = float(dur[is_k].sum())
-        known_t = float(dur[is_k & np.isfinite(fl)].sum())
-        # FLOPs are only meaningful for kernels: unknown if no kernel has them
-        f = float(np.nansum(fl)) if known_t > 0 else NAN
-        b_ = float(np.nansum(by))
-        secs = span * 1e-9
-        row = {
-            "step": s,
-            "gpu_span": span,
-            "gpu_busy": busy,
-            "kernel_time": int(kt),
-            "kernel_count": len(g),
-            "flops": f,
-            "bytes": b_,
-            "flops_coverage_pct": 100.0 * known_t / k_t if k_t else NAN,
-            "intensity": f / b_ if b_ else NAN,
-            "achieved_flops": f / secs if secs else NAN,
-            "achieved_bw": b_ / secs if secs else NAN,
-            **{
-                f"{b.split('-')[0]}_bound_time_pct": 100.0 * dur[a_bound[b][g]].sum() / kt
-                if kt
-                else NAN
-                for b in BOUNDS
-            },
-            "gpu_idle_pct": 100.0 * (1.0 - busy / span) if span else NAN,
-        }
-        row["bw_util_pct"] = 100.0 * row["achieved_bw"] / roof.bandwidth if roof.bandwidth else NAN
-        row["launch_bound"] = bool(span and row["gpu_idle_pct"] > 50.0)
-        for key in (
-            "analytic_bytes",
-            "analytic_param_bytes",
-            "analytic_grad_bytes",
-            "analytic_optim_bytes",
-            "analytic_act_bytes",
-        ):
-            row[key] = analytic[key] if analytic else NAN
-        row["bytes_vs_analytic"] = b_ / analytic["analytic_bytes"] if analytic else NAN
-        rows.append(row)
+    a = {
+        "ts": kr["ts"].to_numpy(np.int64)[sel],
+        "dur": kr["dur"].to_numpy(np.int64)[sel],
+        "flops": kr["flops"].to_numpy(float)[sel],
+        "bytes": kr["bytes"].to_numpy(float)[sel],
+        "is_kernel": (kr["kind"] == "kernel").to_numpy()[sel],
+        **{b: (kr["bound"] == b).to_numpy()[sel] for b in BOUNDS},
+    }
+    given = _given(steps_in)
+    rows = [_step_row(int(steps_sorted[g[0]]), g, a, given, roof, analytic) for g in groups]
     if analytic is None:
         notes.append(
             "analytic traffic estimate unavailable: the manifest gives no model "
@@ -308,3 +278,69 @@ def step_table(
     out = pd.DataFrame(rows)
     out["step"] = out["step"].astype(np.int32)
     return cast(pd.DataFrame, out[cols])
+
+
+def _given(steps_in: pd.DataFrame | None) -> dict[str, dict[int, Any]]:
+    """The parser's per-step GPU span and busy time, where it has them."""
+    given: dict[str, dict[int, Any]] = {}
+    if steps_in is not None and len(steps_in) and ("step" in steps_in):
+        for c in ("gpu_dur", "gpu_busy"):
+            if c in steps_in:
+                given[c] = dict(zip(steps_in["step"].tolist(), steps_in[c].tolist(), strict=True))
+    return given
+
+
+_ANALYTIC = ("analytic_bytes", "analytic_param_bytes", "analytic_grad_bytes",
+             "analytic_optim_bytes", "analytic_act_bytes")  # fmt: skip
+
+
+def _step_row(
+    s: int,
+    g: np.ndarray,
+    a: dict[str, np.ndarray],
+    given: dict[str, dict[int, Any]],
+    roof: Roofline,
+    analytic: dict[str, float] | None,
+) -> dict[str, Any]:
+    """One step's row from its activities ``g`` (positions in the arrays ``a``)."""
+    ts, dur = a["ts"][g], a["dur"][g]
+    end = ts + dur
+    span = int(end.max() - ts.min()) if len(g) else 0
+    busy = _union(ts, end)
+    if pd.notna(v := given.get("gpu_dur", {}).get(s)):
+        span = int(v)
+    if pd.notna(v := given.get("gpu_busy", {}).get(s)):
+        busy = int(v)
+    kt = float(dur.sum())
+    fl, by = a["flops"][g], a["bytes"][g]
+    is_k = a["is_kernel"][g]
+    k_t = float(dur[is_k].sum())
+    known_t = float(dur[is_k & np.isfinite(fl)].sum())
+    # FLOPs are only meaningful for kernels: unknown if no kernel has them
+    f = float(np.nansum(fl)) if known_t > 0 else NAN
+    b_ = float(np.nansum(by))
+    secs = span * 1e-9
+    row = {
+        "step": s,
+        "gpu_span": span,
+        "gpu_busy": busy,
+        "kernel_time": int(kt),
+        "kernel_count": len(g),
+        "flops": f,
+        "bytes": b_,
+        "flops_coverage_pct": 100.0 * known_t / k_t if k_t else NAN,
+        "intensity": f / b_ if b_ else NAN,
+        "achieved_flops": f / secs if secs else NAN,
+        "achieved_bw": b_ / secs if secs else NAN,
+        **{
+            f"{b.split('-')[0]}_bound_time_pct": 100.0 * dur[a[b][g]].sum() / kt if kt else NAN
+            for b in BOUNDS
+        },
+        "gpu_idle_pct": 100.0 * (1.0 - busy / span) if span else NAN,
+    }
+    row["bw_util_pct"] = 100.0 * row["achieved_bw"] / roof.bandwidth if roof.bandwidth else NAN
+    row["launch_bound"] = bool(span and row["gpu_idle_pct"] > 50.0)
+    for key in _ANALYTIC:
+        row[key] = analytic[key] if analytic else NAN
+    row["bytes_vs_analytic"] = b_ / analytic["analytic_bytes"] if analytic else NAN
+    return row
