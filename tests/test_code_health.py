@@ -33,11 +33,6 @@ PENDING_SPLIT: dict[str, str] = {
     "tracekit/parse/build.py": "build() 431 lines, module 706 lines; imports tracekit.parse",
     "tracekit/parse/parallel.py": "imports its own package (from tracekit.parse import scan)",
     "tracekit/parse/scan.py": "columns/reader <-> scan cycle; imports tracekit.parse (_scan)",
-    "tracekit/classify/roofline.py": "classify() 248 lines, module 1186 lines; imports "
-    "tracekit.classify (output -> roofline -> package __init__)",
-    "tracekit/classify/counters.py": "join_counters() 188 lines, read_ncu_csv() 113 lines",
-    "tracekit/classify/flops.py": "module 1333 lines (op cost models per family)",
-    "tracekit/classify/classes.py": "module 1160 lines (class rules)",
 }
 
 
