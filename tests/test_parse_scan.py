@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracekit.parse import columns as C
+from tracekit.parse import events as C
 from tracekit.parse import parse_tables, scan
 from tracekit.parse.columns import Accumulator
-from tracekit.parse.reader import _EVENTS
+from tracekit.parse.events import EVENT_LIST as _EVENTS
 
 from .test_parse_golden import CASES, V100, _check, digest
 

@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracekit.errors import TraceError
-from tracekit.parse import columns as C
+from tracekit.parse import events as C
+from tracekit.parse.columns import Accumulator
 from tracekit.schema import ARROW, SCHEMA_VERSION
 
 I64 = npt.NDArray[np.int64]
@@ -185,7 +186,7 @@ def climb_top(parent: I64, ok_parent: B) -> I64:
 # -- build ----------------------------------------------------------------------------------------
 
 
-def _arr(acc: C.Accumulator, kind: int, name: str, n: int, dtype: Any = np.int64) -> Any:
+def _arr(acc: Accumulator, kind: int, name: str, n: int, dtype: Any = np.int64) -> Any:
     """The column ``name`` of ``kind`` (zeros or nulls if absent), freed in ``acc``: each
     accumulated column is read once."""
     col = acc.pop(kind, name)
@@ -274,7 +275,7 @@ def _options(header: dict[str, Any], seen: dict[str, bool]) -> dict[str, bool]:
 
 
 def build(
-    acc: C.Accumulator,
+    acc: Accumulator,
     header: dict[str, Any],
     source: str,
     on_table: Callable[[str, pa.Table], None] | None = None,

@@ -8,10 +8,10 @@ time only where it occurs and never a crash.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from decimal import Decimal
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -19,61 +19,41 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from msgspec.structs import astuple
 
-from tracekit.parse.reader import Event
-
-if TYPE_CHECKING:
-    from tracekit.parse.scan import Scanned
+from tracekit.parse.events import (
+    ANNOT,
+    CAT_KIND,
+    DRIVER,
+    EVENT_FIELDS,
+    FLOW_END,
+    GPU_ANNOT,
+    KERNEL,
+    KIND_NAMES,
+    MEMCPY,
+    MEMORY,
+    MEMSET,
+    OP,
+    OTHER,
+    PYMODULE,
+    RUNTIME,
+    Event,
+)
+from tracekit.parse.scan import Scanned
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
-
-
-# Event kinds (small ints, used as array codes).
-OTHER, OP, ANNOT, KERNEL, MEMCPY, MEMSET, RUNTIME, DRIVER, PYMODULE, GPU_ANNOT, MEMORY, FLOW_END = (
-    range(12)
-)
-KIND_NAMES = {
-    OP: "cpu_op",
-    ANNOT: "user_annotation",
-    KERNEL: "kernel",
-    MEMCPY: "memcpy",
-    MEMSET: "memset",
-    RUNTIME: "cuda_runtime",
-    DRIVER: "cuda_driver",
-}
-
-# Category names across Kineto versions (older traces used capitalised names) and ROCm.
-_CAT_KIND: dict[str, int] = {
-    "cpu_op": OP,
-    "operator": OP,
-    "user_annotation": ANNOT,
-    "kernel": KERNEL,
-    "gpu_memcpy": MEMCPY,
-    "memcpy": MEMCPY,
-    "gpu_memset": MEMSET,
-    "memset": MEMSET,
-    "cuda_runtime": RUNTIME,
-    "runtime": RUNTIME,
-    "hip_runtime": RUNTIME,
-    "cuda_driver": DRIVER,
-    "driver": DRIVER,
-    "hip_driver": DRIVER,
-    "python_function": PYMODULE,
-    "gpu_user_annotation": GPU_ANNOT,
-}
 
 
 class _CatLookup(dict[Any, int]):
     """Category -> kind, case-insensitively; unknown categories are OTHER (and cached)."""
 
     def __missing__(self, key: Any) -> int:
-        kind = _CAT_KIND.get(key.lower(), OTHER) if isinstance(key, str) else OTHER
+        kind = CAT_KIND.get(key.lower(), OTHER) if isinstance(key, str) else OTHER
         if isinstance(key, str):
             self[key] = kind
         return kind
 
 
-_CAT_LOOKUP = _CatLookup(_CAT_KIND)
+_CAT_LOOKUP = _CatLookup(CAT_KIND)
 
 _get = {k: attrgetter(k) for k in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp")}
 _args = attrgetter("args")
@@ -246,7 +226,6 @@ def triples(values: list[Any]) -> tuple[pa.Array, pa.Array, pa.Array]:
         return tuple(pa.array(c, type=pa.int32()) for c in cols)  # type: ignore[return-value]
 
 
-_EVENT_FIELDS: tuple[str, ...] = Event.__struct_fields__
 _MODULE = "nn.Module: "  # python_function frames of nn.Modules carry the module path
 
 
@@ -257,7 +236,7 @@ def _objects(values: tuple[Any, ...]) -> npt.NDArray[np.object_]:
 
 class _Rows(Protocol):
     """The events of one kind in one chunk, as the columns :meth:`Accumulator._extract`
-    needs. Field names are :class:`~tracekit.parse.reader.Event` / ``Args`` attributes."""
+    needs. Field names are :class:`~tracekit.parse.events.Event` / ``Args`` attributes."""
 
     def __len__(self) -> int: ...
 
@@ -321,7 +300,7 @@ class _Picker:
         return arr[self.idx].tolist()  # type: ignore[no-any-return]
 
     def _values(self, name: str) -> list[Any]:
-        if name in _EVENT_FIELDS:
+        if name in EVENT_FIELDS:
             return self._event(name)
         if self._args is None:
             self._args = self._event("args")
@@ -449,7 +428,7 @@ class Accumulator:
         # One C-level pass turns the structs into per-field tuples (astuple + zip): ~3x
         # cheaper than one attrgetter pass per field.
         fields: dict[str, tuple[Any, ...]] = dict(
-            zip(_EVENT_FIELDS, zip(*map(astuple, events), strict=True), strict=True)
+            zip(EVENT_FIELDS, zip(*map(astuple, events), strict=True), strict=True)
         )
         ph = _objects(fields["ph"])
         cat_list = fields["cat"]
@@ -607,6 +586,3 @@ class Accumulator:
 
     def count(self, kind: int) -> int:
         return self.rows.get(kind, 0)
-
-
-Converter = Callable[[list[Any]], Any]

@@ -35,9 +35,9 @@ import pyarrow as pa
 
 from tracekit.errors import TraceError
 from tracekit.io import keep_freed_memory
-from tracekit.parse import scan
 from tracekit.parse.columns import Accumulator
 from tracekit.parse.reader import TraceStream, iter_bytes
+from tracekit.parse.scan import enabled as scanner_enabled
 from tracekit.parse.scan import scan_chunk
 
 # A separator between two events: "}," then the next event's first key. Nested objects
@@ -173,7 +173,7 @@ def _context() -> Any:
 
 
 def _executor(workers: int) -> Executor:
-    if scan.enabled():
+    if scanner_enabled():
         # The native scanner releases the GIL: threads decode in parallel, with no fork and
         # no pickling of the columns. (Chunks it does not handle go through msgspec, which
         # holds the GIL: correct, but they are decoded one at a time.)

@@ -20,14 +20,13 @@ import zlib
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 import msgspec
 
 from tracekit.errors import TraceError
-
-if TYPE_CHECKING:
-    from tracekit.parse.scan import Scanned
+from tracekit.parse.events import ANY_JSON, EVENT_LIST, Event
+from tracekit.parse.scan import Scanned
 
 BLOCK = 8 << 20  # bytes read from disk at a time
 CHUNK = 32 << 20  # target size of one decoded chunk of events
@@ -35,61 +34,6 @@ _HEAD_LIMIT = 256 << 20  # the header (before traceEvents) is never larger than 
 _MAX_CUT_TRIES = 4
 
 
-_NO_RAW = msgspec.Raw()
-
-
-class Args(msgspec.Struct, frozen=True, gc=False):
-    """The ``args`` keys tracekit reads; every other key is skipped by the decoder."""
-
-    external_id: Any = msgspec.field(name="External id", default=None)
-    correlation: Any = None
-    device: Any = None
-    stream: Any = None
-    grid: Any = None
-    block: Any = None
-    registers: Any = msgspec.field(name="registers per thread", default=None)
-    shared_memory: Any = msgspec.field(name="shared memory", default=None)
-    nbytes: Any = msgspec.field(name="bytes", default=None)
-    seq: Any = msgspec.field(name="Sequence number", default=None)
-    fwd_tid: Any = msgspec.field(name="Fwd thread id", default=None)
-    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NO_RAW)
-    input_types: msgspec.Raw = msgspec.field(name="Input type", default=_NO_RAW)
-    input_strides: msgspec.Raw = msgspec.field(name="Input Strides", default=_NO_RAW)
-    concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_NO_RAW)
-    flops: Any = None
-    cbid: Any = None
-    device_type: Any = msgspec.field(name="Device Type", default=None)
-    device_id: Any = msgspec.field(name="Device Id", default=None)
-    addr: Any = msgspec.field(name="Addr", default=None)
-    mem_bytes: Any = msgspec.field(name="Bytes", default=None)
-    total_allocated: Any = msgspec.field(name="Total Allocated", default=None)
-    total_reserved: Any = msgspec.field(name="Total Reserved", default=None)
-    name: Any = None  # metadata events: process / thread name
-    python_id: Any = msgspec.field(name="Python id", default=None)
-    python_parent_id: Any = msgspec.field(name="Python parent id", default=None)
-
-
-_NO_ARGS = Args()
-
-
-class Event(msgspec.Struct, gc=False):
-    """One trace event, reduced to what tracekit reads. ``ts``/``dur`` stay as text
-    when they have decimals (see :func:`tracekit.parse.columns.to_ns`)."""
-
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
-    ts: Any = None
-    dur: Any = None
-    id: Any = None
-    bp: Any = None
-    args: Args = _NO_ARGS
-
-
-_EVENTS = msgspec.json.Decoder(list[Event], float_hook=str)
-_ANY = msgspec.json.Decoder()
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _CUT = re.compile(rb"\}\s*,\s*\{")
 _WS = b" \t\r\n"
@@ -192,7 +136,7 @@ class TraceStream:
             if m:
                 head = buf[: m.start()]
                 try:
-                    obj = _ANY.decode(head + b'"traceEvents": []}')
+                    obj = ANY_JSON.decode(head + b'"traceEvents": []}')
                 except msgspec.DecodeError:
                     raise TraceError(
                         f"{self.path}: not a trace: the JSON before 'traceEvents' is malformed"
@@ -212,7 +156,7 @@ class TraceStream:
             raise TraceError(f"{self.path}: empty file")
         if len(buf) <= _HEAD_LIMIT:
             try:
-                obj = _ANY.decode(buf)
+                obj = ANY_JSON.decode(buf)
             except msgspec.DecodeError as e:
                 first = str(e).splitlines()[0]
                 raise TraceError(
@@ -228,7 +172,7 @@ class TraceStream:
     # -- events ----------------------------------------------------------------
     def _decode(self, body: bytes, offset: int) -> list[Event]:
         try:
-            return _EVENTS.decode(b"[" + body + b"]")
+            return EVENT_LIST.decode(b"[" + body + b"]")
         except msgspec.ValidationError as e:
             raise TraceError(f"{self.path}: unexpected event field type: {e}") from None
 
@@ -279,7 +223,7 @@ class TraceStream:
                     continue
             elif tail.strip(_WS) != b"}":
                 try:
-                    obj = _ANY.decode(b'{"_":0' + tail)
+                    obj = ANY_JSON.decode(b'{"_":0' + tail)
                 except msgspec.DecodeError:
                     continue
                 if not isinstance(obj, dict):

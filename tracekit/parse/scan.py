@@ -24,15 +24,14 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracekit.parse.columns import _CAT_KIND
-from tracekit.parse.reader import _EVENTS
+from tracekit.parse.events import CAT_KIND, EVENT_LIST
 
 try:
     from tracekit.parse import _scan
 except ImportError:  # not compiled (e.g. no C compiler): the msgspec path does everything
     _scan = None  # type: ignore[assignment]
 
-_CATEGORIES = tuple((name.encode(), kind) for name, kind in _CAT_KIND.items())
+_CATEGORIES = tuple((name.encode(), kind) for name, kind in CAT_KIND.items())
 
 # Scanner calls per outcome in this process: "scanned"; "bail" (valid JSON the scanner does
 # not reproduce: msgspec decodes the chunk); "invalid" (malformed JSON, e.g. a candidate
@@ -117,7 +116,7 @@ class Scanned:
 
 
 def _metadata(text: bytes) -> tuple[str, Any, Any, Any]:
-    ev = _EVENTS.decode(b"[" + text + b"]")[0]  # the msgspec path's own decoder
+    ev = EVENT_LIST.decode(b"[" + text + b"]")[0]  # the msgspec path's own decoder
     return (str(ev.name), ev.pid, ev.tid, ev.args.name)
 
 
