@@ -15,7 +15,7 @@ import pytest
 
 import tracekit.parse as P
 from tracekit.parse import parse_tables, parse_to_dir
-from tracekit.parse.build import materialize
+from tracekit.parse.arrays import materialize
 from tracekit.schema import ARROW, TABLES
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -159,7 +159,7 @@ def parse_tables(
     Traces smaller than two chunks are parsed in this thread. ``on_table(name, table)`` is
     called as each table is completed (``meta`` is complete only in the result).
     ``lazy``: string columns may stay dictionary-encoded (:func:`write_parquet` and
-    ``tracekit.parse.build.materialize`` give the schema's types); ``tracekit parse`` uses
+    ``tracekit.parse.arrays.materialize`` give the schema's types); ``tracekit parse`` uses
     it so that a 5 GB trace's names never exist as gigabytes of plain strings.
     ``release``: the result's tables are empty; only ``on_table`` gets them (see
     :func:`tracekit.parse.build.build`).
