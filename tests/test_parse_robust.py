@@ -133,3 +133,41 @@ def test_mutated_traces_parse_or_fail_cleanly(seed: int, how: str, tmp_path: Pat
         ref = parse_tables(tg.write(doc, tmp_path / "ref.json"))
         for (name, a), (_, b) in zip(ref.items(), tables.items(), strict=True):
             assert a.num_rows == b.num_rows, name
+
+
+# -- damaged values and bytes ------------------------------------------------------------------
+
+BIG = ["9223372036854775808", "-9223372036854775809", "18446744073709551616", "1" + "0" * 30]
+BIG += ["9.223372036854776e+18", "1e19", '"9223372036854775808"', "[1, 2]", '"x"', "1e400"]
+
+
+@pytest.mark.parametrize("value", BIG)
+@pytest.mark.parametrize("scanner", ["1", "0"], ids=["msgspec", "native"])
+def test_out_of_range_ints_read_as_missing(
+    value: str, scanner: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A correlation id (or any int field) beyond int64, or not a number at all: the value
+    is read as missing (-1 / null) and counted in meta's bad_values, never a crash."""
+    monkeypatch.setenv("TRACEKIT_NO_SCAN", scanner)
+    doc = tg.small_trace()
+    kernel = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    kernel["args"]["correlation"] = "@BIG@"
+    kernel["args"]["registers per thread"] = "@BIG@"
+    kernel["args"]["grid"] = ["@BIG@", 1, 1]
+    op = next(e for e in doc["traceEvents"] if e.get("cat") == "cpu_op")
+    op["args"]["Sequence number"] = "@BIG@"
+    op["args"]["flops"] = "@BIG@"
+    text = json.dumps(doc).replace('"@BIG@"', value)
+    p = tmp_path / "big.json"
+    p.write_text(text)
+    t = load(p)
+    k = t.kernels.set_index("name").loc[kernel["name"]]
+    assert k.correlation == -1 and k.runtime_id == -1
+    assert k.registers_per_thread is None or k.registers_per_thread != k.registers_per_thread
+    assert t.meta["bad_values"]["kernel.correlation"] == 1
+    assert t.meta["bad_values"]["kernel.registers per thread"] == 1
+    assert t.meta["bad_values"]["kernel.grid"] == 1
+    assert t.meta["bad_values"]["cpu_op.Sequence number"] == 1
+    assert t.ops.set_index("name").loc[op["name"]].sequence_number == -1
+    not_a_float = value in ("[1, 2]", '"x"', "1e400")  # 2**63 and 1e30 are fine as flops
+    assert t.meta["bad_values"].get("cpu_op.flops", 0) == not_a_float

@@ -268,12 +268,17 @@ class ParseResult:
         c = self.meta["counts"]
         rate = self.meta.get("link_rate")
         link = f"{100 * rate:.2f}%" if rate is not None else "n/a"
-        return (
+        text = (
             f"wrote {self.out}: {c['kernels']} kernels, {c['memcpy']} memcpy, "
             f"{c['memset']} memset, {c['ops']} ops, {c['runtime']} runtime calls, "
             f"{c['memory']} memory events, {c['steps']} steps; "
             f"kernels linked to operators: {link}"
         )
+        bad = sum(self.meta.get("bad_values", {}).values())
+        if bad:
+            what = "value" if bad == 1 else "values"
+            text += f"; {bad} unreadable {what} read as missing (meta.json: bad_values)"
+        return text
 
 
 def default_out(path: Path) -> Path:

@@ -146,7 +146,7 @@ def _meta(
         "roctracer_version",
         "hip_runtime_version",
     )
-    return {
+    meta: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "time_unit": "ns",
         "trace_start_us": t0 / 1000.0,
@@ -166,3 +166,6 @@ def _meta(
         "dropped_events": dict(acc.dropped),
         "link_rate": (gpu.linked / gpu.with_launch) if gpu.with_launch else None,
     }
+    if acc.bad:  # only in damaged traces: values present but unreadable, read as missing
+        meta["bad_values"] = dict(sorted(acc.bad.items()))
+    return meta

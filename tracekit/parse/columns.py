@@ -1,24 +1,24 @@
 """Turn decoded event chunks into columns, one group of columns per event kind.
 
-Every conversion is vectorized (numpy / pyarrow) with a slow, forgiving path
-only for chunks whose values have unexpected types, so a malformed event costs
-time only where it occurs and never a crash.
+A chunk is either msgspec structs (:class:`_Picker` reads them through the forgiving
+converters of :mod:`tracekit.parse.convert`) or the native scanner's flat rows
+(:class:`_ScanRows`); both present the same interface (:class:`_Rows`), so each kind's
+columns are defined once, in :meth:`Accumulator._extract` and the ``_*_columns``
+functions below: add a column there (and to ``tracekit.schema``) to keep it.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Sequence
-from decimal import Decimal
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 from msgspec.structs import astuple
 
+from tracekit.parse.convert import floats, ints, nullable_ints, raws, strings, to_ns, triples
 from tracekit.parse.events import (
     ANNOT,
     CAT_KIND,
@@ -26,7 +26,9 @@ from tracekit.parse.events import (
     EVENT_FIELDS,
     FLOW_END,
     GPU_ANNOT,
+    JSON_KEYS,
     KERNEL,
+    KIND_LABELS,
     KIND_NAMES,
     MEMCPY,
     MEMORY,
@@ -41,6 +43,7 @@ from tracekit.parse.scan import Scanned
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
+_INT64 = pa.int64()
 
 
 class _CatLookup(dict[Any, int]):
@@ -55,175 +58,9 @@ class _CatLookup(dict[Any, int]):
 
 _CAT_LOOKUP = _CatLookup(CAT_KIND)
 
-_get = {k: attrgetter(k) for k in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp")}
-_args = attrgetter("args")
-
 
 def _col(objs: Sequence[Any], attr: str) -> list[Any]:
     return list(map(attrgetter(attr), objs))
-
-
-_INT64 = pa.int64()
-
-
-@functools.cache
-def _thousand() -> pa.Scalar:
-    # Built on first use, not at import: pyarrow's first conversion probes for (imports) pandas.
-    return pa.scalar(Decimal(1000), pa.decimal128(4, 0))
-
-
-def to_ns(values: list[Any]) -> tuple[I64, npt.NDArray[np.bool_]]:
-    """Microsecond values (int, decimal text, float or None) to exact int64 ns.
-
-    Returns the values and a validity mask. Decimal text is converted through
-    Arrow's decimal cast, so ``"1712195495519689.047"`` becomes exactly
-    ``1712195495519689047`` ns: nanosecond-resolution traces keep their precision.
-    """
-    n = len(values)
-    types = set(map(type, values))
-    if types <= {int}:
-        try:
-            return np.asarray(values, dtype=np.int64) * 1000, np.ones(n, dtype=bool)
-        except OverflowError:
-            pass
-    if types <= {str}:
-        valid = np.ones(n, dtype=bool)
-        text: list[Any] = values
-    else:
-        valid = np.fromiter((type(v) in (int, float, str) for v in values), dtype=bool, count=n)
-        text = [
-            v if type(v) is str else (str(v) if type(v) in (int, float) else None) for v in values
-        ]
-    arr = pa.array(text, type=pa.string())
-    try:
-        ns = pc.cast(pc.multiply(pc.cast(arr, pa.decimal128(21, 3)), _thousand()), pa.int64())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        try:
-            f = pc.cast(arr, pa.float64())
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            f = pa.array([_float_or_none(t) for t in text], type=pa.float64())
-        valid &= ~np.isnan(f.to_numpy(zero_copy_only=False))
-        ns = pc.cast(pc.round(pc.multiply(pc.fill_null(f, 0.0), 1000.0)), pa.int64(), safe=False)
-    out = np.array(pc.fill_null(ns, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
-    valid &= np.asarray(pc.is_valid(ns).to_numpy(zero_copy_only=False), dtype=bool)
-    return out, valid
-
-
-def _float_or_none(t: str | None) -> float | None:
-    if t is None:
-        return None
-    try:
-        v = float(t)
-    except ValueError:
-        return None
-    return v if np.isfinite(v) else None
-
-
-def ints(values: list[Any], default: int = -1) -> I64:
-    """Integer column with ``default`` for missing or non-integer values."""
-    try:
-        arr = pa.array(values, type=pa.int64())
-        if arr.null_count:
-            arr = pc.fill_null(arr, default)
-        return np.array(arr.to_numpy(zero_copy_only=False), dtype=np.int64)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-        return np.fromiter((_int(v, default) for v in values), dtype=np.int64, count=len(values))
-
-
-def _int(v: Any, default: int) -> int:
-    if type(v) is int:
-        return v if -(1 << 63) <= v < (1 << 63) else default
-    if type(v) is str:
-        try:
-            return int(float(v))
-        except (ValueError, OverflowError):
-            return default
-    if type(v) is float and np.isfinite(v):
-        return int(v)
-    return default
-
-
-def nullable_ints(values: list[Any], type_: pa.DataType = _INT64) -> pa.Array:
-    """Integer column with nulls for missing or non-integer values."""
-    try:
-        return pa.array(values, type=type_)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-        return pa.array([_int(v, -1) if _is_num(v) else None for v in values], type=type_)
-
-
-def _is_num(v: Any) -> bool:
-    if type(v) is int:
-        return True
-    if type(v) is float:
-        return bool(np.isfinite(v))
-    if type(v) is str:
-        return _float_or_none(v) is not None
-    return False
-
-
-def floats(values: list[Any]) -> pa.Array:
-    """Float column (decimal text accepted) with nulls for missing values."""
-    try:
-        return pa.array(values, type=pa.float64())
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-        return pa.array([float(v) if _is_num(v) else None for v in values], type=pa.float64())
-
-
-def strings(values: list[Any]) -> pa.Array:
-    """String column; non-string values become their text, missing ones null."""
-    try:
-        return pa.array(values, type=pa.string())
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-        return pa.array(
-            [v if type(v) is str else (None if v is None else str(v)) for v in values],
-            type=pa.string(),
-        )
-
-
-def raws(values: list[Any]) -> pa.Array:
-    """JSON text of raw (undecoded) values; null where the key was absent.
-
-    Built from one joined buffer and an offsets array, without a bytes object per value.
-    """
-    n = len(values)
-    lens = np.fromiter(map(len, values), dtype=np.int64, count=n)
-    if not lens.any():
-        return pa.nulls(n, pa.string())
-    data = b"".join(values)
-    if len(data) < (1 << 31) - 1:
-        offsets = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(lens, out=offsets[1:])
-        valid = lens > 0
-        nulls = int(n - np.count_nonzero(valid))
-        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
-        arr = pa.Array.from_buffers(
-            pa.binary(), n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls
-        )
-        return arr.cast(pa.string())
-    arr = pa.array(list(map(bytes, values)), type=pa.binary())
-    empty = pc.equal(pc.binary_length(arr), 0)
-    return pc.if_else(empty, pa.scalar(None, pa.binary()), arr).cast(pa.string())
-
-
-def triples(values: list[Any]) -> tuple[pa.Array, pa.Array, pa.Array]:
-    """Split ``[x, y, z]`` lists (grid, block) into three nullable int32 columns."""
-    n = len(values)
-    try:
-        filled = [v if v is not None else (0, 0, 0) for v in values]
-        arr = np.asarray(filled, dtype=np.int64)
-        if arr.shape != (n, 3):
-            raise ValueError
-        mask = np.fromiter((v is None for v in values), dtype=bool, count=n)
-        return tuple(  # type: ignore[return-value]
-            pa.array(arr[:, i].astype(np.int32), mask=mask) for i in range(3)
-        )
-    except (TypeError, ValueError, OverflowError):
-        cols: list[list[int | None]] = [[], [], []]
-        for v in values:
-            ok = isinstance(v, list) and len(v) == 3 and all(type(x) is int for x in v)
-            for i in range(3):
-                cols[i].append(v[i] if ok and -(1 << 31) <= v[i] < (1 << 31) else None)
-        return tuple(pa.array(c, type=pa.int32()) for c in cols)  # type: ignore[return-value]
 
 
 _MODULE = "nn.Module: "  # python_function frames of nn.Modules carry the module path
@@ -237,6 +74,8 @@ def _objects(values: tuple[Any, ...]) -> npt.NDArray[np.object_]:
 class _Rows(Protocol):
     """The events of one kind in one chunk, as the columns :meth:`Accumulator._extract`
     needs. Field names are :class:`~tracekit.parse.events.Event` / ``Args`` attributes."""
+
+    bad: dict[str, int]  # field -> values present but unreadable (read as missing)
 
     def __len__(self) -> int: ...
 
@@ -285,6 +124,7 @@ class _Picker:
         self.cache = cache
         self.idx = idx
         self._args: list[Any] | None = None
+        self.bad: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self.idx)
@@ -309,18 +149,30 @@ class _Picker:
     def ns(self, name: str) -> tuple[I64, B]:
         return to_ns(self._values(name))
 
+    def _note(self, name: str, bad: int) -> None:
+        if bad:
+            self.bad[name] = self.bad.get(name, 0) + bad
+
     def ints(self, name: str, default: int = -1) -> I64:
-        return ints(self._values(name), default)
+        col, bad = ints(self._values(name), default)
+        self._note(name, bad)
+        return col
 
     def ints_or(self, name: str, other: str) -> I64:
         pairs = zip(self._values(name), self._event(other), strict=True)
-        return ints([a if a is not None else b for a, b in pairs])
+        col, bad = ints([a if a is not None else b for a, b in pairs])
+        self._note(name, bad)
+        return col
 
     def nullable_ints(self, name: str, type_: pa.DataType = _INT64) -> pa.Array:
-        return nullable_ints(self._values(name), type_)
+        col, bad = nullable_ints(self._values(name), type_)
+        self._note(name, bad)
+        return col
 
     def floats(self, name: str) -> pa.Array:
-        return floats(self._values(name))
+        col, bad = floats(self._values(name))
+        self._note(name, bad)
+        return col
 
     def strings(self, name: str) -> pa.Array:
         return strings(self._values(name)).dictionary_encode()
@@ -329,7 +181,9 @@ class _Picker:
         return raws(self._values(name)).dictionary_encode()
 
     def triples(self, name: str) -> tuple[pa.Array, pa.Array, pa.Array]:
-        return triples(self._values(name))
+        col, bad = triples(self._values(name))
+        self._note(name, bad)
+        return col
 
     def module_frames(self) -> B:
         names = self._event("name")
@@ -347,6 +201,7 @@ class _ScanRows:
         self.rows = chunk.rows
         self.idx = idx
         self.present = self.rows["present"][idx]
+        self.bad: dict[str, int] = {}  # the scanner declines chunks with unreadable values
 
     def __len__(self) -> int:
         return len(self.idx)
@@ -398,6 +253,78 @@ class _ScanRows:
 Columns = dict[str, Any]  # name -> list of per-chunk arrays (np.ndarray or pa.Array)
 
 
+def _memory_columns(ev: _Rows) -> Columns:
+    return {
+        "pid": ev.ints("pid"),
+        "tid": ev.ints("tid"),
+        "device_type": ev.ints("device_type"),
+        "device": ev.ints("device_id"),
+        "addr": ev.ints("addr", 0),
+        "bytes": ev.ints("mem_bytes", 0),
+        "total_allocated": ev.nullable_ints("total_allocated"),
+        "total_reserved": ev.nullable_ints("total_reserved"),
+    }
+
+
+def _gpu_columns(kind: int, ev: _Rows) -> Columns:
+    cols = {
+        "kind": np.full(len(ev), kind, dtype=np.int8),
+        "device": ev.ints_or("device", "pid"),
+        "stream": ev.ints_or("stream", "tid"),
+        "correlation": ev.ints("correlation"),
+        "external_id": ev.ints("external_id"),
+        "registers_per_thread": ev.nullable_ints("registers", pa.int32()),
+        "shared_memory": ev.nullable_ints("shared_memory"),
+        "bytes": ev.nullable_ints("nbytes"),
+    }
+    for prefix in ("grid", "block"):
+        x, y, z = ev.triples(prefix)
+        cols[f"{prefix}_x"], cols[f"{prefix}_y"], cols[f"{prefix}_z"] = x, y, z
+    return cols
+
+
+def _op_columns(kind: int, ev: _Rows) -> Columns:
+    return {
+        "category": np.full(len(ev), kind, dtype=np.int8),
+        "pid": ev.ints("pid"),
+        "tid": ev.ints("tid"),
+        "external_id": ev.ints("external_id"),
+        "sequence_number": ev.ints("seq"),
+        "fwd_thread_id": ev.ints("fwd_tid"),
+        "input_dims": ev.raws("input_dims"),
+        "input_types": ev.raws("input_types"),
+        "input_strides": ev.raws("input_strides"),
+        "concrete_inputs": ev.raws("concrete"),
+        "flops": ev.floats("flops"),
+    }
+
+
+def _runtime_columns(kind: int, ev: _Rows) -> Columns:
+    return {
+        "category": np.full(len(ev), kind, dtype=np.int8),
+        "pid": ev.ints("pid"),
+        "tid": ev.ints("tid"),
+        "correlation": ev.ints("correlation"),
+        "external_id": ev.ints("external_id"),
+        "cbid": ev.ints("cbid"),
+    }
+
+
+# Columns per kind of "X" (span) event, besides ts, dur and name.
+_SPAN_COLUMNS: dict[int, Callable[[int, _Rows], Columns]] = {
+    KERNEL: _gpu_columns,
+    MEMCPY: _gpu_columns,
+    MEMSET: _gpu_columns,
+    OP: _op_columns,
+    ANNOT: _op_columns,
+    RUNTIME: _runtime_columns,
+    DRIVER: _runtime_columns,
+    PYMODULE: lambda kind, ev: {"pid": ev.ints("pid"), "tid": ev.ints("tid")},
+    GPU_ANNOT: lambda kind, ev: {"device": ev.ints("pid")},
+}
+_TABLE_KIND = {ANNOT: OP, DRIVER: RUNTIME}  # kinds accumulated with another kind's rows
+
+
 class Accumulator:
     """Collects per-kind columns over all chunks of one trace."""
 
@@ -405,6 +332,7 @@ class Accumulator:
         self.tables: dict[int, dict[str, list[Any]]] = {}
         self.raw_counts: dict[str, int] = {}
         self.dropped: dict[str, int] = {}
+        self.bad: dict[str, int] = {}  # "category.key" -> values read as missing
         self.metadata: list[tuple[str, Any, Any, Any]] = []  # (name, pid, tid, args.name)
         self.python_events = 0  # python_function events (with_stack), before filtering
         self.rows: dict[int, int] = {}  # kind -> rows added (kept when columns are freed)
@@ -461,6 +389,30 @@ class Accumulator:
             self._extract(int(kind), _Picker(fields, cache, np.flatnonzero(kinds == kind)))
 
     def _extract(self, kind: int, ev: _Rows) -> None:
+        ts = self._timed(kind, ev)
+        if ts is None:
+            return
+        cols: dict[str, Any] = {"ts": ts}
+        if kind == FLOW_END:
+            cols.update(pid=ev.ints("pid"), tid=ev.ints("tid"))
+        elif kind == MEMORY:
+            cols.update(_memory_columns(ev))
+        else:
+            dur, dok = ev.ns("dur")
+            dur[~dok] = 0
+            cols["dur"] = np.maximum(dur, 0)
+            # Repeated strings travel and accumulate dictionary-encoded (a fraction of the bytes).
+            cols["name"] = ev.strings("name")
+            cols.update(_SPAN_COLUMNS[kind](kind, ev))
+        label = KIND_LABELS.get(kind, str(kind))
+        for name, n in ev.bad.items():
+            key = f"{label}.{JSON_KEYS.get(name, name)}"
+            self.bad[key] = self.bad.get(key, 0) + n
+        self._put(_TABLE_KIND.get(kind, kind), cols)
+
+    def _timed(self, kind: int, ev: _Rows) -> I64 | None:
+        """Count the events, keep those with a readable ``ts`` (and, of Python frames, only
+        nn.Module frames) and return their ts; None if none is left."""
         key = KIND_NAMES.get(kind)
         if key is not None:
             self.raw_counts[key] = self.raw_counts.get(key, 0) + len(ev)
@@ -470,7 +422,7 @@ class Accumulator:
             # Only nn.Module frames carry the module path; other Python frames are dropped.
             keep = ev.module_frames() & ok
             if not keep.any():
-                return
+                return None
             ev.keep(keep)
             ts, ok = ts[keep], ok[keep]
         if not ok.all():
@@ -478,76 +430,7 @@ class Accumulator:
             self.dropped[label] = self.dropped.get(label, 0) + int((~ok).sum())
             ev.keep(ok)
             ts = ts[ok]
-        if not len(ev):
-            return
-        cols: dict[str, Any] = {"ts": ts}
-        if kind == FLOW_END:
-            cols["pid"] = ev.ints("pid")
-            cols["tid"] = ev.ints("tid")
-            self._put(kind, cols)
-            return
-        if kind == MEMORY:
-            cols.update(
-                pid=ev.ints("pid"),
-                tid=ev.ints("tid"),
-                device_type=ev.ints("device_type"),
-                device=ev.ints("device_id"),
-                addr=ev.ints("addr", 0),
-                bytes=ev.ints("mem_bytes", 0),
-                total_allocated=ev.nullable_ints("total_allocated"),
-                total_reserved=ev.nullable_ints("total_reserved"),
-            )
-            self._put(kind, cols)
-            return
-        dur, dok = ev.ns("dur")
-        dur[~dok] = 0
-        cols["dur"] = np.maximum(dur, 0)
-        # Repeated strings travel and accumulate dictionary-encoded (a fraction of the bytes).
-        cols["name"] = ev.strings("name")
-        if kind in (KERNEL, MEMCPY, MEMSET):
-            cols.update(
-                kind=np.full(len(ev), kind, dtype=np.int8),
-                device=ev.ints_or("device", "pid"),
-                stream=ev.ints_or("stream", "tid"),
-                correlation=ev.ints("correlation"),
-                external_id=ev.ints("external_id"),
-                registers_per_thread=ev.nullable_ints("registers", pa.int32()),
-                shared_memory=ev.nullable_ints("shared_memory"),
-                bytes=ev.nullable_ints("nbytes"),
-            )
-            for prefix in ("grid", "block"):
-                x, y, z = ev.triples(prefix)
-                cols[f"{prefix}_x"], cols[f"{prefix}_y"], cols[f"{prefix}_z"] = x, y, z
-        elif kind in (OP, ANNOT):
-            cols.update(
-                category=np.full(len(ev), kind, dtype=np.int8),
-                pid=ev.ints("pid"),
-                tid=ev.ints("tid"),
-                external_id=ev.ints("external_id"),
-                sequence_number=ev.ints("seq"),
-                fwd_thread_id=ev.ints("fwd_tid"),
-                input_dims=ev.raws("input_dims"),
-                input_types=ev.raws("input_types"),
-                input_strides=ev.raws("input_strides"),
-                concrete_inputs=ev.raws("concrete"),
-                flops=ev.floats("flops"),
-            )
-            kind = OP  # cpu_op and user_annotation share one table
-        elif kind in (RUNTIME, DRIVER):
-            cols.update(
-                category=np.full(len(ev), kind, dtype=np.int8),
-                pid=ev.ints("pid"),
-                tid=ev.ints("tid"),
-                correlation=ev.ints("correlation"),
-                external_id=ev.ints("external_id"),
-                cbid=ev.ints("cbid"),
-            )
-            kind = RUNTIME
-        elif kind == PYMODULE:
-            cols.update(pid=ev.ints("pid"), tid=ev.ints("tid"))
-        elif kind == GPU_ANNOT:
-            cols["device"] = ev.ints("pid")
-        self._put(kind, cols)
+        return ts if len(ev) else None
 
     def merge(self, other: Accumulator) -> None:
         """Append ``other``'s columns (a later chunk's) as if its events had been added here."""
@@ -559,6 +442,8 @@ class Accumulator:
             self.raw_counts[k] = self.raw_counts.get(k, 0) + v
         for k, v in other.dropped.items():
             self.dropped[k] = self.dropped.get(k, 0) + v
+        for k, v in other.bad.items():
+            self.bad[k] = self.bad.get(k, 0) + v
         for kind, n in other.rows.items():
             self.rows[kind] = self.rows.get(kind, 0) + n
         self.metadata.extend(other.metadata)

@@ -66,6 +66,11 @@ class Event(msgspec.Struct, gc=False):
 
 
 EVENT_FIELDS: tuple[str, ...] = Event.__struct_fields__
+# The JSON key of each field the parser reads (``Args`` renames some), for messages.
+JSON_KEYS: dict[str, str] = {
+    **dict(zip(Event.__struct_fields__, Event.__struct_encode_fields__, strict=True)),
+    **dict(zip(Args.__struct_fields__, Args.__struct_encode_fields__, strict=True)),
+}
 EVENT_LIST = msgspec.json.Decoder(list[Event], float_hook=str)  # one chunk: "[" body "]"
 ANY_JSON = msgspec.json.Decoder()  # header and trailer objects
 
@@ -81,6 +86,14 @@ KIND_NAMES = {
     MEMSET: "memset",
     RUNTIME: "cuda_runtime",
     DRIVER: "cuda_driver",
+}
+# How meta.json's bad_values names each kind (its category or phase).
+KIND_LABELS = {
+    **KIND_NAMES,
+    PYMODULE: "python_function",
+    GPU_ANNOT: "gpu_user_annotation",
+    MEMORY: "[memory]",
+    FLOW_END: "fwdbwd",
 }
 
 # Category names across Kineto versions (older traces used capitalised names) and ROCm.
