@@ -35,7 +35,10 @@ def _root() -> None:
 
 @app.command()
 def parse(
-    trace: Annotated[Path, typer.Argument(help="Trace file (.json or .json.gz) or a run folder.")],
+    trace: Annotated[
+        Path,
+        typer.Argument(help="Trace file (.json, .json.gz/.xz/.bz2/.zst) or a run folder."),
+    ],
     out: Annotated[
         Path | None, typer.Option("-o", "--out", help="Output folder (default: TRACE.tracekit/).")
     ] = None,

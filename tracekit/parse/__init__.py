@@ -27,6 +27,7 @@ from tracekit.parse.columns import Accumulator
 from tracekit.parse.parallel import parse_parallel
 from tracekit.parse.reader import CHUNK, TraceStream
 from tracekit.parse.scan import scan_chunk
+from tracekit.parse.source import sniff
 from tracekit.schema import ARROW, SCHEMA_VERSION, TABLES
 
 if TYPE_CHECKING:
@@ -34,7 +35,16 @@ if TYPE_CHECKING:
 
 __all__ = ["ParseResult", "Trace", "find_trace", "load", "parse_tables", "parse_to_dir"]
 
-TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json")
+# Trace file names, longest first (a name's suffix is stripped to name the output).
+# The format itself is told by the file's first bytes (tracekit.parse.source).
+_COMPRESSED = (".gz", ".xz", ".bz2", ".zst")
+TRACE_SUFFIXES = (
+    *(f".pt.trace.json{c}" for c in _COMPRESSED),
+    ".pt.trace.json",
+    *(f".json{c}" for c in _COMPRESSED),
+    ".json",
+)
+_RUN_TRACE_SUFFIXES = tuple(s for s in TRACE_SUFFIXES if s.startswith(".pt.trace.json"))
 
 
 @dataclass
@@ -107,7 +117,8 @@ class _NoPandas:
 
 
 def find_trace(run_dir: Path) -> tuple[Path, dict[str, Any] | None]:
-    """The trace file of a run folder (its manifest's, else the newest *.pt.trace.json[.gz])."""
+    """The trace file of a run folder: its manifest's, else the newest
+    ``*.pt.trace.json`` (plain, ``.gz``, ``.xz``, ``.bz2`` or ``.zst``)."""
     manifest: dict[str, Any] | None = None
     mpath = run_dir / "manifest.json"
     if mpath.is_file():
@@ -121,13 +132,15 @@ def find_trace(run_dir: Path) -> tuple[Path, dict[str, Any] | None]:
             if p.is_file():
                 return p, manifest
     found = sorted(
-        (p for p in run_dir.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES[:2])),
+        (p for p in run_dir.iterdir() if p.is_file() and p.name.endswith(_RUN_TRACE_SUFFIXES)),
         key=lambda p: p.stat().st_mtime,
     )
     if not found:
         status = (manifest or {}).get("status")
         extra = f" (run status: {status})" if status and status != "ok" else ""
-        raise TraceError(f"{run_dir}: no *.pt.trace.json[.gz] trace in this folder{extra}")
+        raise TraceError(
+            f"{run_dir}: no *.pt.trace.json[.gz|.xz|.bz2|.zst] trace in this folder{extra}"
+        )
     return found[-1], manifest
 
 
@@ -205,18 +218,13 @@ def parse_tables(
 
 
 def _json_bytes(path: Path) -> int:
-    """The trace's JSON size: the file's, or 8x a gzip file's (a typical ratio)."""
-    try:
-        with path.open("rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
-        return path.stat().st_size * (8 if gz else 1)
-    except OSError:
-        return 0
+    """About how many bytes of JSON the trace holds (see :meth:`Source.json_bytes`); a path
+    that is not a readable regular file raises the one-line TraceError here."""
+    return sniff(path).json_bytes()
 
 
 def _worth_parallel(path: Path, chunk: int) -> bool:
-    """At least two chunks' worth of JSON (an unreadable file: the serial reader reports
-    the problem)."""
+    """At least two chunks' worth of JSON."""
     return _json_bytes(path) > 2 * chunk
 
 

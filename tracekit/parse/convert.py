@@ -164,10 +164,19 @@ def strings(values: list[Any]) -> pa.Array:
 
 
 def raws(values: list[Any]) -> pa.Array:
-    """JSON text of raw (undecoded) values; null where the key was absent.
+    """JSON text of raw (undecoded) values; null where the key was absent. msgspec does
+    not check the text of a raw value: bytes that are not UTF-8 read as U+FFFD.
 
     Built from one joined buffer and an offsets array, without a bytes object per value.
     """
+    try:
+        return _raws(values)
+    except pa.ArrowInvalid:  # invalid UTF-8
+        text = [bytes(v).decode("utf-8", "replace") if len(v) else None for v in values]
+        return pa.array(text, type=pa.string())
+
+
+def _raws(values: list[Any]) -> pa.Array:
     n = len(values)
     lens = np.fromiter(map(len, values), dtype=np.int64, count=n)
     if not lens.any():

@@ -8,9 +8,12 @@ their shared definitions from here, so none of them needs another.
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, TypeVar
 
 import msgspec
+
+T = TypeVar("T")
 
 _NO_RAW = msgspec.Raw()
 
@@ -73,6 +76,45 @@ JSON_KEYS: dict[str, str] = {
 }
 EVENT_LIST = msgspec.json.Decoder(list[Event], float_hook=str)  # one chunk: "[" body "]"
 ANY_JSON = msgspec.json.Decoder()  # header and trailer objects
+
+# A JSON escaped backslash, a valid surrogate pair escape, or a lone surrogate escape.
+_ESCAPE = re.compile(
+    rb"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+    rb"|\\u[dD][89a-fA-F][0-9a-fA-F]{2}"
+)
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def loads(decoder: msgspec.json.Decoder[T], data: bytes) -> T:
+    """``decoder.decode(data)``, reading damaged text as Python's ``json`` does with
+    ``errors="replace"``: bytes that are not UTF-8 inside strings, and escapes of lone
+    UTF-16 surrogates (which msgspec rejects), become U+FFFD. Only when the first decode
+    fails is the text repaired and decoded again; malformed JSON still raises
+    ``msgspec.DecodeError``."""
+    try:
+        return decoder.decode(data)
+    except UnicodeDecodeError:
+        pass
+    except msgspec.DecodeError:
+        if not _SURROGATE.search(data):
+            raise
+    return decoder.decode(repair_text(data))
+
+
+def repair_text(data: bytes) -> bytes:
+    """``data`` with invalid UTF-8 and lone surrogate escapes replaced by U+FFFD (JSON
+    structure is ASCII, so it is never changed)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        data = data.decode("utf-8", "replace").encode("utf-8")
+    return _ESCAPE.sub(_lone_surrogate, data) if _SURROGATE.search(data) else data
+
+
+def _lone_surrogate(m: re.Match[bytes]) -> bytes:
+    text = m.group()
+    return b"\\ufffd" if len(text) == 6 else text
+
 
 # Event kinds (small ints, used as array codes; the native scanner writes the same codes).
 OTHER, OP, ANNOT, KERNEL, MEMCPY, MEMSET, RUNTIME, DRIVER, PYMODULE, GPU_ANNOT, MEMORY, FLOW_END = (

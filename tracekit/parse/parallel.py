@@ -1,6 +1,6 @@
 """Decode a trace's chunks in parallel workers.
 
-The main process only finds the cut points between chunks (and, for gzip input,
+The main process only finds the cut points between chunks (and, for compressed input,
 decompresses); workers decode each chunk and turn it into columns
 (:meth:`Accumulator.add`). With the native scanner (:mod:`tracekit.parse.scan`, which
 releases the GIL) the workers are threads: nothing is forked or pickled. Without it they
@@ -39,6 +39,7 @@ from tracekit.parse.columns import Accumulator
 from tracekit.parse.reader import TraceStream, iter_bytes
 from tracekit.parse.scan import enabled as scanner_enabled
 from tracekit.parse.scan import scan_chunk
+from tracekit.parse.source import sniff
 
 # A separator between two events: "}," then the next event's first key. Nested objects
 # in args rarely start with one of these keys, so a cut almost never needs repairing.
@@ -49,7 +50,8 @@ _WINDOW = 4 << 20  # bytes searched for a cut after each target position
 
 @dataclass
 class Task:
-    """One chunk: either bytes (gzip input) or a byte range of a plain file."""
+    """One chunk: either bytes (compressed or re-encoded input) or a byte range of a plain
+    UTF-8 file."""
 
     index: int
     offset: int  # offset of the chunk in the (decompressed) JSON text
@@ -125,7 +127,7 @@ def _plain_tasks(
         yield Task(i, pos, True, array_format, str(path), length=size - pos)
 
 
-def _gzip_tasks(
+def _streamed_tasks(
     stream: TraceStream, blocks: Iterator[bytes], buf: bytes, chunk: int
 ) -> Iterator[Task]:
     offset = stream.bytes_read - len(buf)
@@ -188,10 +190,8 @@ def parse_parallel(path: Path, chunk: int, workers: int) -> ParallelParse | None
     blocks = iter_bytes(path)
     buf = stream._find_array(blocks)  # header errors are raised here, as in the serial path
     start = stream.bytes_read - len(buf)
-    with path.open("rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
-    if gz:
-        tasks = _gzip_tasks(stream, blocks, buf, chunk)
+    if not sniff(path).direct:  # compressed or re-encoded: this thread reads the text
+        tasks = _streamed_tasks(stream, blocks, buf, chunk)
     else:
         blocks.close()
         del buf

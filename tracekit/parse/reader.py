@@ -1,13 +1,14 @@
 """Stream a Chrome/Kineto trace file into decoded event chunks.
 
-The file is never loaded as one JSON document. Bytes are read (and gunzipped)
-in blocks; the ``traceEvents`` array is cut at event boundaries into chunks of
-a few tens of MB, and each chunk is decoded by msgspec straight into small
-typed structs that keep only the fields tracekit uses (unknown keys are skipped
-in C), unless the caller's scanner (``TraceStream(scan=...)``, the native
-:mod:`tracekit.parse.scan`) reads it into flat rows first. Peak memory is
-therefore bounded by the chunk size plus the columns built so far, not by the
-file size.
+The file is never loaded as one JSON document. Bytes are read in blocks (decompressed
+and re-encoded as UTF-8 where needed: :mod:`tracekit.parse.source`); the
+``traceEvents`` array is cut at event boundaries into chunks of a few tens of MB, and
+each chunk is decoded by msgspec straight into small typed structs that keep only the
+fields tracekit uses (unknown keys are skipped in C), unless the caller's scanner
+(``TraceStream(scan=...)``, the native :mod:`tracekit.parse.scan`) reads it into flat
+rows first. Peak memory is therefore bounded by the chunk size plus the columns built
+so far, not by the file size. Text that is not valid UTF-8 is read with U+FFFD in its
+place (:func:`tracekit.parse.events.loads`).
 
 A cut is only accepted if the chunk decodes as a JSON array, so a ``}, {``
 inside a string or a nested object can never split an event.
@@ -16,19 +17,21 @@ inside a string or a nested object can never split an event.
 from __future__ import annotations
 
 import re
-import zlib
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import msgspec
 
 from tracekit.errors import TraceError
-from tracekit.parse.events import ANY_JSON, EVENT_LIST, Event
+from tracekit.parse.events import ANY_JSON, EVENT_LIST, Event, loads
 from tracekit.parse.scan import Scanned
+from tracekit.parse.source import BLOCK, iter_bytes
 
-BLOCK = 8 << 20  # bytes read from disk at a time
+__all__ = ["BLOCK", "CHUNK", "TraceHeader", "TraceStream", "iter_bytes"]  # BLOCK, iter_bytes:
+# re-exported for callers that stream a trace's bytes (reports.tbtrace)
+
 CHUNK = 32 << 20  # target size of one decoded chunk of events
 _HEAD_LIMIT = 256 << 20  # the header (before traceEvents) is never larger than this
 _MAX_CUT_TRIES = 4
@@ -47,47 +50,6 @@ class TraceHeader:
 
     fields: dict[str, Any] = field(default_factory=dict)
     array_format: bool = False  # the document is a bare JSON array of events
-
-
-def _open(path: Path) -> tuple[BinaryIO, bool]:
-    try:
-        f = path.open("rb")
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise TraceError(f"{path}: is a folder, not a trace file") from None
-    except OSError as e:
-        raise TraceError(f"{path}: cannot read ({e.strerror})") from None
-    magic = f.read(2)
-    f.seek(0)
-    return f, magic == b"\x1f\x8b"
-
-
-def iter_bytes(path: Path, block: int = BLOCK) -> Generator[bytes, None, None]:
-    """Yield the file's (decompressed) bytes in blocks; gzip is detected by its magic."""
-    f, gz = _open(path)
-    with f:
-        if not gz:
-            while data := f.read(block):
-                yield data
-            return
-        d = zlib.decompressobj(zlib.MAX_WBITS | 16)
-        while True:
-            raw = f.read(block)
-            if not raw:
-                break
-            try:
-                out = d.decompress(raw)
-                while d.eof and d.unused_data:  # concatenated gzip members
-                    rest = d.unused_data
-                    d = zlib.decompressobj(zlib.MAX_WBITS | 16)
-                    out += d.decompress(rest)
-            except zlib.error as e:
-                raise TraceError(f"{path}: corrupt gzip data ({e})") from None
-            if out:
-                yield out
-        if not d.eof:
-            raise TraceError(f"{path}: truncated gzip file (the compressed stream ends early)")
 
 
 def _malformed(path: Path, offset: int, err: Exception) -> TraceError:
@@ -136,7 +98,7 @@ class TraceStream:
             if m:
                 head = buf[: m.start()]
                 try:
-                    obj = ANY_JSON.decode(head + b'"traceEvents": []}')
+                    obj = loads(ANY_JSON, head + b'"traceEvents": []}')
                 except msgspec.DecodeError:
                     raise TraceError(
                         f"{self.path}: not a trace: the JSON before 'traceEvents' is malformed"
@@ -156,7 +118,7 @@ class TraceStream:
             raise TraceError(f"{self.path}: empty file")
         if len(buf) <= _HEAD_LIMIT:
             try:
-                obj = ANY_JSON.decode(buf)
+                obj = loads(ANY_JSON, buf)
             except msgspec.DecodeError as e:
                 first = str(e).splitlines()[0]
                 raise TraceError(
@@ -172,7 +134,7 @@ class TraceStream:
     # -- events ----------------------------------------------------------------
     def _decode(self, body: bytes, offset: int) -> list[Event]:
         try:
-            return EVENT_LIST.decode(b"[" + body + b"]")
+            return loads(EVENT_LIST, b"[" + body + b"]")
         except msgspec.ValidationError as e:
             raise TraceError(f"{self.path}: unexpected event field type: {e}") from None
 
@@ -210,21 +172,27 @@ class TraceStream:
         pos = end
         err: Exception | None = None
         body_tries = 0
-        while body_tries < _MAX_CUT_TRIES:
+        # Bytes of tails decoded: bounded, so that a damaged trailer costs linear time, not
+        # one decode of the rest of the file per "]" in the events.
+        budget = 4 * len(buf) + (1 << 20)
+        while body_tries < _MAX_CUT_TRIES and budget > 0:
             pos = buf.rfind(b"]", 0, pos)
             if pos < 0:
                 break
-            if not _ARRAY_END.match(buf, pos):
+            m = _ARRAY_END.match(buf, pos)
+            if not m:
                 continue
-            tail = buf[pos + 1 :]
             rest: dict[str, Any] = {}
             if self.header.array_format:
-                if tail.strip(_WS):
-                    continue
-            elif tail.strip(_WS) != b"}":
+                if pos + 1 != end:  # a bare array ends with its "]"
+                    break
+            elif not m.group().rstrip(_WS).endswith(b"}"):  # keys follow the array
+                tail = buf[pos + 1 :]
+                budget -= len(tail)
                 try:
-                    obj = ANY_JSON.decode(b'{"_":0' + tail)
-                except msgspec.DecodeError:
+                    obj = loads(ANY_JSON, b'{"_":0' + tail)
+                except msgspec.DecodeError as e:
+                    err = err or e
                     continue
                 if not isinstance(obj, dict):
                     continue

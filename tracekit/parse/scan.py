@@ -24,7 +24,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracekit.parse.events import CAT_KIND, EVENT_LIST
+from tracekit.parse.events import CAT_KIND, EVENT_LIST, loads
 
 try:
     from tracekit.parse import _scan
@@ -116,7 +116,7 @@ class Scanned:
 
 
 def _metadata(text: bytes) -> tuple[str, Any, Any, Any]:
-    ev = EVENT_LIST.decode(b"[" + text + b"]")[0]  # the msgspec path's own decoder
+    ev = loads(EVENT_LIST, b"[" + text + b"]")[0]  # the msgspec path's own decoder
     return (str(ev.name), ev.pid, ev.tid, ev.args.name)
 
 
