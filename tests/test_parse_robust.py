@@ -4,11 +4,15 @@ and parsed counts equal an independent count of the raw events."""
 from __future__ import annotations
 
 import bz2
+import functools
 import gzip
+import hashlib
+import importlib.util
 import json
 import lzma
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -20,8 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracekit.errors import TraceError
-from tracekit.parse import default_out, find_trace, load, parse_tables
+from tracekit.errors import TraceError, TracekitError
+from tracekit.parse import default_out, find_trace, load, parse_tables, parse_to_dir
 
 from . import tracegen as tg
 
@@ -358,3 +362,62 @@ def test_damaged_trailer_fails_in_linear_time(tmp_path: Path) -> None:
         parse_tables(p, workers=1)
     assert time.perf_counter() - t0 < 30  # a hang guard, not a timing claim
 
+
+def _mutator() -> Any:
+    """benchmarks/mutate_traces.py (its damage() is what the mutation run uses)."""
+    spec = importlib.util.spec_from_file_location(
+        "mutate_traces", ROOT / "benchmarks" / "mutate_traces.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+MUTATE = _mutator()
+
+
+@functools.cache
+def _damage_sources() -> list[bytes]:
+    real = sorted((FIXTURES / "cpu-tiny-fp32-naive").glob("*.pt.trace.json.gz"))
+    return [_small_text(), *(gzip.decompress(p.read_bytes()) for p in real)]
+
+
+def _outcome(p: Path, out: Path) -> str:
+    """'error' (one line, nothing written) or the digest of everything written."""
+    try:
+        parse_to_dir(p, out)
+    except TracekitError as e:
+        assert "\n" not in str(e)
+        assert not out.exists(), "partial output left behind"
+        return "error"
+    h = hashlib.sha256()
+    for f in sorted(out.iterdir()):
+        h.update(f.name.encode() + f.read_bytes())
+    shutil.rmtree(out)
+    return h.hexdigest()
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 4), which=st.integers(0, 1))
+def test_byte_damage_in_strings_and_numbers_parses_or_fails_cleanly(
+    seed: int, n: int, which: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bytes flipped, inserted or deleted inside strings and numbers (invalid UTF-8, lone
+    surrogates, numbers beyond int64 ...): every damaged trace ends in clean output or a
+    one-line TracekitError, with nothing half-written, and the native scanner and the
+    msgspec path give the same result."""
+    sources = _damage_sources()
+    data = MUTATE.damage(sources[which % len(sources)], random.Random(seed), n)
+    p = tmp_path / f"d{seed}.json"
+    p.write_bytes(data)
+    got = {}
+    for scanner in ("0", "1"):
+        monkeypatch.setenv("TRACEKIT_NO_SCAN", scanner)
+        got[scanner] = _outcome(p, tmp_path / f"out{seed}-{scanner}")
+    assert got["0"] == got["1"]
+    p.unlink()
