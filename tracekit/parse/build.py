@@ -77,12 +77,17 @@ def build(
             f"{source}: not a PyTorch profiler trace: no cpu_op, kernel or runtime events"
         )
     t0 = trace_start(acc)
+    # Each table goes to on_table and is dropped here at once: the writer frees it once
+    # written, while the next one is built.
     table, ops = build_ops(acc, t0, lazy)
     ready("ops", table)
+    del table
     table, rt = build_runtime(acc, t0, ops)
     ready("runtime", table)
+    del table
     table, gpu = build_kernels(acc, t0, ops, rt, lazy)
     ready("kernels", table)
+    del table
     ready("memory", build_memory(acc, t0, ops, lazy))
     ends = [ops.end_max, int(gpu.end.max()) if len(gpu.end) else 0]
     if rt.end_max is not None:
