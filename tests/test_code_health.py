@@ -30,9 +30,6 @@ _spec.loader.exec_module(H)
 # this after merging those branches; test_pending_split_is_still_needed fails as soon as an
 # entry no longer offends, so it cannot go stale. Everything else must pass for real.
 PENDING_SPLIT: dict[str, str] = {
-    "tracekit/parse/build.py": "build() 431 lines, module 706 lines; imports tracekit.parse",
-    "tracekit/parse/parallel.py": "imports its own package (from tracekit.parse import scan)",
-    "tracekit/parse/scan.py": "columns/reader <-> scan cycle; imports tracekit.parse (_scan)",
 }
 
 

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from tracekit.parse.events import CAT_KIND, EVENT_LIST, loads
 
 try:
-    from tracekit.parse import _scan
+    import tracekit.parse._scan as _scan
 except ImportError:  # not compiled (e.g. no C compiler): the msgspec path does everything
     _scan = None  # type: ignore[assignment]
 
