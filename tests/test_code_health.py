@@ -25,13 +25,6 @@ H = importlib.util.module_from_spec(_spec)
 sys.modules["code_health"] = H  # dataclasses look their module up while the class is built
 _spec.loader.exec_module(H)
 
-# TEMPORARY. Files split in parallel branches of issue 16 (parse/ and classify/, and the
-# summary.json builder), with what they still hold against the limits. The lead empties
-# this after merging those branches; test_pending_split_is_still_needed fails as soon as an
-# entry no longer offends, so it cannot go stale. Everything else must pass for real.
-PENDING_SPLIT: dict[str, str] = {
-}
-
 
 @pytest.fixture(scope="module")
 def scanned() -> Any:
@@ -43,37 +36,21 @@ def graph() -> Any:
     return H.import_graph()
 
 
-def _cycles_outside_pending(graph: Any) -> list[list[str]]:
-    """Cycles left when the imports made by pending files are ignored."""
-    edges = {m: ({} if graph.files[m] in PENDING_SPLIT else e) for m, e in graph.edges.items()}
-    found: list[list[str]] = H.cycles(edges)
-    return found
-
-
 def test_no_function_over_100_lines(scanned: Any) -> None:
-    long = [f for f in H.long_functions(scanned[0]) if f.path not in PENDING_SPLIT]
+    long = H.long_functions(scanned[0])
     assert not long, "split these (or make them plain tables):\n" + "\n".join(
         f"  {f.path}:{f.line} {f.name}: {f.lines} lines" for f in long
     )
 
 
 def test_no_module_over_700_lines(scanned: Any) -> None:
-    big = [m for m in H.large_modules(scanned[1]) if m.path not in PENDING_SPLIT]
+    big = H.large_modules(scanned[1])
     assert not big, "split these:\n" + "\n".join(f"  {m.path}: {m.lines} lines" for m in big)
 
 
 def test_no_import_cycle(graph: Any) -> None:
-    found = _cycles_outside_pending(graph)
+    found = H.cycles(graph.edges)
     assert not found, "import cycles:\n" + "\n".join("  " + H.describe(graph, c) for c in found)
-
-
-def test_pending_split_is_still_needed(scanned: Any, graph: Any) -> None:
-    funcs, mods = scanned
-    offending = {f.path for f in H.long_functions(funcs)} | {m.path for m in H.large_modules(mods)}
-    for cycle in H.cycles(graph.edges):
-        offending |= {graph.files[a] for a in cycle[:-1]}
-    stale = sorted(set(PENDING_SPLIT) - offending)
-    assert not stale, f"no longer over a limit: remove from PENDING_SPLIT: {stale}"
 
 
 def _function(src: str) -> ast.FunctionDef:
