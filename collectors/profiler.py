@@ -398,15 +398,30 @@ def record_memory_snapshot(
     reason = memory_snapshot_absent_reason(device)
     if reason:
         raise ValueError(reason)
-    memory = torch.cuda.memory
-    memory._record_memory_history(
-        enabled="all", context="all", stacks="python", max_entries=max_entries
-    )
+    start_memory_history(max_entries)
     try:
         run()
-        torch.cuda.synchronize(device)
-        with atomic_file(Path(path), ".tmp") as t:
-            memory._dump_snapshot(str(t))  # type: ignore[no-untyped-call]
+        dump_memory_snapshot(device, Path(path))
     finally:
-        memory._record_memory_history(enabled=None)
+        stop_memory_history()
+    return Path(path)
+
+
+def start_memory_history(max_entries: int = SNAPSHOT_MAX_ENTRIES) -> None:
+    """Start recording the CUDA allocator's history with Python stacks (for a snapshot
+    whose steps are not one callable: ``tracekit run`` starts and dumps at step ends)."""
+    torch.cuda.memory._record_memory_history(
+        enabled="all", context="all", stacks="python", max_entries=max_entries
+    )
+
+
+def stop_memory_history() -> None:
+    torch.cuda.memory._record_memory_history(enabled=None)
+
+
+def dump_memory_snapshot(device: torch.device, path: Path) -> Path:
+    """Wait for ``device``, then write the recorded snapshot pickle to ``path`` atomically."""
+    torch.cuda.synchronize(device)
+    with atomic_file(Path(path), ".tmp") as t:
+        torch.cuda.memory._dump_snapshot(str(t))  # type: ignore[no-untyped-call]
     return Path(path)

@@ -435,15 +435,21 @@ def summary(run_dir: Path) -> str:
         lines += _generate_lines(m)
     elif met:
         st = met["step_time_ms"]
+        rates = [  # unknown for a script without tokens (tracekit run)
+            f"{v:,.{d}f} {unit}/s"
+            for v, unit, d in ((met.get("tokens_per_s"), "tokens", 0),
+                               (met.get("samples_per_s"), "samples", 1))
+            if v is not None
+        ]  # fmt: skip
         lines.append(
             f"step time: {st['median']:.2f} ms median (p10 {st['p10']:.2f}, p90 {st['p90']:.2f}, "
-            f"n={st['n']}); {met['tokens_per_s']:,.0f} tokens/s, "
-            f"{met['samples_per_s']:,.1f} samples/s"
+            f"n={st['n']})" + "".join(f"; {r}" if i == 0 else f", {r}" for i, r in enumerate(rates))
         )
-        lines.append(
-            f"profiled step: {met['profiled_step_time_ms']:.2f} ms "
-            f"(profiler overhead {met['profiler_overhead_pct']:+.1f} %)"
-        )
+        if met.get("profiled_step_time_ms") is not None:
+            lines.append(
+                f"profiled step: {met['profiled_step_time_ms']:.2f} ms "
+                f"(profiler overhead {met['profiler_overhead_pct']:+.1f} %)"
+            )
         lines.append(
             f"memory: peak allocated {_bytes(met['peak_allocated_bytes'])}, peak reserved "
             f"{_bytes(met['peak_reserved_bytes'])}, average allocated "
@@ -462,7 +468,7 @@ def summary(run_dir: Path) -> str:
 
         lines += summary_lines(m)
     arts = m["artifacts"]
-    lines.append(f"trace: {arts['trace']}")
+    lines.append(f"trace: {arts['trace'] or 'none'}")
     for key in ("memory_timeline", "memory_snapshot"):
         lines.append(
             f"{key.replace('_', ' ')}: {arts[key] or 'none (' + str(arts[key + '_absent']) + ')'}"

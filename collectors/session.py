@@ -1,0 +1,732 @@
+"""A profiling session driven by step ends: shared by ``tracekit run`` and ``tracekit.profile()``.
+
+``collect`` owns its training loop; here the loop is the user's, and tracekit only hears
+when a step ends (:meth:`Session.boundary`: an optimizer step hook, a marked function,
+``prof.step()``). Counting those ends, the session runs ``collect``'s schedule:
+
+1. ``warmup`` steps untouched (at the end of the first one it learns the device, the
+   optimizer, the model: :mod:`tracekit.collectors.introspect`);
+2. ``steps`` steps timed **without the profiler**: CUDA events recorded at the step ends
+   and read once after the last (``perf_counter`` on CPU); peak memory from
+   ``torch.cuda.max_memory_allocated/reserved`` after ``reset_peak_memory_stats``, the
+   average from ``torch.cuda.memory_allocated`` samples (see :class:`Probes`);
+3. the profiler's ``wait + warmup + active`` steps (× ``repeat``) under
+   :class:`tracekit.collectors.profiler.Profiler`, the active ones timed as above;
+4. on CUDA, ``snapshot_steps`` steps recorded into a memory snapshot.
+
+Then it is *complete*: the run folder (the same as ``collect``'s, built under a temporary
+name and renamed into place, ``manifest.json`` last) is written at once, or when the
+caller closes the session. A session closed before it is complete writes the folder with
+status ``incomplete`` (or ``error``/``oom`` when the loop raised) and what it measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tracekit.collectors import introspect
+from tracekit.collectors.ceilings import measure_ceilings
+from tracekit.collectors.profiler import (
+    Profiler,
+    ProfilerConfig,
+    dump_memory_snapshot,
+    memory_snapshot_absent_reason,
+    start_memory_history,
+    stop_memory_history,
+)
+from tracekit.collectors.run import (
+    MANIFEST,
+    SCHEMA_VERSION,
+    SNAPSHOT,
+    TENSORBOARD,
+    device_info,
+    versions,
+)
+from tracekit.collectors.train import summarize_ms
+from tracekit.errors import DeviceError, TracekitError, UsageError
+from tracekit.io import atomic_dir, atomic_write_json
+
+DEVICES = ("auto", "cuda", "cpu")
+
+
+def _check_int(name: str, value: object, low: int, *, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise UsageError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """The schedule and outputs of one session. Invalid values raise :class:`UsageError`.
+
+    ``warmup`` is at least 1: a step is known to have *started* only when the one before
+    it ended, and the first step's end is where the device, optimizer and model are
+    learnt. ``samples_per_step``/``tokens_per_step`` override what is inferred from the
+    model's inputs."""
+
+    out: Path
+    steps: int = 20
+    warmup: int = 5
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
+    device: str = "auto"
+    ceilings: bool = True
+    memory_snapshot: bool = True
+    snapshot_steps: int = 1
+    samples_per_step: int | None = None
+    tokens_per_step: int | None = None
+    counters: bool = False
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        _check_int("steps", self.steps, 1)
+        _check_int("warmup", self.warmup, 1)
+        _check_int("snapshot_steps", self.snapshot_steps, 1)
+        _check_int("samples_per_step", self.samples_per_step, 1, optional=True)
+        _check_int("tokens_per_step", self.tokens_per_step, 1, optional=True)
+        if not isinstance(self.profiler, ProfilerConfig):
+            raise UsageError("profiler must be a tracekit.collectors.ProfilerConfig")
+        if self.device not in DEVICES:
+            raise UsageError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        for name in ("ceilings", "memory_snapshot", "counters", "quiet"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"{name} must be true or false")
+        out = Path(self.out)
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"{out} exists and is not a folder")
+        object.__setattr__(self, "out", out)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["profiler"] = self.profiler.to_dict()
+        d["out"] = str(self.out)
+        return d
+
+
+class Phases:
+    """Step counts at which each phase begins (steps completed so far)."""
+
+    def __init__(self, cfg: SessionConfig, snapshot: bool) -> None:
+        self.timed = cfg.warmup
+        self.profiled = self.timed + cfg.steps
+        self.snapshot = self.profiled + cfg.profiler.steps
+        self.done = self.snapshot + (cfg.snapshot_steps if snapshot else 0)
+
+    def describe(self, cfg: SessionConfig) -> str:
+        p = cfg.profiler
+        snap = self.done - self.snapshot
+        return (
+            f"{cfg.warmup} warm-up, {cfg.steps} timed, {p.steps} profiled (wait {p.wait}, "
+            f"warm-up {p.warmup}, active {p.active}, repeat {p.repeat})"
+            + (f", {snap} in the memory snapshot" if snap else "")
+            + f": {self.done} steps"
+        )
+
+
+class BoundaryTimer:
+    """Times steps between two step ends without synchronising; :meth:`millis` syncs once."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._open: Any = None
+        self._spans: list[tuple[Any, Any]] = []
+
+    def _mark(self) -> Any:
+        if self.device.type == "cuda":
+            ev = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def start(self) -> None:
+        self._open = self._mark()
+
+    def stop(self) -> None:
+        if self._open is not None:
+            self._spans.append((self._open, self._mark()))
+            self._open = None
+
+    def millis(self) -> list[float]:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            return [float(s.elapsed_time(e)) for s, e in self._spans]
+        return [(e - s) * 1e3 for s, e in self._spans]
+
+
+class Probes:
+    """Hooks that watch the user's loop without changing it.
+
+    Global optimizer step hooks record which optimizers step; when sampling (the timed
+    steps on CUDA) ``torch.cuda.memory_allocated`` (a host-side counter: no sync) is read
+    where ``collect`` reads it: at the step's end (after the optimizer step), after the
+    backward pass (the optimizer's pre-step hook), and — once the model is found — before
+    and after its forward (module hooks; no-ops inside ``torch.compile``)."""
+
+    def __init__(self) -> None:
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.samples: list[int] = []
+        self.sampling = False
+        self.device: torch.device | None = None
+        self.points: set[str] = set()
+        self.recorder = introspect.InputRecorder()
+        self._handles: list[Any] = []
+
+    def install(self) -> None:
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
+
+        self._handles.append(register_optimizer_step_pre_hook(self._pre_step))
+        self._handles.append(register_optimizer_step_post_hook(self._post_step))
+
+    def watch_model(self, model: torch.nn.Module) -> None:
+        self._handles.append(model.register_forward_pre_hook(self._pre_forward, with_kwargs=True))
+        self._handles.append(model.register_forward_hook(self._post_forward))
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def sample(self, point: str) -> None:
+        if self.sampling and self.device is not None and self.device.type == "cuda":
+            self.samples.append(int(torch.cuda.memory_allocated(self.device)))
+            self.points.add(point)
+
+    def _seen(self, opt: torch.optim.Optimizer) -> None:
+        if not any(o is opt for o in self.optimizers):
+            self.optimizers.append(opt)
+
+    def _pre_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self._seen(opt)
+        self.sample("after backward (optimizer pre-step hook)")
+
+    def _post_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self._seen(opt)
+
+    def _pre_forward(self, module: Any, args: Any, kwargs: Any) -> None:
+        if torch.compiler.is_compiling():
+            return None
+        self.recorder(module, args, kwargs)
+        self.sample("before the model's forward")
+        return None
+
+    def _post_forward(self, module: Any, args: Any, output: Any) -> None:
+        if torch.compiler.is_compiling():
+            return None
+        self.sample("after the model's forward")
+        return None
+
+
+def _one_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0] if lines else ''}".strip()
+
+
+class SessionFailure(BaseException):
+    """tracekit's own work at a step end failed; raised out of the user's loop to stop it
+    (a BaseException, so the loop's ``except Exception`` does not swallow it)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(_one_line(cause))
+        self.cause = cause
+
+
+@dataclass
+class Measured:
+    """What the session measured so far (None: not reached)."""
+
+    timed_ms: list[float] | None = None
+    profiled_ms: list[float] | None = None
+    peak_allocated: int | None = None
+    peak_reserved: int | None = None
+    avg_allocated: float | None = None
+    tf32: bool | None = None
+    matmul_precision: str | None = None
+    optimizer: dict[str, Any] | None = None
+    inputs: dict[str, Any] | None = None
+
+
+class Session:
+    """The schedule of :class:`SessionConfig` over the step ends the caller reports.
+
+    ``workload`` names the producer in the manifest (``script``, ``profile``); ``extra``
+    entries are added to the manifest (the runner's ``script`` section) and may be
+    updated until the folder is written. With ``finalize_on_complete`` the folder is
+    written at the step end that completes the schedule; otherwise at :meth:`close`."""
+
+    def __init__(
+        self,
+        cfg: SessionConfig,
+        *,
+        workload: str,
+        extra: dict[str, Any] | None = None,
+        config_extra: dict[str, Any] | None = None,
+        finalize_on_complete: bool = False,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.workload = workload
+        self.extra = extra if extra is not None else {}
+        self.config_extra = config_extra if config_extra is not None else {}
+        self.finalize_on_complete = finalize_on_complete
+        self._log = log
+        self.n = 0  # steps completed
+        self.complete = False
+        self.finalized = False
+        self.status: str | None = None
+        self.device: torch.device | None = None
+        self.model: torch.nn.Module | None = None
+        self.model_absent = "not searched: no optimizer stepped"
+        self.probes = Probes()
+        self.measured = Measured()
+        self.phases: Phases | None = None
+        self.manifest: dict[str, Any] | None = None
+        self._stack = contextlib.ExitStack()
+        self._tmp: Path | None = None
+        self._timer: BoundaryTimer | None = None
+        self._ptimer: BoundaryTimer | None = None
+        self._profiler: Profiler | None = None
+        self._recording = False
+        self.artifacts: dict[str, Any] = {
+            "trace": None,
+            "traces": [],
+            "memory_timeline": None,
+            "memory_timeline_absent": None,
+            "memory_snapshot": None,
+            "memory_snapshot_absent": None,
+            "profiler_flops": None,
+            "tensorboard": TENSORBOARD,
+        }
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def run_dir(self) -> Path:
+        return self.cfg.out
+
+    def log(self, text: str) -> None:
+        if self._log is not None and not self.cfg.quiet:
+            self._log(text)
+
+    def open(self) -> None:
+        """Start: the temporary run folder beside ``cfg.out`` and the optimizer hooks."""
+        if self.cfg.device != "auto":
+            self._set_device(torch.device(self.cfg.device))  # DeviceError: nothing written
+        self._tmp = self._stack.enter_context(atomic_dir(self.cfg.out))
+        (self._tmp / TENSORBOARD).mkdir()
+        self.probes.install()
+
+    def boundary(self) -> None:
+        """A step ended. Raises :class:`SessionFailure` if tracekit's own work fails."""
+        if self.finalized or self._tmp is None:
+            self.n += 1
+            return
+        self.n += 1
+        try:
+            self._advance(self.n)
+        except Exception as e:
+            self._abort_profiler()
+            raise SessionFailure(e) from e
+
+    def close(self, error: BaseException | None = None) -> Path:
+        """Write the folder now (unless it was written at completion): status ``ok`` when
+        complete, ``error``/``oom`` when ``error`` (the loop's exception) is given,
+        ``incomplete`` otherwise. Returns the run folder."""
+        if self.finalized:
+            return self.cfg.out
+        if self._tmp is None:
+            raise RuntimeError("Session.close() before open()")
+        self._abort_profiler()
+        if self._recording:
+            stop_memory_history()
+            self._recording = False
+        if error is not None:
+            oom = isinstance(error, torch.OutOfMemoryError)
+            line = error.cause if isinstance(error, SessionFailure) else error
+            self._finalize("oom" if oom else "error", _one_line(line))
+        elif not self.complete:
+            self._finalize("incomplete", self.incomplete_message())
+        else:
+            self._finalize("ok", None)
+        return self.cfg.out
+
+    def amend(self, entries: dict[str, Any]) -> None:
+        """Update top-level entries of a written manifest (how a script that ran on after
+        its profile ended), atomically."""
+        if not self.finalized or self.manifest is None:
+            raise RuntimeError("Session.amend() before the manifest was written")
+        self.manifest.update(entries)
+        atomic_write_json(self.cfg.out / MANIFEST, self.manifest)
+
+    def abandon(self, exc: BaseException) -> None:
+        """Ctrl-C: remove the temporary folder, keep nothing (an older run stays)."""
+        self._abort_profiler()
+        self.probes.remove()
+        if self._recording:
+            stop_memory_history()
+            self._recording = False
+        self._stack.__exit__(type(exc), exc, exc.__traceback__)
+        self.finalized = True
+
+    def incomplete_message(self) -> str:
+        total = self.phases.done if self.phases else self.cfg.warmup + self.cfg.steps
+        if self.n == 0:
+            return "no step ended, so nothing was measured"
+        return (
+            f"the loop ended after {self.n} steps; the schedule needs {total} "
+            f"({self.phases.describe(self.cfg) if self.phases else 'warm-up and timed steps'})"
+        )
+
+    # --------------------------------------------------------------- the schedule
+
+    def _set_device(self, device: torch.device) -> None:
+        if device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise DeviceError(
+                    f"device cuda was requested but CUDA is not available (torch "
+                    f"{torch.__version__}); use device cpu"
+                )
+            if device.index is None:
+                device = torch.device("cuda", torch.cuda.current_device())
+        self.device = device
+        self.probes.device = device
+        snapshot = self.cfg.memory_snapshot and memory_snapshot_absent_reason(device) is None
+        self.phases = Phases(self.cfg, snapshot)
+
+    def _discover(self) -> None:
+        """End of the first step: the device, the optimizer's parameters, the model."""
+        params = introspect._unique_params(self.probes.optimizers)
+        if self.device is None:
+            if params:
+                self._set_device(params[0].device)
+            elif torch.cuda.is_available() and torch.cuda.is_initialized():
+                self._set_device(torch.device("cuda", torch.cuda.current_device()))
+            else:
+                self._set_device(torch.device("cpu"))
+        if params:
+            self.model = introspect.find_model(params)
+            if self.model is None:
+                self.model_absent = "no live nn.Module holds the optimizer's parameters"
+            else:
+                self.probes.watch_model(self.model)
+        assert self.phases is not None
+        self.log(
+            f"schedule: {self.phases.describe(self.cfg)}; device {self.device}; optimizer: "
+            f"{', '.join(type(o).__name__ for o in self.probes.optimizers) or 'none'}; model: "
+            f"{type(self.model).__name__ if self.model is not None else 'not found'}"
+        )
+
+    def _advance(self, n: int) -> None:
+        if n == 1:
+            self._discover()
+        ph, dev = self.phases, self.device
+        assert ph is not None and dev is not None
+        self.probes.recorder.end_step()
+        # ends of steps
+        if ph.timed < n <= ph.profiled and self._timer is not None:
+            self._timer.stop()
+        if ph.timed <= n <= ph.profiled:
+            self.probes.sample("at the step's end (after the optimizer step)")
+        if ph.profiled < n <= ph.snapshot and self._ptimer is not None:
+            self._ptimer.stop()
+            assert self._profiler is not None
+            self._profiler.step()
+        # phase changes
+        if n == ph.profiled:
+            self._end_timed()
+            self._start_profiler()
+        if n == ph.snapshot:
+            self._end_profiler()
+            if ph.done > ph.snapshot:
+                start_memory_history()
+                self._recording = True
+        if n == ph.done and self._recording:
+            dump_memory_snapshot(dev, self._tmp_path(SNAPSHOT))
+            stop_memory_history()
+            self._recording = False
+            self.artifacts["memory_snapshot"] = SNAPSHOT
+        if n == ph.timed:
+            self._start_timed()
+        # starts of steps
+        if ph.timed <= n < ph.profiled and self._timer is not None:
+            self._timer.start()
+        if ph.profiled <= n < ph.snapshot and self._ptimer is not None:
+            self._ptimer.start()
+        if n == ph.done:
+            self.complete = True
+            if self.finalize_on_complete:
+                self._finalize("ok", None)
+
+    def _tmp_path(self, name: str) -> Path:
+        assert self._tmp is not None
+        return self._tmp / name
+
+    def _start_timed(self) -> None:
+        dev = self.device
+        assert dev is not None
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+            torch.cuda.reset_peak_memory_stats(dev)
+        self.probes.samples.clear()
+        self.probes.sampling = True
+        self.probes.recorder.enabled = True
+        self.probes.sample("at the step's end (after the optimizer step)")
+        self._timer = BoundaryTimer(dev)
+
+    def _end_timed(self) -> None:
+        dev = self.device
+        assert dev is not None and self._timer is not None
+        m = self.measured
+        m.timed_ms = self._timer.millis()  # synchronises once, after the last timed step
+        self.probes.sampling = False
+        self.probes.recorder.enabled = False
+        if dev.type == "cuda":
+            m.peak_allocated = int(torch.cuda.max_memory_allocated(dev))
+            m.peak_reserved = int(torch.cuda.max_memory_reserved(dev))
+            s = self.probes.samples
+            m.avg_allocated = sum(s) / len(s) if s else None
+        m.matmul_precision = torch.get_float32_matmul_precision()
+        m.tf32 = bool(torch.backends.cuda.matmul.allow_tf32) or m.matmul_precision != "highest"
+        if self.probes.optimizers:
+            m.optimizer = introspect.optimizer_info(self.probes.optimizers)
+        m.inputs = self.probes.recorder.summary()
+
+    def _start_profiler(self) -> None:
+        assert self.device is not None
+        self._profiler = Profiler(self.cfg.profiler, self._tmp_path(""), device=self.device)
+        self._profiler.__enter__()
+        self._ptimer = BoundaryTimer(self.device)
+
+    def _end_profiler(self) -> None:
+        prof, self._profiler = self._profiler, None
+        assert prof is not None and self._ptimer is not None
+        prof.__exit__(None, None, None)
+        pcfg = self.cfg.profiler
+        all_ms = self._ptimer.millis()
+        self.measured.profiled_ms = [t for i, t in enumerate(all_ms) if pcfg.is_active(i)]
+        a = self.artifacts
+        a["trace"] = prof.traces[0].name if prof.traces else None
+        a["traces"] = [p.name for p in prof.traces]
+        a["memory_timeline"] = prof.memory_timelines[0].name if prof.memory_timelines else None
+        a["memory_timeline_absent"] = prof.memory_timeline_absent
+        a["profiler_flops"] = prof.flops_tables[0].name if prof.flops_tables else None
+
+    def _abort_profiler(self) -> None:
+        prof, self._profiler = self._profiler, None
+        if prof is not None:
+            with contextlib.suppress(Exception):
+                prof.__exit__(TracekitError, TracekitError("session ended"), None)
+
+    # ----------------------------------------------------------------- the folder
+
+    def _finalize(self, status: str, error: str | None) -> None:
+        self.probes.remove()
+        if not self.artifacts["memory_snapshot"]:
+            self.artifacts["memory_snapshot_absent"] = self._snapshot_absent()
+        ceilings, why = (
+            self._ceilings()
+            if status in ("ok", "incomplete")
+            else (None, "not measured: the run failed")
+        )
+        self.status = status
+        self.manifest = self.build_manifest(status, error, ceilings, why)
+        atomic_write_json(self._tmp_path(MANIFEST), self.manifest)
+        self.finalized = True
+        self._stack.close()  # renames the folder into place
+
+    def _snapshot_absent(self) -> str:
+        if not self.cfg.memory_snapshot:
+            return "disabled (memory_snapshot off)"
+        if self.device is None:
+            return "no step ended"
+        reason = memory_snapshot_absent_reason(self.device)
+        return reason or "the loop ended before the snapshot steps"
+
+    def _ceilings(self) -> tuple[dict[str, Any] | None, str | None]:
+        if not self.cfg.ceilings:
+            return None, "disabled (ceilings off)"
+        if self.device is None:
+            return None, "no step ended, so the device is unknown"
+        used = ["fp32"]
+        if self.measured.tf32:
+            used.append("tf32")
+        if self.device.type == "cuda":
+            used += ["bf16", "fp16"] if torch.cuda.is_bf16_supported() else ["fp16"]
+        gc.collect()
+        try:
+            return measure_ceilings(self.device, used).to_dict(), None
+        except torch.OutOfMemoryError as e:  # the user's model still holds the memory
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            return None, f"not measured: {_one_line(e)}"
+
+    def build_manifest(
+        self, status: str, error: str | None, ceilings: dict[str, Any] | None, why: str | None
+    ) -> dict[str, Any]:
+        """The manifest: ``collect``'s schema (the keys ``tracekit report`` reads) plus the
+        session's own: ``workload``, ``optimizer``, ``inputs``, ``ceilings_absent``."""
+        m, cfg, dev = self.measured, self.cfg, self.device
+        opt = m.optimizer or (
+            introspect.optimizer_info(self.probes.optimizers) if self.probes.optimizers else None
+        )
+        n_params = opt["n_params"] if opt else None
+        model = introspect.model_info(self.model, n_params, self.model_absent)
+        samples, tokens, source = self._per_step(m.inputs)
+        config = {
+            **cfg.to_dict(),
+            **self.config_extra,
+            "batch": samples,
+            "seq": tokens // samples if tokens and samples and tokens % samples == 0 else None,
+            "samples_per_step": samples,
+            "tokens_per_step": tokens,
+            "per_step_source": source,
+            "tf32": m.tf32,
+            "float32_matmul_precision": m.matmul_precision,
+        }
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "workload": self.workload,
+            "status": status,
+            "error": error,
+            "config": config,
+            "model": model,
+            "optimizer": opt,
+            "inputs": m.inputs,
+            "versions": versions(dev or torch.device("cpu")),
+            "device": device_info(dev) if dev is not None else None,
+            "metrics": self._metrics(samples, tokens, n_params),
+            "ceilings": ceilings,
+            "ceilings_absent": why,
+            "profiler": {
+                **cfg.profiler.to_dict(),
+                "activities": ["cpu", "cuda"]
+                if dev is not None and dev.type == "cuda"
+                else ["cpu"],
+                "steps": cfg.profiler.steps,
+            },
+            "artifacts": dict(self.artifacts),
+            "total_steps": self.n,
+            "schedule_steps": self.phases.done if self.phases else None,
+            "command": list(sys.argv),
+            "pid": os.getpid(),
+            **self.extra,
+        }
+
+    def _per_step(self, inputs: dict[str, Any] | None) -> tuple[int | None, int | None, str]:
+        cfg = self.cfg
+        samples = cfg.samples_per_step
+        tokens = cfg.tokens_per_step
+        given = [n for n, v in (("samples", samples), ("tokens", tokens)) if v is not None]
+        inferred: list[str] = []
+        if inputs:
+            if samples is None and isinstance(inputs.get("samples_per_step"), (int, float)):
+                samples = int(inputs["samples_per_step"])
+                inferred.append("samples")
+            if tokens is None and isinstance(inputs.get("tokens_per_step"), (int, float)):
+                tokens = int(inputs["tokens_per_step"])
+                inferred.append("tokens")
+        parts = []
+        if given:
+            parts.append(f"{' and '.join(given)} per step given as options")
+        if inferred:
+            parts.append(
+                f"{' and '.join(inferred)} per step inferred from the model's input "
+                f"{inputs['argument'] if inputs else ''} (median over the timed steps)"
+            )
+        if samples is None or tokens is None:
+            parts.append(
+                "tokens per step unknown (give --tokens-per-step)"
+                if samples is not None
+                else "samples and tokens per step unknown"
+            )
+        return samples, tokens, "; ".join(parts)
+
+    def _metrics(
+        self, samples: int | None, tokens: int | None, n_params: int | None
+    ) -> dict[str, Any] | None:
+        m, dev = self.measured, self.device
+        if not m.timed_ms or dev is None:
+            return None
+        step = summarize_ms(m.timed_ms)
+        median_s = float(step["median"]) / 1e3
+        prof = summarize_ms(m.profiled_ms) if m.profiled_ms else None
+        points = sorted(self.probes.points)
+        return {
+            "step_time_ms": step,
+            "step_definition": self.config_extra.get(
+                "step_definition", "from one step end to the next"
+            ),
+            "samples_per_s": samples / median_s if samples else None,
+            "tokens_per_s": tokens / median_s if tokens else None,
+            "model_flops_per_s": 6 * n_params * tokens / median_s if tokens and n_params else None,
+            "model_flops_formula": "6*N*tokens (N: the optimizer's parameters; no attention term)"
+            if tokens and n_params
+            else None,
+            "peak_allocated_bytes": m.peak_allocated,
+            "peak_reserved_bytes": m.peak_reserved,
+            "avg_allocated_bytes": m.avg_allocated,
+            "profiled_step_time_ms": prof["median"] if prof else None,
+            "profiled_step_time": prof,
+            "profiler_overhead_pct": (float(prof["median"]) / float(step["median"]) - 1.0) * 100
+            if prof
+            else None,
+            "final_loss": None,
+            "memory_method": (
+                "peak: torch.cuda.max_memory_allocated/reserved over the timed steps after "
+                "reset_peak_memory_stats; avg: mean of torch.cuda.memory_allocated sampled "
+                f"{'; '.join(points) if points else 'nowhere'}"
+                if dev.type == "cuda"
+                else "not measured on CPU (no caching-allocator counters)"
+            ),
+        }
+
+
+class CountersRange:
+    """The Nsight Compute replay's stand-in for a :class:`Session`: at the end of step
+    ``start`` it opens the CUDA profiler range (``cudaProfilerStart``), at the next step's
+    end it closes it, and is complete; ``ncu --profile-from-start off`` profiles only the
+    launches in between: one steady-state step."""
+
+    def __init__(self, start: int, cudart: Any = None, sync: Callable[[], None] | None = None):
+        if start < 1:
+            raise UsageError(f"the counters step must be >= 1, got {start}")
+        self.start = start
+        self.n = 0
+        self.complete = False
+        self.opened_at: int | None = None
+        self.closed_at: int | None = None
+        self._cudart = cudart
+        self._sync = sync
+
+    def _rt(self) -> Any:
+        if self._cudart is None:
+            self._cudart = torch.cuda.cudart()
+        return self._cudart
+
+    def _synchronize(self) -> None:
+        (self._sync or torch.cuda.synchronize)()
+
+    def boundary(self) -> None:
+        self.n += 1
+        if self.n == self.start:
+            self._synchronize()
+            self._rt().cudaProfilerStart()
+            self.opened_at = self.n
+        elif self.n == self.start + 1:
+            self._synchronize()
+            self._rt().cudaProfilerStop()
+            self.closed_at = self.n
+            self.complete = True
