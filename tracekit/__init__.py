@@ -4,9 +4,14 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from typing import TYPE_CHECKING, Any
+
 from tracekit.errors import TraceError, TracekitError, UsageError
 
-__all__ = ["TraceError", "TracekitError", "UsageError", "__version__", "load"]
+if TYPE_CHECKING:  # torch is imported only when profile() is used (tracekit parse never)
+    from tracekit.collectors.api import Profile, profile
+
+__all__ = ["Profile", "TraceError", "TracekitError", "UsageError", "__version__", "load", "profile"]
 
 
 def load(path: str):  # type: ignore[no-untyped-def]
@@ -14,3 +19,12 @@ def load(path: str):  # type: ignore[no-untyped-def]
     from tracekit.parse import load as _load
 
     return _load(path)
+
+
+def __getattr__(name: str) -> Any:
+    # tracekit.profile / tracekit.Profile (tracekit.collectors.api), imported on first use
+    if name in ("profile", "Profile"):
+        from tracekit.collectors import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'tracekit' has no attribute {name!r}")
