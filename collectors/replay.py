@@ -35,7 +35,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -123,10 +123,16 @@ def ncu_command(
     *,
     gemm: bool = False,
     sample: bool = False,
+    target: Sequence[str] | None = None,
 ) -> list[str]:
     """The first pass (``gemm=False``): the first launch of each launch configuration.
     The GEMM pass (``gemm=True``): every launch of a kernel matching :data:`GEMM_KERNELS`,
-    within the first transformer block and the LM head if ``sample`` (see :func:`replay`)."""
+    within the first transformer block and the LM head if ``sample`` (see :func:`replay`).
+    ``target``: the program ncu runs (default: :func:`replay` of ``run_dir``; ``tracekit
+    run`` gives its script replay)."""
+    if target is None:
+        target = [sys.executable, "-m", "tracekit.collectors.replay", str(run_dir),
+                  *(["--sample"] if sample else [])]  # fmt: skip
     select = (
         ["--kernel-name-base", "demangled", "--kernel-name", f"regex:{GEMM_KERNELS}"]
         if gemm
@@ -135,19 +141,19 @@ def ncu_command(
     return [
         ncu, "--profile-from-start", "off", "--clock-control", "none",
         "--target-processes", "all", *select, "--csv", "--page", "raw",
-        "--metrics", ",".join(metrics),
-        sys.executable, "-m", "tracekit.collectors.replay", str(run_dir),
-        *(["--sample"] if sample else []),
+        "--metrics", ",".join(metrics), *target,
     ]  # fmt: skip
 
 
-def _replay_csv(cmd: list[str], timeout: float, *, may_be_empty: bool = False) -> tuple[str, float]:
+def _replay_csv(cmd: list[str], timeout: float, *, may_be_empty: bool = False,
+                env: Mapping[str, str] | None = None) -> tuple[str, float]:  # fmt: skip
     """Run one ncu pass; return its CSV text and the seconds it took. ``may_be_empty``:
     a pass whose kernel filter matched nothing gives ``""`` instead of an error."""
     t0 = time.perf_counter()
     try:
+        environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+                              env=environ)  # fmt: skip
     except subprocess.TimeoutExpired:
         raise TracekitError(f"ncu replay took longer than {timeout:.0f} s") from None
     seconds = time.perf_counter() - t0
@@ -166,17 +172,22 @@ def _rows(csv: str) -> int:
 
 def run_counters(run_dir: Path, metrics: Sequence[str] | None = None, *,
                  ncu: str | None = None, timeout: float = 600.0,
-                 gemm: bool = True) -> dict[str, Any]:  # fmt: skip
+                 gemm: bool = True, target: Sequence[str] | None = None,
+                 env: Mapping[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     """Replay one step of ``run_dir`` under ncu; write ``counters.csv`` (and, with ``gemm``,
     ``counters-gemm.csv``) and update the manifest's ``artifacts`` and ``counters`` entries.
-    Returns the ``counters`` entry. Nothing is written unless every pass succeeds."""
+    Returns the ``counters`` entry. Nothing is written unless every pass succeeds.
+
+    ``target`` (and ``env``): the program that replays the step (default: this module's
+    :func:`replay` of a ``collect`` run); its GEMM pass profiles every GEMM launch of the
+    step, as nothing tells which launches belong to one block of an unknown model."""
     exe = ncu or shutil.which("ncu")
     if exe is None:
         raise DeviceError("--counters needs Nsight Compute: no 'ncu' on PATH")
     if metrics is None:
         metrics = default_metrics(exe)
-    cmd = ncu_command(run_dir, metrics, exe)
-    csv, seconds = _replay_csv(cmd, timeout)
+    cmd = ncu_command(run_dir, metrics, exe, target=target)
+    csv, seconds = _replay_csv(cmd, timeout, env=env)
     entry: dict[str, Any] = {
         "csv": COUNTERS_CSV,
         "replay_seconds": round(seconds, 2),
@@ -195,9 +206,9 @@ def run_counters(run_dir: Path, metrics: Sequence[str] | None = None, *,
         config = json.loads((run_dir / "manifest.json").read_text()).get("config", {})
         # torch.compile'd models run their blocks inside compiled graphs, where module
         # hooks do not bracket the launches: profile every GEMM launch of the step there.
-        sample = not config.get("compile", False)
-        gcmd = ncu_command(run_dir, metrics, exe, gemm=True, sample=sample)
-        gemm_csv, gseconds = _replay_csv(gcmd, timeout, may_be_empty=True)
+        sample = target is None and not config.get("compile", False)
+        gcmd = ncu_command(run_dir, metrics, exe, gemm=True, sample=sample, target=target)
+        gemm_csv, gseconds = _replay_csv(gcmd, timeout, may_be_empty=True, env=env)
         entry["gemm"] = {
             "csv": GEMM_CSV if gemm_csv else None,  # None: the step has no GEMM kernel
             "replay_seconds": round(gseconds, 2),
