@@ -58,7 +58,7 @@ class Profile:
 
     @property
     def run_dir(self) -> Path:
-        return self.config.out
+        return Path(self.config.out)
 
     @property
     def status(self) -> str | None:
@@ -153,7 +153,10 @@ def run_program_counters(run_dir: Path, *, ncu: str | None = None) -> dict[str, 
     """Both ncu passes over one step of this program, re-run with ``TRACEKIT_COUNTERS_REPLAY``."""
     from tracekit.collectors.replay import run_counters
 
-    return run_counters(run_dir, ncu=ncu, target=program_command(), env={REPLAY_ENV: "1"})
+    entry: dict[str, Any] = run_counters(
+        run_dir, ncu=ncu, target=program_command(), env={REPLAY_ENV: "1"}
+    )
+    return entry
 
 
 def profile(

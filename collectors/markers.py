@@ -62,7 +62,8 @@ class Marker:
 
 
 def _guarded(on_step: Callable[[], None]) -> Callable[[], None]:
-    return torch.compiler.disable(on_step)  # type: ignore[no-any-return]
+    guarded: Callable[[], None] = torch.compiler.disable(on_step)  # type: ignore[no-untyped-call]
+    return guarded
 
 
 class OptimizerMarker(Marker):
@@ -331,7 +332,7 @@ class CudaGraphMarker(Marker):
                 guarded()
 
         self._cls, self._orig = cls, orig
-        cls.replay = replay  # type: ignore[method-assign]
+        cls.replay = replay  # type: ignore[method-assign,assignment]
 
     def remove(self) -> None:
         if self._cls is not None:

@@ -346,7 +346,7 @@ def run_script(cfg: RunConfig, *, log: Callable[[str], None] | None = _log) -> R
     if ended.how == "stopped":
         info["stopped_at_step"] = sess.n
     gc.collect()  # the script's objects, before the ceilings are measured
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         torch.cuda.empty_cache()
     error = ended.error if ended.how in ("raised", "failed", "exited") else None
     if sess.finalized and sess.manifest is not None:  # written at completion (--run-on)
@@ -430,7 +430,8 @@ def run_counters(run_dir: Path, *, ncu: str | None = None) -> dict[str, Any]:
     script (:func:`replay_main`); updates the run folder's manifest."""
     from tracekit.collectors.replay import run_counters as replay_counters
 
-    return replay_counters(run_dir, ncu=ncu, target=counters_target(run_dir))
+    entry: dict[str, Any] = replay_counters(run_dir, ncu=ncu, target=counters_target(run_dir))
+    return entry
 
 
 def replay_main(

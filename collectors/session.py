@@ -25,8 +25,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +33,7 @@ from typing import Any
 
 import torch
 
-from tracekit.collectors import introspect
+from tracekit.collectors import introspect, run_manifest
 from tracekit.collectors.ceilings import measure_ceilings
 from tracekit.collectors.profiler import (
     Profiler,
@@ -53,7 +51,7 @@ from tracekit.collectors.run import (
     device_info,
     versions,
 )
-from tracekit.collectors.train import summarize_ms
+from tracekit.collectors.run_manifest import Measured
 from tracekit.errors import DeviceError, TracekitError, UsageError
 from tracekit.io import atomic_dir, atomic_write_json
 
@@ -244,21 +242,6 @@ class SessionFailure(BaseException):
         self.cause = cause
 
 
-@dataclass
-class Measured:
-    """What the session measured so far (None: not reached)."""
-
-    timed_ms: list[float] | None = None
-    profiled_ms: list[float] | None = None
-    peak_allocated: int | None = None
-    peak_reserved: int | None = None
-    avg_allocated: float | None = None
-    tf32: bool | None = None
-    matmul_precision: str | None = None
-    optimizer: dict[str, Any] | None = None
-    inputs: dict[str, Any] | None = None
-
-
 class Session:
     """The schedule of :class:`SessionConfig` over the step ends the caller reports.
 
@@ -393,6 +376,10 @@ class Session:
     # --------------------------------------------------------------- the schedule
 
     def _set_device(self, device: torch.device) -> None:
+        if device.type not in ("cuda", "cpu"):
+            raise DeviceError(
+                f"the training runs on {device.type}; tracekit times and profiles CUDA and CPU"
+            )
         if device.type == "cuda":
             if not torch.cuda.is_available():
                 raise DeviceError(
@@ -412,7 +399,7 @@ class Session:
         if self.device is None:
             if params:
                 self._set_device(params[0].device)
-            elif torch.cuda.is_available() and torch.cuda.is_initialized():
+            elif torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
                 self._set_device(torch.device("cuda", torch.cuda.current_device()))
             else:
                 self._set_device(torch.device("cpu"))
@@ -536,13 +523,22 @@ class Session:
         self.probes.remove()
         if not self.artifacts["memory_snapshot"]:
             self.artifacts["memory_snapshot_absent"] = self._snapshot_absent()
+        # Read the optimizer and the model, then let go of them: the ceilings need the
+        # device memory the script's model held.
+        opt = self.measured.optimizer or (
+            introspect.optimizer_info(self.probes.optimizers) if self.probes.optimizers else None
+        )
+        model = introspect.model_info(self.model, opt["n_params"] if opt else None,
+                                      self.model_absent)  # fmt: skip
+        self.probes.optimizers.clear()
+        self.model = None
         ceilings, why = (
             self._ceilings()
             if status in ("ok", "incomplete")
             else (None, "not measured: the run failed")
         )
         self.status = status
-        self.manifest = self.build_manifest(status, error, ceilings, why)
+        self.manifest = self.build_manifest(status, error, opt, model, ceilings, why)
         atomic_write_json(self._tmp_path(MANIFEST), self.manifest)
         self.finalized = True
         self._stack.close()  # renames the folder into place
@@ -574,124 +570,41 @@ class Session:
             return None, f"not measured: {_one_line(e)}"
 
     def build_manifest(
-        self, status: str, error: str | None, ceilings: dict[str, Any] | None, why: str | None
+        self,
+        status: str,
+        error: str | None,
+        opt: dict[str, Any] | None,
+        model: dict[str, Any],
+        ceilings: dict[str, Any] | None,
+        why: str | None,
     ) -> dict[str, Any]:
-        """The manifest: ``collect``'s schema (the keys ``tracekit report`` reads) plus the
-        session's own: ``workload``, ``optimizer``, ``inputs``, ``ceilings_absent``."""
-        m, cfg, dev = self.measured, self.cfg, self.device
-        opt = m.optimizer or (
-            introspect.optimizer_info(self.probes.optimizers) if self.probes.optimizers else None
-        )
-        n_params = opt["n_params"] if opt else None
-        model = introspect.model_info(self.model, n_params, self.model_absent)
-        samples, tokens, source = self._per_step(m.inputs)
-        config = {
-            **cfg.to_dict(),
-            **self.config_extra,
-            "batch": samples,
-            "seq": tokens // samples if tokens and samples and tokens % samples == 0 else None,
-            "samples_per_step": samples,
-            "tokens_per_step": tokens,
-            "per_step_source": source,
-            "tf32": m.tf32,
-            "float32_matmul_precision": m.matmul_precision,
-        }
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "workload": self.workload,
-            "status": status,
-            "error": error,
-            "config": config,
-            "model": model,
-            "optimizer": opt,
-            "inputs": m.inputs,
-            "versions": versions(dev or torch.device("cpu")),
-            "device": device_info(dev) if dev is not None else None,
-            "metrics": self._metrics(samples, tokens, n_params),
-            "ceilings": ceilings,
-            "ceilings_absent": why,
-            "profiler": {
+        """The manifest (:func:`tracekit.collectors.run_manifest.build`)."""
+        dev, cfg = self.device, self.cfg
+        self.measured.device_type = dev.type if dev is not None else None
+        self.measured.memory_points = tuple(sorted(self.probes.points))
+        return run_manifest.build(
+            schema_version=SCHEMA_VERSION,
+            workload=self.workload,
+            status=status,
+            error=error,
+            config={**cfg.to_dict(), **self.config_extra},
+            measured=self.measured,
+            optimizer=opt,
+            model=model,
+            versions=versions(dev or torch.device("cpu")),
+            device=device_info(dev) if dev is not None else None,
+            ceilings=ceilings,
+            ceilings_absent=why,
+            profiler={
                 **cfg.profiler.to_dict(),
-                "activities": ["cpu", "cuda"]
-                if dev is not None and dev.type == "cuda"
-                else ["cpu"],
+                "activities": ["cpu", "cuda"] if dev and dev.type == "cuda" else ["cpu"],
                 "steps": cfg.profiler.steps,
             },
-            "artifacts": dict(self.artifacts),
-            "total_steps": self.n,
-            "schedule_steps": self.phases.done if self.phases else None,
-            "command": list(sys.argv),
-            "pid": os.getpid(),
-            **self.extra,
-        }
-
-    def _per_step(self, inputs: dict[str, Any] | None) -> tuple[int | None, int | None, str]:
-        cfg = self.cfg
-        samples = cfg.samples_per_step
-        tokens = cfg.tokens_per_step
-        given = [n for n, v in (("samples", samples), ("tokens", tokens)) if v is not None]
-        inferred: list[str] = []
-        if inputs:
-            if samples is None and isinstance(inputs.get("samples_per_step"), (int, float)):
-                samples = int(inputs["samples_per_step"])
-                inferred.append("samples")
-            if tokens is None and isinstance(inputs.get("tokens_per_step"), (int, float)):
-                tokens = int(inputs["tokens_per_step"])
-                inferred.append("tokens")
-        parts = []
-        if given:
-            parts.append(f"{' and '.join(given)} per step given as options")
-        if inferred:
-            parts.append(
-                f"{' and '.join(inferred)} per step inferred from the model's input "
-                f"{inputs['argument'] if inputs else ''} (median over the timed steps)"
-            )
-        if samples is None or tokens is None:
-            parts.append(
-                "tokens per step unknown (give --tokens-per-step)"
-                if samples is not None
-                else "samples and tokens per step unknown"
-            )
-        return samples, tokens, "; ".join(parts)
-
-    def _metrics(
-        self, samples: int | None, tokens: int | None, n_params: int | None
-    ) -> dict[str, Any] | None:
-        m, dev = self.measured, self.device
-        if not m.timed_ms or dev is None:
-            return None
-        step = summarize_ms(m.timed_ms)
-        median_s = float(step["median"]) / 1e3
-        prof = summarize_ms(m.profiled_ms) if m.profiled_ms else None
-        points = sorted(self.probes.points)
-        return {
-            "step_time_ms": step,
-            "step_definition": self.config_extra.get(
-                "step_definition", "from one step end to the next"
-            ),
-            "samples_per_s": samples / median_s if samples else None,
-            "tokens_per_s": tokens / median_s if tokens else None,
-            "model_flops_per_s": 6 * n_params * tokens / median_s if tokens and n_params else None,
-            "model_flops_formula": "6*N*tokens (N: the optimizer's parameters; no attention term)"
-            if tokens and n_params
-            else None,
-            "peak_allocated_bytes": m.peak_allocated,
-            "peak_reserved_bytes": m.peak_reserved,
-            "avg_allocated_bytes": m.avg_allocated,
-            "profiled_step_time_ms": prof["median"] if prof else None,
-            "profiled_step_time": prof,
-            "profiler_overhead_pct": (float(prof["median"]) / float(step["median"]) - 1.0) * 100
-            if prof
-            else None,
-            "final_loss": None,
-            "memory_method": (
-                "peak: torch.cuda.max_memory_allocated/reserved over the timed steps after "
-                "reset_peak_memory_stats; avg: mean of torch.cuda.memory_allocated sampled "
-                f"{'; '.join(points) if points else 'nowhere'}"
-                if dev.type == "cuda"
-                else "not measured on CPU (no caching-allocator counters)"
-            ),
-        }
+            artifacts=dict(self.artifacts),
+            total_steps=self.n,
+            schedule_steps=self.phases.done if self.phases else None,
+            extra=self.extra,
+        )
 
 
 class CountersRange:
@@ -713,7 +626,7 @@ class CountersRange:
 
     def _rt(self) -> Any:
         if self._cudart is None:
-            self._cudart = torch.cuda.cudart()
+            self._cudart = torch.cuda.cudart()  # type: ignore[no-untyped-call]
         return self._cudart
 
     def _synchronize(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -198,17 +199,73 @@ def test_run_on_lets_the_script_finish(tmp_path: Path, capsys: pytest.CaptureFix
     assert m["script"]["ended"] == "finished" and m["script"]["stopped_at_step"] is None
 
 
-def test_ceilings_are_measured_after_the_script(
+def _leaves(d: dict[str, Any], pre: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    out: list[tuple[tuple[str, ...], Any]] = []
+    for k, v in d.items():
+        out += _leaves(v, (*pre, k)) if isinstance(v, dict) and v else [((*pre, k), v)]
+    return out
+
+
+def test_report_gets_from_a_run_manifest_what_it_gets_from_collect(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The run manifest has every key of collect's that the report reads: a real run's
+    manifest given the H200 fixture's values *in the keys it already has* makes the same
+    report on the fixture's trace as the fixture's own collect manifest, except the header's
+    GPT-only config and the GPT-only analytic traffic note (a script has no preset)."""
+    from tracekit.classify import classify
+    from tracekit.parse import load
+    from tracekit.summary import summarize
+
     out = tmp_path / "mlp"
-    rc = main(["run", *[a for a in FAST if a != "--no-ceilings"], "-o", str(out), "--",
-               str(SCRIPTS / "mlp.py"), "--iters", "8"])  # fmt: skip
-    assert rc == 0
-    m = json.loads((out / "manifest.json").read_text())
-    c = m["ceilings"]
+    opts = [a for a in FAST if a != "--no-ceilings"]  # measured after the script ended
+    assert main(["run", *opts, "-o", str(out), "--", str(SCRIPTS / "mlp.py"), "--iters", "8"]) == 0
+    rm = json.loads((out / "manifest.json").read_text())
+    c = rm["ceilings"]
     assert c["memory_bandwidth_Bps"] > 0 and c["matmul_flops"]["fp32"] > 0
-    assert c["matmul_flops"]["bf16"] is None and m["ceilings_absent"] is None
+    assert c["matmul_flops"]["bf16"] is None and rm["ceilings_absent"] is None
+
+    fx = Path(__file__).resolve().parents[1] / "fixtures" / "h200-gpt2s-b8-s128-bf16-sdpa"
+    cm = json.loads((fx / "manifest.json").read_text())
+    absent = []
+    for path, value in _leaves(cm):
+        d = rm
+        for k in path[:-1]:
+            d = d.get(k) if isinstance(d.get(k), dict) else {}
+        if path[-1] in d:
+            d[path[-1]] = value
+        else:
+            absent.append(".".join(path))
+    # written by run_counters, the same function for both (tests/test_run_counters.py)
+    rm["counters"] = cm["counters"]
+    for key in ("counters", "counters_gemm"):
+        rm["artifacts"][key] = cm["artifacts"][key]
+    assert {a.split(".")[0] for a in absent} == {"config", "model", "artifacts", "counters"}
+    assert [a for a in absent if a.startswith("model.")] == [
+        "model." + k for k in ("train_flops_per_token", "flops_formula", *cm["config"]["model"])
+    ]
+    run = tmp_path / "fixture-as-run"
+    shutil.copytree(fx, run)
+    (run / "manifest.json").write_text(json.dumps(rm))
+
+    def summary(p: Path) -> dict[str, Any]:
+        t = load(p)
+        doc: dict[str, Any] = summarize(t, classify(t, manifest=t.manifest)).summary
+        return doc
+
+    want, got = summary(fx), summary(run)
+    for doc in (want, got):
+        doc.pop("title"), doc.pop("trace")
+    assert {k: v for k, v in want.pop("config").items() if v is not None} == {
+        "preset": "gpt2-small", "batch": 8, "seq": 128, "dtype": "bf16", "attention": "sdpa",
+        "compile": False, "device": "cuda", "tf32": False,
+    }  # fmt: skip
+    assert {k: v for k, v in got.pop("config").items() if v is not None} == {
+        "batch": 8, "seq": 128, "device": "cuda", "tf32": False,
+    }  # fmt: skip
+    gpt_only = "analytic traffic estimate unavailable: the manifest gives no model parameter "
+    assert set(got.pop("notes")) ^ set(want.pop("notes")) == {gpt_only + "count and config"}
+    assert got == want
 
 
 # -------------------------------------------------------------- step markers
