@@ -289,9 +289,15 @@ class InputRecorder:
             "argument": first[0],
             "shape": list(first[1]),
             "dtype": first[2],
-            "calls_per_step": statistics.median(len(s) for s in steps),
-            "samples_per_step": statistics.median(samples),
+            "calls_per_step": _median([len(s) for s in steps]),
+            "samples_per_step": _median(samples),
             "samples_per_step_range": [min(samples), max(samples)],
-            "tokens_per_step": statistics.median(tokens) if tokens else None,
+            "tokens_per_step": _median(tokens) if tokens else None,
             "steps": len(steps),
         }
+
+
+def _median(values: list[int]) -> int | float:
+    """The median, as an int when it is one (JSON: 8, not 8.0)."""
+    m = statistics.median(values)
+    return int(m) if float(m).is_integer() else float(m)

@@ -523,6 +523,9 @@ class Session:
         self.probes.remove()
         if not self.artifacts["memory_snapshot"]:
             self.artifacts["memory_snapshot_absent"] = self._snapshot_absent()
+        if not self.artifacts["trace"] and not self.artifacts["memory_timeline_absent"]:
+            self.artifacts["memory_timeline_absent"] = "the profiled steps were not reached"
+
         # Read the optimizer and the model, then let go of them: the ceilings need the
         # device memory the script's model held.
         opt = self.measured.optimizer or (
