@@ -269,7 +269,7 @@ class _ScriptCommand(TyperCommand):
         return super().parse_args(ctx, args)
 
 
-@app.command("run", cls=_ScriptCommand)
+@app.command("run", cls=_ScriptCommand, options_metavar="[OPTIONS] -- python SCRIPT [ARGS]...")
 def run_script_cmd(
     ctx: typer.Context,
     steps: Annotated[int, typer.Option(help="Timed (unprofiled) steps for the metrics.")] = 20,
@@ -286,6 +286,7 @@ def run_script_cmd(
         bool,
         typer.Option(
             "--stop-after/--run-on",
+            " /--no-stop-after",
             help="Stop the script once the profiled steps are done, or let it run to its end.",
         ),
     ] = True,
