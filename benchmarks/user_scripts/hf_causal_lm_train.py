@@ -11,6 +11,7 @@ optimizer step, the boundary ``tracekit run`` times).
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 
 import torch
@@ -66,11 +67,13 @@ def main() -> None:
     if ends:
         torch.cuda.synchronize()
     if args.time and len(ends) > 1:
-        ms = [a.elapsed_time(b) for a, b in zip(ends, ends[1:])]
+        ms = [a.elapsed_time(b) for a, b in itertools.pairwise(ends)]
         tokens = args.batch * args.seq
-        print(f"plain step ms: median {statistics.median(ms):.3f} (n={len(ms)}, "
-              f"min {min(ms):.3f}, max {max(ms):.3f}); "
-              f"{tokens / statistics.median(ms) * 1e3:,.0f} tokens/s")
+        print(
+            f"plain step ms: median {statistics.median(ms):.3f} (n={len(ms)}, "
+            f"min {min(ms):.3f}, max {max(ms):.3f}); "
+            f"{tokens / statistics.median(ms) * 1e3:,.0f} tokens/s"
+        )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ tracekit's measured step.
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 
 import torch
@@ -65,10 +66,12 @@ def main() -> None:
     if ends:
         torch.cuda.synchronize()
     if args.time and len(ends) > 1:
-        ms = [a.elapsed_time(b) for a, b in zip(ends, ends[1:])]
-        print(f"plain step ms: median {statistics.median(ms):.3f} (n={len(ms)}, "
-              f"min {min(ms):.3f}, max {max(ms):.3f}); "
-              f"{args.batch / statistics.median(ms) * 1e3:.1f} images/s")
+        ms = [a.elapsed_time(b) for a, b in itertools.pairwise(ends)]
+        print(
+            f"plain step ms: median {statistics.median(ms):.3f} (n={len(ms)}, "
+            f"min {min(ms):.3f}, max {max(ms):.3f}); "
+            f"{args.batch / statistics.median(ms) * 1e3:.1f} images/s"
+        )
 
 
 if __name__ == "__main__":
