@@ -212,7 +212,8 @@ def test_report_gets_from_a_run_manifest_what_it_gets_from_collect(
     """The run manifest has every key of collect's that the report reads: a real run's
     manifest given the H200 fixture's values *in the keys it already has* makes the same
     report on the fixture's trace as the fixture's own collect manifest, except the header's
-    GPT-only config and the GPT-only analytic traffic note (a script has no preset)."""
+    GPT-only config and the analytic memory and traffic models of tracekit's GPT (a script
+    has no preset)."""
     from tracekit.classify import classify
     from tracekit.parse import load
     from tracekit.summary import summarize
@@ -265,6 +266,13 @@ def test_report_gets_from_a_run_manifest_what_it_gets_from_collect(
     }  # fmt: skip
     gpt_only = "analytic traffic estimate unavailable: the manifest gives no model parameter "
     assert set(got.pop("notes")) ^ set(want.pop("notes")) == {gpt_only + "count and config"}
+    # the analytic memory and traffic models are tracekit's GPT's (tracekit.summary.memory_model)
+    assert want["memory"]["model"]["peak_bytes"] > 0
+    assert got["memory"]["model"]["peak_bytes"] is None
+    assert "does not apply" in got["memory"]["model"]["note"]
+    for doc in (want, got):
+        doc["memory"].pop("model"), doc["sources"].pop("analytic_traffic")
+        doc["step_summary"].pop("analytic_traffic")
     assert got == want
 
 
