@@ -318,6 +318,20 @@ def step_entry(cfg: CollectConfig) -> dict[str, Any]:
     }
 
 
+def empty_artifacts() -> dict[str, Any]:
+    """The manifest's ``artifacts`` before anything is written (paths relative to the run)."""
+    return {
+        "trace": None,
+        "traces": [],
+        "memory_timeline": None,
+        "memory_timeline_absent": None,
+        "memory_snapshot": None,
+        "memory_snapshot_absent": None,
+        "profiler_flops": None,
+        "tensorboard": TENSORBOARD,
+    }
+
+
 def base_manifest(cfg: CollectConfig, device: torch.device) -> dict[str, Any]:
     mcfg = cfg.model_config()
     return {
@@ -341,16 +355,7 @@ def base_manifest(cfg: CollectConfig, device: torch.device) -> dict[str, Any]:
             "activities": ["cpu", "cuda"] if device.type == "cuda" else ["cpu"],
             "steps": cfg.profiler.steps,
         },
-        "artifacts": {
-            "trace": None,
-            "traces": [],
-            "memory_timeline": None,
-            "memory_timeline_absent": None,
-            "memory_snapshot": None,
-            "memory_snapshot_absent": None,
-            "profiler_flops": None,
-            "tensorboard": TENSORBOARD,
-        },
+        "artifacts": empty_artifacts(),
         "command": sys.argv if Path(sys.argv[0]).name == "tracekit" else None,
     }
 

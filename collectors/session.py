@@ -49,6 +49,7 @@ from tracekit.collectors.run import (
     SNAPSHOT,
     TENSORBOARD,
     device_info,
+    empty_artifacts,
     versions,
 )
 from tracekit.collectors.run_manifest import Measured
@@ -283,16 +284,7 @@ class Session:
         self._ptimer: BoundaryTimer | None = None
         self._profiler: Profiler | None = None
         self._recording = False
-        self.artifacts: dict[str, Any] = {
-            "trace": None,
-            "traces": [],
-            "memory_timeline": None,
-            "memory_timeline_absent": None,
-            "memory_snapshot": None,
-            "memory_snapshot_absent": None,
-            "profiler_flops": None,
-            "tensorboard": TENSORBOARD,
-        }
+        self.artifacts: dict[str, Any] = empty_artifacts()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -504,12 +496,7 @@ class Session:
         pcfg = self.cfg.profiler
         all_ms = self._ptimer.millis()
         self.measured.profiled_ms = [t for i, t in enumerate(all_ms) if pcfg.is_active(i)]
-        a = self.artifacts
-        a["trace"] = prof.traces[0].name if prof.traces else None
-        a["traces"] = [p.name for p in prof.traces]
-        a["memory_timeline"] = prof.memory_timelines[0].name if prof.memory_timelines else None
-        a["memory_timeline_absent"] = prof.memory_timeline_absent
-        a["profiler_flops"] = prof.flops_tables[0].name if prof.flops_tables else None
+        self.artifacts.update(prof.artifacts())
 
     def _abort_profiler(self) -> None:
         prof, self._profiler = self._profiler, None
