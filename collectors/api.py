@@ -117,7 +117,8 @@ class Profile:
         if isinstance(exc, KeyboardInterrupt) and not sess.finalized:
             sess.abandon(exc)
             return
-        sess.close(exc if isinstance(exc, Exception) or exc_type is SystemExit else None)
+        clean_exit = isinstance(exc, SystemExit) and exc.code in (None, 0)
+        sess.close(exc if exc is not None and not clean_exit else None)
         if exc is not None:
             return
         if sess.status == "incomplete":
