@@ -4,12 +4,9 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tracekit.errors import TraceError, TracekitError, UsageError
-
-if TYPE_CHECKING:  # torch is imported only when profile() is used (tracekit parse never)
-    from tracekit.collectors.api import Profile, profile
 
 __all__ = ["Profile", "TraceError", "TracekitError", "UsageError", "__version__", "load", "profile"]
 
@@ -22,7 +19,9 @@ def load(path: str):  # type: ignore[no-untyped-def]
 
 
 def __getattr__(name: str) -> Any:
-    # tracekit.profile / tracekit.Profile (tracekit.collectors.api), imported on first use
+    # tracekit.profile / tracekit.Profile: tracekit.collectors.api's (typed there), imported
+    # on first use, so that `import tracekit` (and tracekit parse) never imports torch; not
+    # imported here even for type checkers, as collectors import tracekit (an import cycle)
     if name in ("profile", "Profile"):
         from tracekit.collectors import api
 

@@ -342,14 +342,7 @@ def run_script_cmd(
     if not command:
         raise UsageError("no script after `--`: tracekit run [OPTIONS] -- python train.py ARGS")
     if counters:
-        import shutil
-
-        from tracekit.errors import DeviceError
-
-        if device == "cpu":
-            raise UsageError("--counters needs CUDA (Nsight Compute replays CUDA kernels)")
-        if shutil.which("ncu") is None:
-            raise DeviceError("--counters needs Nsight Compute: no 'ncu' on PATH")
+        _check_counters(device)
     from tracekit.collectors import ProfilerConfig
     from tracekit.collectors import script as S
     from tracekit.collectors.session import SessionConfig
@@ -376,6 +369,18 @@ def run_script_cmd(
     if xspace and result.status == "ok":
         _export_xspace_of(result.run_dir, None, None, None)
     raise typer.Exit(result.exit_code)
+
+
+def _check_counters(device: str) -> None:
+    """``--counters`` can work here: CUDA, and ncu on PATH (before the script runs)."""
+    import shutil
+
+    from tracekit.errors import DeviceError
+
+    if device == "cpu":
+        raise UsageError("--counters needs CUDA (Nsight Compute replays CUDA kernels)")
+    if shutil.which("ncu") is None:
+        raise DeviceError("--counters needs Nsight Compute: no 'ncu' on PATH")
 
 
 @app.command("export-xspace")
