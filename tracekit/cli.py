@@ -675,10 +675,6 @@ def main(argv: list[str] | None = None) -> int:
             if rv == 130:
                 typer.echo("tracekit: interrupted", err=True)
             return rv
-
-
-        # A command's typer.Exit(code) comes back as the return value here.
-        code = app(args=argv, prog_name="tracekit", standalone_mode=False)
     except click_exc.NoArgsIsHelpError as e:
         typer.echo(e.ctx.get_help() if e.ctx else "", err=True)
         return 2
@@ -693,7 +689,7 @@ def main(argv: list[str] | None = None) -> int:
     except TracekitError as e:
         typer.echo(f"tracekit: error: {e}", err=True)
         return e.exit_code
-    return code if isinstance(code, int) else 0
+    return 0
 
 
 def run() -> None:
