@@ -342,7 +342,7 @@ def run_script_cmd(
     if not command:
         raise UsageError("no script after `--`: tracekit run [OPTIONS] -- python train.py ARGS")
     if counters:
-        _check_counters(device)
+        _check_script_counters(device)
     from tracekit.collectors import ProfilerConfig
     from tracekit.collectors import script as S
     from tracekit.collectors.session import SessionConfig
@@ -371,7 +371,7 @@ def run_script_cmd(
     raise typer.Exit(result.exit_code)
 
 
-def _check_counters(device: str) -> None:
+def _check_script_counters(device: str) -> None:
     """``--counters`` can work here: CUDA, and ncu on PATH (before the script runs)."""
     import shutil
 
