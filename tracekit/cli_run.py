@@ -1,0 +1,156 @@
+"""``tracekit run [OPTIONS] -- python train.py ARGS``: the command-line side of
+``tracekit.collectors.script`` (registered on the app in ``tracekit/cli.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+try:  # typer >= 0.20 vendors click
+    from typer._click import core as click_core
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover
+    from click import core as click_core  # type: ignore[no-redef]
+    from click import exceptions as click_exc  # type: ignore[no-redef]
+from typer.core import TyperCommand
+
+from tracekit.errors import UsageError
+
+RUN_METAVAR = "[OPTIONS] -- python SCRIPT [ARGS]..."
+
+
+class ScriptCommand(TyperCommand):
+    """``tracekit run [OPTIONS] -- COMMAND…``: everything after ``--`` is the script's command
+    line, kept out of option parsing (``ctx.meta["tracekit.script"]``)."""
+
+    def parse_args(self, ctx: click_core.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            i = args.index("--")
+            ctx.meta["tracekit.script"] = args[i + 1 :]
+            args = args[:i]
+            if not ctx.meta["tracekit.script"] and not {"--help", "-h"} & set(args):
+                raise UsageError(
+                    "no script after `--`: tracekit run [OPTIONS] -- python train.py ARGS"
+                )
+        elif not {"--help", "-h"} & set(args):
+            raise click_exc.UsageError(
+                "put the script's command after `--`: tracekit run [OPTIONS] -- python "
+                "train.py ARGS",
+                ctx,
+            )
+        return super().parse_args(ctx, args)
+
+
+def run_script_cmd(
+    ctx: typer.Context,
+    steps: Annotated[int, typer.Option(help="Timed (unprofiled) steps for the metrics.")] = 20,
+    warmup: Annotated[int, typer.Option(help="Untouched warm-up steps first (>= 1).")] = 5,
+    step_marker: Annotated[
+        str,
+        typer.Option(
+            help="What ends a step: optimizer (each optimizer.step()), function:NAME, "
+            "function:module:qualname (each call of that function), cuda-graph (each replay "
+            "of the first CUDA graph)."
+        ),
+    ] = "optimizer",
+    stop_after: Annotated[
+        bool,
+        typer.Option(
+            "--stop-after/--run-on",
+            " /--no-stop-after",
+            help="Stop the script once the profiled steps are done, or let it run to its end.",
+        ),
+    ] = True,
+    device: Annotated[
+        str, typer.Option(help="auto (the optimizer's parameters' device), cuda or cpu.")
+    ] = "auto",
+    samples_per_step: Annotated[
+        int | None, typer.Option(help="Samples per step (default: inferred from the inputs).")
+    ] = None,
+    tokens_per_step: Annotated[
+        int | None, typer.Option(help="Tokens per step (default: inferred from token ids).")
+    ] = None,
+    profile_wait: Annotated[int, typer.Option(help="Profiler schedule: wait steps.")] = 1,
+    profile_warmup: Annotated[int, typer.Option(help="Profiler schedule: warm-up steps.")] = 1,
+    profile_active: Annotated[int, typer.Option(help="Profiler schedule: recorded steps.")] = 2,
+    profile_repeat: Annotated[int, typer.Option(help="Profiler schedule: cycles.")] = 1,
+    record_shapes: Annotated[bool, typer.Option(help="Record operator input shapes.")] = True,
+    profile_memory: Annotated[bool, typer.Option(help="Record allocations.")] = True,
+    with_flops: Annotated[bool, typer.Option(help="Profiler FLOP estimates.")] = True,
+    with_stack: Annotated[
+        bool, typer.Option(help="Record Python stacks (needed for the memory timeline).")
+    ] = False,
+    with_modules: Annotated[bool, typer.Option(help="Record the module hierarchy.")] = False,
+    memory_timeline: Annotated[
+        bool, typer.Option(help="Export the per-category memory timeline (needs --with-stack).")
+    ] = True,
+    memory_snapshot: Annotated[
+        bool, typer.Option(help="Record a CUDA memory snapshot (pickle; CUDA only).")
+    ] = True,
+    snapshot_steps: Annotated[int, typer.Option(help="Steps in the memory snapshot.")] = 1,
+    ceilings: Annotated[
+        bool, typer.Option(help="Measure copy bandwidth and matmul FLOP/s after the run.")
+    ] = True,
+    counters: Annotated[
+        bool,
+        typer.Option(
+            "--counters",
+            help="Re-run the script under Nsight Compute (ncu) around one step for measured "
+            "FLOPs and DRAM/L2 bytes per kernel (CUDA only).",
+        ),
+    ] = False,
+    out: Annotated[
+        Path | None, typer.Option("-o", "--out", help="Run folder (default: runs/<script>).")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress messages.")] = False,
+    xspace: Annotated[
+        bool, typer.Option("--xspace", help="Also export the trace for TensorBoard's PROFILE tab.")
+    ] = False,
+) -> None:
+    """Profile a training script without editing it: tracekit run [OPTIONS] -- python
+    train.py ARGS. Writes the same run folder as collect."""
+    command = ctx.meta["tracekit.script"]
+    if counters:
+        _check_script_counters(device)
+    from tracekit.collectors import ProfilerConfig
+    from tracekit.collectors import script as S
+    from tracekit.collectors.session import SessionConfig
+
+    cfg = S.RunConfig(
+        command=tuple(command),
+        step_marker=step_marker,
+        stop_after=stop_after,
+        session=SessionConfig(
+            out=out if out is not None else S.default_out(command), steps=steps, warmup=warmup,
+            device=device, ceilings=ceilings, memory_snapshot=memory_snapshot,
+            snapshot_steps=snapshot_steps, samples_per_step=samples_per_step,
+            tokens_per_step=tokens_per_step, counters=counters, quiet=quiet,
+            profiler=ProfilerConfig(
+                wait=profile_wait, warmup=profile_warmup, active=profile_active,
+                repeat=profile_repeat, record_shapes=record_shapes,
+                profile_memory=profile_memory, with_flops=with_flops, with_stack=with_stack,
+                with_modules=with_modules, memory_timeline=memory_timeline,
+            ),
+        ),
+    )  # fmt: skip
+    result = S.run_script(cfg)
+    S.report_result(result, counters=counters, quiet=quiet)
+    if xspace and result.status == "ok":
+        from tracekit.cli import _export_xspace_of
+
+        _export_xspace_of(result.run_dir, None, None, None)
+    raise typer.Exit(result.exit_code)
+
+
+def _check_script_counters(device: str) -> None:
+    """``--counters`` can work here: CUDA, and ncu on PATH (before the script runs)."""
+    import shutil
+
+    from tracekit.errors import DeviceError
+
+    if device == "cpu":
+        raise UsageError("--counters needs CUDA (Nsight Compute replays CUDA kernels)")
+    if shutil.which("ncu") is None:
+        raise DeviceError("--counters needs Nsight Compute: no 'ncu' on PATH")
