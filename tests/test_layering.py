@@ -18,6 +18,11 @@ STAGES: dict[str, tuple[str, set[str]]] = {
     "tracekit/classify": ("tracekit.classify", {"tracekit.parse"}),
     "tracekit/xspace": ("tracekit.xspace", {"tracekit.parse"}),
     "tracekit/summary": ("tracekit.summary", {"tracekit.parse", "tracekit.classify"}),
+    # the multi-rank engine and analysis: per-rank work is parse -> classify -> summary
+    "tracekit/ranks": (
+        "tracekit.ranks",
+        {"tracekit.parse", "tracekit.classify", "tracekit.summary"},
+    ),
     # sweep reads the analytic memory model, which the report shares (tracekit.summary)
     "tracekit/sweep": (
         "tracekit.sweep",
@@ -25,7 +30,7 @@ STAGES: dict[str, tuple[str, set[str]]] = {
     ),
     "tracekit/compare": (
         "tracekit.compare",
-        {"tracekit.parse", "tracekit.classify", "tracekit.summary"},
+        {"tracekit.parse", "tracekit.classify", "tracekit.summary", "tracekit.ranks"},
     ),
     "reports": (
         "tracekit.reports",
@@ -33,6 +38,7 @@ STAGES: dict[str, tuple[str, set[str]]] = {
             "tracekit.parse",
             "tracekit.classify",
             "tracekit.summary",
+            "tracekit.ranks",
             "tracekit.sweep",
             "tracekit.compare",
         },
@@ -83,6 +89,7 @@ def test_analysis_stages_never_load_torch() -> None:
         "spec.loader.exec_module(mod)\n"
         "assert mod.__file__.startswith(sys.path[0])\n"
         "for m in ['tracekit.parse', 'tracekit.classify', 'tracekit.xspace', 'tracekit.summary',"
+        " 'tracekit.ranks', 'tracekit.ranks.cluster',"
         " 'tracekit.reports', 'tracekit.reports.plots', 'tracekit.reports.tensorboard',"
         " 'tracekit.sweep', 'tracekit.reports.sweep', 'tracekit.compare', 'tracekit.cli']:\n"
         "    try:\n"

@@ -1,0 +1,37 @@
+"""Per-rank functions for tests/test_ranks_engine.py: workers import them by name
+(``tests.ranks_fns:...``), so they live in a module, not in the test file."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+
+def parse_counts(trace: Path, out: Path) -> dict[str, Any]:
+    """The parse stage as a per-rank function: the tables into ``out/tables``, the counts."""
+    from tracekit.parse import parse_to_dir
+
+    r = parse_to_dir(trace, out / "tables")
+    return {"counts": r.meta["counts"], "events": r.meta["source"]["events"]}
+
+
+def slow_unless_bad(trace: Path, out: Path) -> dict[str, Any]:
+    """A trace named ``bad*`` is parsed (and fails); any other writes a file, records this
+    process's pid beside the trace and sleeps long enough to be stopped."""
+    if trace.name.startswith("bad"):
+        return parse_counts(trace, out)
+    (out / "partial.txt").write_text("half")
+    (trace.parent / f"{trace.name}.pid").write_text(str(os.getpid()))
+    time.sleep(120)
+    return {}
+
+
+def writes_record(trace: Path, out: Path) -> int:
+    (out / "rank.json").write_text("{}")
+    return 1
+
+
+def divides_by_zero(trace: Path, out: Path) -> float:
+    return 1 / 0

@@ -1,0 +1,24 @@
+"""Multi-rank analysis at scale: a per-rank function over every rank trace, each rank in
+its own bounded worker (a local process pool, or a Dask cluster), then a reduction over the
+small per-rank results. The engine: :mod:`tracekit.ranks.engine`; docs/ranks-at-scale.md.
+"""
+
+from __future__ import annotations
+
+from tracekit.ranks.engine import (
+    RankResult,
+    cache_key,
+    default_workers,
+    map_ranks,
+    read_table,
+    worker_memory,
+)
+
+__all__ = [
+    "RankResult",
+    "cache_key",
+    "default_workers",
+    "map_ranks",
+    "read_table",
+    "worker_memory",
+]

@@ -1,0 +1,95 @@
+"""The per-rank work on an existing Dask distributed cluster (``--scheduler tcp://HOST:PORT``).
+
+Each rank is one task: :func:`tracekit.ranks.engine.execute` with the per-rank function's
+importable name, so the workers run exactly the local pool's code and write the same
+files. Needs ``pip install 'tracekit[dask]'`` (``dask[distributed]``) here and on every
+worker, tracekit installed on the workers, and the traces and the output folder at the
+same paths on every worker (a shared filesystem). A Dask worker is a long-lived process:
+the task runs in one of its threads, untuned, and its RSS is the worker's high-water mark
+(``rss_scope="worker"``); start workers with ``--nthreads 1`` to bound their memory as the
+local pool does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from tracekit.errors import UsageError
+from tracekit.ranks.engine import Task, execute, raise_failure
+
+CONNECT_TIMEOUT_S = 10.0
+_ADDRESS = re.compile(r"^(tcp|tls|ucx|inproc|ws|wss)://\S+$")
+
+
+def check_scheduler(address: str) -> str:
+    """The ``--scheduler`` value, validated: ``tcp://HOST:PORT`` (or another Dask protocol)."""
+    if not _ADDRESS.match(address):
+        raise UsageError(
+            f"--scheduler {address!r}: expected a Dask scheduler address such as tcp://HOST:8786"
+        )
+    return address
+
+
+def _distributed() -> Any:
+    try:
+        import distributed
+    except ImportError:
+        raise UsageError(
+            "--scheduler needs Dask distributed: pip install 'tracekit[dask]'"
+        ) from None
+    return distributed
+
+
+@contextlib.contextmanager
+def client_for(scheduler: Any) -> Iterator[Any]:
+    """A client of ``scheduler`` (an address: connected here and closed after; a
+    ``distributed.Client``: used as it is)."""
+    distributed = _distributed()
+    if isinstance(scheduler, distributed.Client):
+        yield scheduler
+        return
+    address = check_scheduler(str(scheduler))
+    try:
+        client = distributed.Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+    except (OSError, TimeoutError) as e:
+        raise UsageError(f"--scheduler {address}: cannot connect ({e})") from None
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def dask_task(task: Task) -> dict[str, Any]:
+    """What a Dask worker runs for one rank (imported by name by the worker)."""
+    return execute(task, "worker")
+
+
+def run_dask(
+    tasks: Sequence[Task], scheduler: Any, on_done: Callable[[Task, dict[str, Any]], None]
+) -> None:
+    """Submit every task; report each outcome as it completes. The first failure cancels
+    the others (a task already running finishes in its worker thread, atomically, and its
+    result is dropped) and is raised as the local pool raises it."""
+    distributed = _distributed()
+    run = uuid.uuid4().hex
+    with client_for(scheduler) as client:
+        futures = {
+            client.submit(dask_task, t, key=f"tracekit-rank{t.rank}-{run}", pure=False): t
+            for t in tasks
+        }
+        try:
+            for fut in distributed.as_completed(list(futures), loop=client.loop):
+                task = futures[fut]
+                try:
+                    outcome = fut.result()
+                except Exception as e:  # the worker died, or the task was lost
+                    outcome = {"status": "died", "message": f"Dask: {type(e).__name__}: {e}"}
+                if outcome["status"] != "ok":
+                    raise_failure(task, outcome)
+                on_done(task, outcome)
+        finally:
+            client.cancel([f for f in futures if not f.done()])
