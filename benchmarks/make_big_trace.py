@@ -6,6 +6,11 @@ ProfilerStep#N numbers) is shifted so copies never collide: the result parses
 like one long profiling session of the same workload.
 
     python benchmarks/make_big_trace.py fixtures/X.pt.trace.json.gz big.json --mb 508
+
+With ``rank``, the trace is rank ``rank`` of a ``world_size``-rank job: its header gets
+Kineto's ``distributedInfo`` and a trace id of its own, and every timestamp is shifted
+by ``shift_us`` (the ranks' clock offset); ids stay as they are (each rank's process
+numbers its events independently). benchmarks/ranks_bench.py builds its ranks so.
 """
 
 from __future__ import annotations
@@ -42,8 +47,19 @@ def _fmt(obj: Any) -> str:
     return text.replace('"__D__', "").replace('__D__"', "")
 
 
-def build(src: Path, dst: Path, target_mb: float) -> int:
+def build(
+    src: Path,
+    dst: Path,
+    target_mb: float,
+    *,
+    rank: int | None = None,
+    world_size: int = 1,
+    shift_us: int = 0,
+) -> int:
     doc = _load(src)
+    if rank is not None:
+        doc["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": world_size}
+        doc["trace_id"] = f"{doc.get('trace_id', '')}-rank{rank}"
     events: list[dict[str, Any]] = doc.pop("traceEvents")
     timed = [e for e in events if isinstance(e.get("ts"), (int, Decimal)) and e.get("ph") != "M"]
     t_min = min(e["ts"] for e in timed)
@@ -72,7 +88,7 @@ def build(src: Path, dst: Path, target_mb: float) -> int:
                     continue
                 c = dict(e)
                 if "ts" in c and isinstance(c["ts"], (int, Decimal)):
-                    c["ts"] = c["ts"] + k * span
+                    c["ts"] = c["ts"] + k * span + shift_us
                 if isinstance(c.get("id"), int):
                     c["id"] = c["id"] + k * (max_flow + 1)
                 m = _STEP.match(str(c.get("name", "")))

@@ -35,3 +35,8 @@ def writes_record(trace: Path, out: Path) -> int:
 
 def divides_by_zero(trace: Path, out: Path) -> float:
     return 1 / 0
+
+
+def exits(trace: Path, out: Path) -> None:
+    """The worker process ends (as if killed) before it can answer."""
+    os._exit(3)

@@ -21,7 +21,7 @@ import pytest
 import tracekit.ranks.cluster as cluster
 import tracekit.ranks.engine as engine
 from tests import ranks_fns, tracegen
-from tracekit.errors import TraceError, UsageError
+from tracekit.errors import TraceError, TracekitError, UsageError
 from tracekit.parse import parse_to_dir
 from tracekit.ranks import map_ranks, read_table
 from tracekit.ranks.onerank import analyse_rank
@@ -79,7 +79,7 @@ def test_local_pool_one_fresh_process_per_rank(tmp_path: Path) -> None:
     assert single["kernels"] == 5 and single["memcpy"] == 1 and single["steps"] == 2
     for r in res:
         assert r.value == {"counts": single, "events": len(tracegen.small_trace()["traceEvents"])}
-        assert not r.cached and r.rss_scope == "task" and r.peak_rss_bytes > 20 << 20
+        assert not r.cached and r.peak_rss_bytes > 20 << 20 and r.cpu_s > 0
         assert r.out == tmp_path / "out" / f"rank{r.rank}"
         assert r.trace_bytes == traces[r.rank].stat().st_size and r.out_bytes > 0
         record = json.loads((r.out / "rank.json").read_text())
@@ -210,7 +210,9 @@ def test_dask_path_writes_the_same_results(tmp_path: Path, dask_address: str) ->
     local = map_ranks(ranks_fns.parse_counts, traces, tmp_path / "local", workers=2)
     remote = map_ranks(ranks_fns.parse_counts, traces, tmp_path / "dask", scheduler=dask_address)
     assert [r.value for r in remote] == [r.value for r in local]
-    assert [r.rss_scope for r in remote] == ["worker", "worker"]
+    # each rank in a process of its own, not in the (in-process) Dask worker
+    assert len({r.worker for r in remote}) == 2
+    assert not any(r.worker.endswith(f":{os.getpid()}") for r in remote)
     for a, b in zip(local, remote, strict=True):
         for name in ("kernels", "ops", "steps", "runtime", "memory"):
             ta = pq.read_table(a.out / "tables" / f"{name}.parquet")
@@ -227,6 +229,17 @@ def test_dask_failure_names_the_rank(tmp_path: Path, dask_address: str) -> None:
     with pytest.raises(TraceError, match=r"^rank 1"):
         map_ranks(ranks_fns.parse_counts, traces, tmp_path / "out", scheduler=dask_address)
     assert ".rank1" not in " ".join(_leftovers(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("on_dask", [False, True])
+def test_worker_that_dies_is_named(tmp_path: Path, dask_address: str, on_dask: bool) -> None:
+    traces = _ranks(tmp_path, 1)
+    with pytest.raises(TracekitError, match=r"^rank 0 \(.*\): its worker process ended "
+                       r"without a result, exit status 3$"):  # fmt: skip
+        map_ranks(
+            ranks_fns.exits, traces, tmp_path / "out", scheduler=dask_address if on_dask else None
+        )
+    assert _leftovers(tmp_path / "out") == []
 
 
 def test_scheduler_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

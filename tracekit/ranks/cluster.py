@@ -1,25 +1,29 @@
 """The per-rank work on an existing Dask distributed cluster (``--scheduler tcp://HOST:PORT``).
 
-Each rank is one task: :func:`tracekit.ranks.engine.execute` with the per-rank function's
-importable name, so the workers run exactly the local pool's code and write the same
-files. Needs ``pip install 'tracekit[dask]'`` (``dask[distributed]``) here and on every
-worker, tracekit installed on the workers, and the traces and the output folder at the
-same paths on every worker (a shared filesystem). A Dask worker is a long-lived process:
-the task runs in one of its threads, untuned, and its RSS is the worker's high-water mark
-(``rss_scope="worker"``); start workers with ``--nthreads 1`` to bound their memory as the
-local pool does.
+Each rank is one task, :func:`dask_task`: it runs the rank in a process of its own
+(``python -m tracekit.ranks.worker``), as the local pool does — the same code, tuning,
+per-rank peak RSS and files; the per-rank function travels by importable name. Needs
+``pip install 'tracekit[dask]'`` (``dask[distributed]``) here and on every worker,
+tracekit installed on the workers, and the traces and the output folder at the same paths
+on every worker (a shared filesystem). A worker thread runs one rank at a time, with one
+parse thread: start workers with ``--nthreads`` = the ranks a machine may hold at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
+import os
 import re
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tracekit.errors import UsageError
-from tracekit.ranks.engine import Task, execute, raise_failure
+from tracekit.ranks.engine import Task, died, raise_failure, remove_leftovers
 
 CONNECT_TIMEOUT_S = 10.0
 _ADDRESS = re.compile(r"^(tcp|tls|ucx|inproc|ws|wss)://\S+$")
@@ -64,8 +68,21 @@ def client_for(scheduler: Any) -> Iterator[Any]:
 
 
 def dask_task(task: Task) -> dict[str, Any]:
-    """What a Dask worker runs for one rank (imported by name by the worker)."""
-    return execute(task, "worker")
+    """What a Dask worker runs for one rank: the rank in a child process (see the module);
+    its outcome, or ``died`` with the child's exit status and last error line."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    proc = subprocess.run(
+        [sys.executable, "-m", "tracekit.ranks.worker"],
+        input=json.dumps(dataclasses.asdict(dataclasses.replace(task, threads=1))),
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode == 0 and lines:
+        return json.loads(lines[-1])  # type: ignore[no-any-return]
+    remove_leftovers(task)
+    return died(proc.returncode, (proc.stderr.strip().splitlines() or [""])[-1])
 
 
 def run_dask(
@@ -86,7 +103,7 @@ def run_dask(
                 task = futures[fut]
                 try:
                     outcome = fut.result()
-                except Exception as e:  # the worker died, or the task was lost
+                except Exception as e:  # the Dask worker died, or the task was lost
                     outcome = {"status": "died", "message": f"Dask: {type(e).__name__}: {e}"}
                 if outcome["status"] != "ok":
                     raise_failure(task, outcome)

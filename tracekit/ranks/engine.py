@@ -13,10 +13,10 @@ Where ``fn`` runs:
 
 * default — a local pool of ``workers`` processes (:func:`default_workers`: cores, ranks
   and available memory), each a fresh ``spawn``ed process that runs ONE rank and exits, so
-  its memory goes back to the OS and its peak RSS is that rank's (``rss_scope="task"``);
+  its memory goes back to the OS and its peak RSS is that rank's;
 * ``scheduler="tcp://HOST:PORT"`` (or a ``distributed.Client``) — an existing Dask cluster
-  (:mod:`tracekit.ranks.cluster`); the same function, submitted by importable name, writes
-  the same files (traces and ``out_dir`` on a filesystem every worker sees).
+  (:mod:`tracekit.ranks.cluster`): each task runs its rank the same way, in a process of its
+  own, and writes the same files (traces and ``out_dir`` on a filesystem every worker sees).
 
 A rank whose trace is bad ends the run with one line naming the rank and its file (the
 same :class:`~tracekit.errors.TracekitError` class ``fn`` raised); the other ranks' work is
@@ -59,7 +59,7 @@ RECORD = "rank.json"  # the engine's file in each rank folder (fn must not write
 HEAD_BYTES = 1 << 20  # the trace's first MiB is hashed into the cache key
 # Memory a worker is assumed to need for the largest trace, when the caller gives none:
 # WORKER_BASE + WORKER_PER_JSON_BYTE x its JSON size. Measured with analyse_rank (parse,
-# classify, summarize) on a 502 MB trace: 1.0 GB peak; docs/ranks-at-scale.md.
+# classify, summarize) on a 502 MB trace: 1.07 GB peak; docs/ranks-at-scale.md.
 WORKER_BASE = 512 << 20
 WORKER_PER_JSON_BYTE = 2.0
 GZIP_RATIO = 8  # JSON bytes per gzip byte assumed for a .gz trace (as tracekit.parse does)
@@ -72,10 +72,9 @@ PerRank = Callable[[Path, Path], Any]
 @dataclass(frozen=True)
 class RankResult:
     """One rank's result. ``value``: what ``fn`` returned, read back from JSON (the same for
-    a fresh, a cached and a Dask run). ``wall_s``, ``peak_rss_bytes``, ``worker``: of the run
-    that wrote the folder (for a cached result, an earlier one). ``rss_scope``: ``"task"``
-    (a process that ran only this rank) or ``"worker"`` (a Dask worker's high-water mark,
-    over every task it ran so far)."""
+    a fresh, a cached and a Dask run). ``wall_s``, ``cpu_s``, ``peak_rss_bytes``, ``worker``:
+    of the process that ran only this rank (for a cached result, in an earlier run):
+    its wall time and CPU seconds (all its threads) from the task's start, its peak RSS."""
 
     rank: int
     trace: Path
@@ -84,10 +83,10 @@ class RankResult:
     cached: bool
     wall_s: float
     peak_rss_bytes: int
-    rss_scope: str
     worker: str
     trace_bytes: int
     out_bytes: int
+    cpu_s: float
 
 
 @dataclass(frozen=True)
@@ -195,10 +194,10 @@ def default_workers(traces: Sequence[Path], memory_per_worker: int | None = None
 # ---------------------------------------------------------------- one rank (any worker)
 
 
-def execute(task: Task, rss_scope: str) -> dict[str, Any]:
+def execute(task: Task) -> dict[str, Any]:
     """Run one rank into its folder; never raises for the user's errors: the outcome says
     ``ok`` (with the record), ``error`` (a TracekitError: class and message) or ``bug``."""
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), _cpu()
     try:
         fn = resolve(task.fn)
         with atomic_dir(Path(task.out)) as tmp:
@@ -212,8 +211,8 @@ def execute(task: Task, rss_scope: str) -> dict[str, Any]:
                 "value": value,
                 "stats": {
                     "wall_s": time.perf_counter() - t0,
+                    "cpu_s": _cpu() - cpu0,
                     "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                    "rss_scope": rss_scope,
                     "worker": f"{socket.gethostname()}:{os.getpid()}",
                     "trace_bytes": Path(task.trace).stat().st_size,
                     "out_bytes": sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file()),
@@ -225,6 +224,11 @@ def execute(task: Task, rss_scope: str) -> dict[str, Any]:
     except Exception:
         return {"status": "bug", "message": traceback.format_exc()}
     return {"status": "ok", "record": record}
+
+
+def _cpu() -> float:
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
 
 
 def raise_failure(task: Task, outcome: Mapping[str, Any]) -> None:
@@ -242,20 +246,20 @@ def raise_failure(task: Task, outcome: Mapping[str, Any]) -> None:
     raise RuntimeError(f"{where}: the per-rank function failed\n{outcome['message']}")
 
 
-def _result(record: Mapping[str, Any], out: Path, cached: bool) -> RankResult:
+def _result(task: Task, record: Mapping[str, Any], cached: bool) -> RankResult:
     s = record["stats"]
     return RankResult(
-        rank=int(record["rank"]),
-        trace=Path(record["trace"]),
-        out=out,
+        rank=task.rank,
+        trace=Path(task.trace),  # where it is now (the key does not hold the folder)
+        out=Path(task.out),
         value=record["value"],
         cached=cached,
         wall_s=float(s["wall_s"]),
         peak_rss_bytes=int(s["peak_rss_bytes"]),
-        rss_scope=str(s["rss_scope"]),
         worker=str(s["worker"]),
         trace_bytes=int(s["trace_bytes"]),
         out_bytes=int(s["out_bytes"]),
+        cpu_s=float(s["cpu_s"]),
     )
 
 
@@ -272,12 +276,15 @@ def cached_record(task: Task) -> dict[str, Any] | None:
 # ---------------------------------------------------------------- the local pool
 
 
-def _tune_worker(threads: int) -> None:
-    """A spawned worker runs one rank and exits: tuned as `tracekit parse`/`report` tune
+def tune_worker(threads: int) -> None:
+    """A worker process runs one rank and exits: tuned as `tracekit parse`/`report` tune
     their process (tracekit.cli.dedicate_process), its parse given ``threads`` threads; it
     ends when the parent dies, and removes its temporary folder when stopped."""
     if sys.platform == "linux":  # PR_SET_PDEATHSIG: SIGTERM when the parent dies, no orphan
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)
+    parent = mp.parent_process()
+    if parent is not None and not parent.is_alive():  # it died before prctl
+        sys.exit(128 + signal.SIGTERM)
     # Ctrl-C is the parent's to handle (it stops the workers); SIGTERM unwinds atomic_dir.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
@@ -291,8 +298,8 @@ def _tune_worker(threads: int) -> None:
 
 
 def _child(conn: Connection, task: Task) -> None:
-    _tune_worker(task.threads)
-    outcome = execute(task, "task")
+    tune_worker(task.threads)
+    outcome = execute(task)
     conn.send(outcome)
     conn.close()
 
@@ -316,18 +323,25 @@ def _stop(running: Mapping[Connection, _Running]) -> None:
             r.proc.kill()
             r.proc.join()
     for r in running.values():
-        out = Path(r.task.out)
-        for left in out.parent.glob(f".{out.name}.*"):
-            shutil.rmtree(left, ignore_errors=True)
+        remove_leftovers(r.task)
 
 
-def _died(task: Task, code: int | None) -> dict[str, Any]:
+def remove_leftovers(task: Task) -> None:
+    """Remove the temporary folders of a rank whose worker was killed (atomic_dir's)."""
+    out = Path(task.out)
+    for left in out.parent.glob(f".{out.name}.*"):
+        shutil.rmtree(left, ignore_errors=True)
+
+
+def died(code: int | None, detail: str = "") -> dict[str, Any]:
+    """The outcome of a worker process that ended with exit status ``code`` and no result."""
     if code is not None and code < 0:
         why = f"signal {-code} ({signal.Signals(-code).name})"
         if -code == signal.SIGKILL:
             why += ": killed, out of memory?"
     else:
-        why = f"exit code {code}"
+        why = f"exit status {code}"
+    why += f": {detail}" if detail else ""
     return {"status": "died", "message": f"its worker process ended without a result, {why}"}
 
 
@@ -354,7 +368,8 @@ def run_local(
                     outcome = conn.recv()
                 except EOFError:
                     r.proc.join()
-                    outcome = _died(r.task, r.proc.exitcode)
+                    outcome = died(r.proc.exitcode)
+                    remove_leftovers(r.task)
                 conn.close()
                 r.proc.join()
                 if outcome["status"] != "ok":
@@ -402,7 +417,7 @@ def map_ranks(
     results: dict[int, RankResult] = {}
 
     def done(task: Task, outcome: dict[str, Any]) -> None:
-        res = _result(outcome["record"], Path(task.out), cached=False)
+        res = _result(task, outcome["record"], cached=False)
         results[task.rank] = res
         if on_result is not None:
             on_result(res)
@@ -414,7 +429,7 @@ def map_ranks(
         if record is None:
             todo.append(task)
             continue
-        results[r] = _result(record, Path(task.out), cached=True)
+        results[r] = _result(task, record, cached=True)
         if on_result is not None:
             on_result(results[r])
     if todo and scheduler is not None:

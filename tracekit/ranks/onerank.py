@@ -8,7 +8,7 @@
 * ``classes.parquet``, ``steps.parquet`` — its class and step tables;
 
 and returns the small figures a cross-rank reduction starts from (:data:`VALUE_KEYS`).
-Peak memory on a 502 MB trace: 1.0 GB (``benchmarks/ranks_bench.py``).
+Peak RSS on a 502 MB trace: 1.07 GB (``benchmarks/ranks_bench.py``).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ def analyse_rank(trace: Path, out: Path) -> dict[str, Any]:
 
     parsed = parse_to_dir(trace, out / "tables")
     t = load(parsed.out)
+    t.path = trace  # summary.json names the trace, not the temporary tables folder
     sm = summarize(t, classify(t))
     atomic_write_json(out / "summary.json", sm.summary)
     sm.classes.reset_index(drop=True).to_parquet(out / "classes.parquet", index=False)

@@ -1,0 +1,26 @@
+"""``python -m tracekit.ranks.worker``: run one rank in this process and exit.
+
+How a Dask task runs its rank (:func:`tracekit.ranks.cluster.dask_task`): the
+:class:`~tracekit.ranks.engine.Task` comes as JSON on stdin, the outcome goes out as the
+last line of stdout, and the process is tuned and bounded as a local pool worker is (a
+Dask worker is a long-lived, daemonic process: it can neither return a rank's memory to
+the OS nor start ``multiprocessing`` children).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from tracekit.ranks.engine import Task, execute, tune_worker
+
+
+def main() -> None:
+    task = Task(**json.loads(sys.stdin.read()))
+    tune_worker(task.threads)
+    outcome = execute(task)
+    sys.stdout.write("\n" + json.dumps(outcome) + "\n")
+
+
+if __name__ == "__main__":
+    main()
