@@ -15,6 +15,13 @@ TRAFFIC_TERMS = {
     "optimizer_state": "AdamW state",
     "activations": "saved activations",
 }
+# a user script's run: sizes read from its optimizer, activations measured
+OPTIMIZER_TERMS = {
+    "parameters": "parameters",
+    "gradients": "gradients",
+    "optimizer_state": "optimizer state",
+    "activations": "dynamic memory",
+}
 
 
 def _ok(v: Any) -> bool:
@@ -100,8 +107,10 @@ def figures(sm: Summary) -> list[tuple[str, str]]:
 def traffic_text(t: dict[str, Any]) -> str:
     """The analytic traffic with its formula, and the kernels' bytes as a multiple of it."""
     # the terms are bytes moved (twice each tensor's size): the sizes are half of them
-    terms = " + ".join(f"{name} {fmt.si(t[k] / 2, 'B')}" for k, name in TRAFFIC_TERMS.items())
-    line = f"analytic {fmt.si(t['total'], 'B')}/step = 2 × ({terms})"
+    names = TRAFFIC_TERMS if t.get("basis", "model") == "model" else OPTIMIZER_TERMS
+    terms = " + ".join(f"{name} {fmt.si(t[k] / 2, 'B')}" for k, name in names.items())
+    kind = "analytic" if t.get("basis", "model") == "model" else "estimate"
+    line = f"{kind} {fmt.si(t['total'], 'B')}/step = 2 × ({terms})"
     if _ok(t.get("kernel_bytes_ratio")):
         line += f"; the kernels move {t['kernel_bytes_ratio']:.2f} × that"
     return line

@@ -224,6 +224,15 @@ def _manifest_memory(trace: Any) -> tuple[M.MemoryStats | None, str | None]:
     return mem, source
 
 
+def _traffic(manifest: Any, mf: MemoryFacts) -> MM.Traffic | None:
+    """The analytic traffic: from the model config for tracekit's own GPT, else from the
+    optimizer's tensors and the measured dynamic memory (a user script's run)."""
+    if mf.model is not None:
+        return MM.traffic(mf.model)
+    opt = manifest.get("optimizer") if isinstance(manifest, dict) else None
+    return MM.traffic_from_optimizer(opt, mf.dynamic_peak_bytes)
+
+
 def memory_facts(
     memory: pd.DataFrame,
     steps: list[int],
@@ -341,7 +350,7 @@ def summarize(
         f.step_table,
         roofs,
         measured_step_ms=f.header.measured_step_time_ms,
-        traffic=MM.traffic(f.memory_facts.model) if f.memory_facts.model else None,
+        traffic=_traffic(trace.manifest, f.memory_facts),
     )
     notes.extend(ss.notes)
     comm = _exposed_comm(trace.manifest, exposed_comm_pct)

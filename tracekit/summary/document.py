@@ -179,8 +179,20 @@ def _traffic(sm: Summary) -> dict[str, Any] | None:
         **t.terms(),
         "total": t.total,
         "formula": t.formula,
+        "basis": t.basis,
         "kernel_bytes_ratio": nbytes / t.total if t.total and math.isfinite(nbytes) else None,
     }
+
+
+def _traffic_source(sm: Summary) -> str | None:
+    if sm.step_summary.traffic is None:
+        return None
+    if sm.memory_facts.model is not None:
+        return "modelled: tracekit.summary.memory_model from the run's model config"
+    return (
+        "estimated: parameter, gradient and optimizer-state bytes read from the run's "
+        "optimizer (manifest), activations = the measured dynamic memory"
+    )
 
 
 def memory_json(sm: Summary) -> dict[str, Any]:
@@ -254,7 +266,5 @@ def _sources(sm: Summary) -> dict[str, Any]:
             if ss.basis == "unprofiled"
             else "measured with the profiler on (trace): rates are too low"
         ),
-        "analytic_traffic": "modelled: tracekit.summary.memory_model from the run's model config"
-        if ss.traffic is not None
-        else None,
+        "analytic_traffic": _traffic_source(sm),
     }

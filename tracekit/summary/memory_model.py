@@ -392,6 +392,7 @@ class Traffic:
     optimizer_state: int  # 2 × 2·4P
     activations: int  # 2 × saved activations
     formula: str = TRAFFIC_FORMULA
+    basis: str = "model"  # "model": tracekit's GPT config; "optimizer": a script's optimizer
 
     @property
     def total(self) -> int:
@@ -413,6 +414,35 @@ def traffic(est: MemoryEstimate) -> Traffic:
         gradients=2 * est.gradients_total,
         optimizer_state=2 * est.optimizer_state,
         activations=2 * est.activations_saved,
+    )
+
+
+OPTIMIZER_TRAFFIC_FORMULA = (
+    "2 × (parameters + gradients + optimizer state, from the optimizer's tensors, + "
+    "activations, the measured dynamic memory): each written once and read once per step"
+)
+
+
+def traffic_from_optimizer(optimizer: Any, dynamic_bytes: int | None) -> Traffic | None:
+    """The same estimate for a run whose model tracekit does not know (``tracekit run``,
+    ``tracekit.profile``): parameter, gradient and optimizer-state bytes as the run's
+    manifest read them from the optimizer (``optimizer.param_bytes``, ``grad_bytes``,
+    ``state_bytes``), and the saved activations taken as the measured dynamic memory (peak
+    minus the floor of the analysed steps). None when the manifest lacks those sizes."""
+    if not isinstance(optimizer, Mapping) or dynamic_bytes is None:
+        return None
+    try:
+        sizes = [int(optimizer[k]) for k in ("param_bytes", "grad_bytes", "state_bytes")]
+    except (KeyError, TypeError, ValueError):
+        return None
+    params, grads, state = sizes
+    return Traffic(
+        parameters=2 * params,
+        gradients=2 * grads,
+        optimizer_state=2 * state,
+        activations=2 * max(0, int(dynamic_bytes)),
+        formula=OPTIMIZER_TRAFFIC_FORMULA,
+        basis="optimizer",
     )
 
 
