@@ -44,6 +44,7 @@ class CollectConfig:
     batch: int = 8
     seq: int = 128
     layers: int | None = None
+    block_size: int | None = None  # override the preset's context (position embeddings)
     steps: int = 20  # timed, unprofiled steps for the metrics
     warmup: int = 5  # unprofiled steps before anything is timed
     seed: int = 0
@@ -86,6 +87,8 @@ class CollectConfig:
         _check_int("seq", self.seq, 1)
         if self.layers is not None:
             _check_int("layers", self.layers, 1)
+        if self.block_size is not None:
+            _check_int("block-size", self.block_size, 1)
         _check_int("steps", self.steps, 1)
         _check_int("warmup", self.warmup, 0)
         _check_int("seed", self.seed, 0)
@@ -112,7 +115,7 @@ class CollectConfig:
             if self.seq > model.block_size:
                 raise UsageError(
                     f"--seq {self.seq} exceeds the context of preset {self.preset!r} "
-                    f"(block_size {model.block_size})"
+                    f"(block_size {model.block_size}; --block-size sets another)"
                 )
         tokens = self.seq if self.workload == "train" else self.prompt_tokens
         if self.data is not None:
@@ -189,7 +192,8 @@ class CollectConfig:
         if self.context > block_size:
             raise UsageError(
                 f"--prompt {self.prompt} + --new-tokens {self.new_tokens} = {self.context} "
-                f"exceeds the context of preset {self.preset!r} (block_size {block_size})"
+                f"exceeds the context of preset {self.preset!r} (block_size {block_size}; "
+                "--block-size sets another)"
             )
 
     @property
@@ -226,6 +230,8 @@ class CollectConfig:
         cfg = preset(self.preset).replace(attention=self.attention)
         if self.layers is not None:
             cfg = cfg.replace(n_layer=self.layers)
+        if self.block_size is not None:
+            cfg = cfg.replace(block_size=self.block_size)
         return cfg
 
     def run_name(self) -> str:
@@ -240,6 +246,8 @@ class CollectConfig:
             parts = [self.preset, f"b{self.batch}", f"s{self.seq}", self.dtype, self.attention]
         if self.layers is not None:
             parts.append(f"l{self.layers}")
+        if self.block_size is not None:
+            parts.append(f"ctx{self.block_size}")
         if self.compile:
             parts.append("compile")
         if self.checkpoint:

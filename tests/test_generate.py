@@ -237,3 +237,34 @@ def test_counter_replay_of_a_generate_run(monkeypatch: pytest.MonkeyPatch, sampl
     _replay_generate(_cfg(warmup=1), CPU, sample=sample)
     # sampled: blocks[0] and lm_head, each in the prefill and in one decode step
     assert calls == ["start", "stop"] * (4 if sample else 1)
+
+
+def test_block_size_takes_a_context_past_the_preset() -> None:
+    """--block-size: the tiny preset's 128 positions become 256, so a 200-token prompt
+    decodes; the KV path still equals the full forward there."""
+    with pytest.raises(UsageError, match="--block-size sets another"):
+        _cfg(prompt=200, new_tokens=4)
+    cfg = _cfg(prompt=200, new_tokens=4, block_size=256)
+    assert cfg.model_config().block_size == 256 and cfg.to_dict()["model"]["block_size"] == 256
+    assert cfg.run_name() == "tiny-generate-b2-p200-n4-fp32-naive-ctx256-cpu"
+    g = build_generator(cfg, CPU)
+    assert g.model.wpe.weight.shape[0] == 256
+    assert g.cache.k.shape[3] == 204
+    last = generate(g, 0)
+    seq = g.prompts[0].clone()
+    with torch.inference_mode():
+        for _ in range(cfg.decode_steps + 1):
+            seq = torch.cat([seq, g.model(seq)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(last, seq[:, -1:])
+    with pytest.raises(UsageError, match="--block-size must be an integer >= 1"):
+        _cfg(block_size=0)
+
+
+def test_block_size_reaches_the_sweep_command() -> None:
+    from tracekit.sweep.plan import Point, SweepPlan
+    from tracekit.sweep.runner import collect_command
+
+    plan = SweepPlan(workload="generate", block_size=2048, new_tokens=32, seqs=(2048,))
+    cmd = collect_command(plan, Point(8, 2048, "bf16", "sdpa"), Path("x"), ceilings=False)
+    i = cmd.index("--block-size")
+    assert cmd[i + 1] == "2048" and cmd[cmd.index("--prompt") + 1] == "2016"

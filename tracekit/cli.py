@@ -113,6 +113,13 @@ _Prompt = Annotated[
     int | None, typer.Option(help="Prompt tokens per sequence (generate; default 128).")
 ]
 _NewTokens = Annotated[int | None, typer.Option(help="Decode steps (generate; default 64).")]
+_BlockSize = Annotated[
+    int | None,
+    typer.Option(
+        help="Override the preset's context (position embeddings; the longest --seq, or "
+        "--prompt + --new-tokens). Naive attention's mask buffer grows as its square."
+    ),
+]
 
 
 def _workload_defaults(
@@ -146,6 +153,7 @@ def collect(
     layers: Annotated[
         int | None, typer.Option(help="Override the preset's number of layers.")
     ] = None,
+    block_size: _BlockSize = None,
     steps: Annotated[int, typer.Option(help="Timed (unprofiled) steps for the metrics.")] = 20,
     warmup: Annotated[int, typer.Option(help="Untimed warm-up steps first.")] = 5,
     seed: Annotated[int, typer.Option(help="Seed of the weights and the data.")] = 0,
@@ -203,7 +211,7 @@ def collect(
     seq, profile_active = _workload_defaults(workload, seq, profile_active, new_tokens)
     cfg = CollectConfig(
         preset=preset, device=device, dtype=dtype, attention=attention, compile=compile,
-        batch=batch, seq=seq, layers=layers, steps=steps,
+        batch=batch, seq=seq, layers=layers, block_size=block_size, steps=steps,
         warmup=warmup, seed=seed, data=data, lr=lr, tf32=tf32, workload=workload,
         checkpoint=checkpoint, optimizer=optimizer, grad_accum=grad_accum,
         cuda_graphs=cuda_graphs, prompt=prompt, new_tokens=new_tokens,
@@ -336,6 +344,7 @@ def sweep(
     layers: Annotated[
         int | None, typer.Option(help="Override the preset's number of layers.")
     ] = None,
+    block_size: _BlockSize = None,
     steps: Annotated[int, typer.Option(help="Timed steps per configuration.")] = 10,
     warmup: Annotated[int, typer.Option(help="Warm-up steps per configuration.")] = 3,
     profile_active: Annotated[int, typer.Option(help="Profiled steps per configuration.")] = 1,
@@ -374,6 +383,7 @@ def sweep(
         workload=workload,
         new_tokens=new_tokens,
         layers=layers,
+        block_size=block_size,
         steps=steps,
         warmup=warmup,
         profile_active=profile_active,

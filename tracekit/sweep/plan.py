@@ -41,7 +41,7 @@ WORKLOADS = ("train", "generate")
 # Options the runner sets from the point and the plan; a point's options may not repeat them.
 RESERVED_OPTIONS = frozenset(
     {"--preset", "--device", "--batch", "--seq", "--dtype", "--attention", "--gpus",
-     "--workload", "--prompt", "--new-tokens", "-o", "--out"}
+     "--workload", "--prompt", "--new-tokens", "--block-size", "-o", "--out"}
 )  # fmt: skip
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]")
 
@@ -144,6 +144,7 @@ class SweepPlan:
     base_batch: int = 8
     base_seq: int = 128
     layers: int | None = None
+    block_size: int | None = None  # collect --block-size: contexts past the preset's
     steps: int = 10  # timed, unprofiled steps per configuration
     warmup: int = 3
     profile_wait: int = 0
@@ -182,6 +183,12 @@ class SweepPlan:
         ):
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise UsageError(f"--{name} must be an integer >= {low}, got {v!r}")
+        if self.block_size is not None and (
+            isinstance(self.block_size, bool)
+            or not isinstance(self.block_size, int)
+            or self.block_size < 1
+        ):
+            raise UsageError(f"--block-size must be an integer >= 1, got {self.block_size!r}")
         if not self.timeout_s > 0:
             raise UsageError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
         if self.workload not in WORKLOADS:

@@ -90,6 +90,8 @@ def collect_command(plan: SweepPlan, point: Point, out: Path, *, ceilings: bool)
     ]
     if plan.layers is not None:
         cmd += ["--layers", str(plan.layers)]
+    if plan.block_size is not None:
+        cmd += ["--block-size", str(plan.block_size)]
     if plan.with_stack:
         cmd.append("--with-stack")
     if not ceilings:
