@@ -18,11 +18,14 @@ import pandas as pd
 
 import tracekit.summary.classes as C
 import tracekit.summary.critical_path as CP
+import tracekit.summary.gendoc as GD
+import tracekit.summary.generate as GEN
 import tracekit.summary.memory as M
 import tracekit.summary.memory_model as MM
 import tracekit.summary.steps as S
 import tracekit.summary.stepsummary as SS
 import tracekit.summary.verdict as V
+from tracekit.summary.decode_model import DecodeModel, DecodeTraffic
 from tracekit.summary.document import (
     SUMMARY_FORMAT,
     SUMMARY_VERSION,
@@ -38,6 +41,7 @@ from tracekit.summary.facts import (
     Summary,
     TraceFacts,
 )
+from tracekit.summary.kvcache import kv_growth
 from tracekit.summary.roofs import Roofs, roofs_from
 
 __all__ = [  # the dataclasses live in facts.py, summary.json in document.py; re-exported
@@ -115,14 +119,18 @@ def _header(trace: Any, steps: list[int], table: pd.DataFrame) -> Header:
     run_dir = getattr(trace, "run_dir", None)
     title = Path(run_dir).name if run_dir else Path(trace.path).name
     config = None
+    generating = _get(cfg, "workload") == "generate"
+    # a generate run's step is a decode step: one token per sequence (config.seq unused)
+    length = ("prompt", "new_tokens") if generating else ("seq",)
     if isinstance(cfg, dict):
         config = {
             k: cfg.get(k)
             for k in (
+                *(("workload",) if generating else ()),
                 "preset",
                 "layers",
                 "batch",
-                "seq",
+                *length,
                 "dtype",
                 "attention",
                 "compile",
@@ -131,7 +139,7 @@ def _header(trace: Any, steps: list[int], table: pd.DataFrame) -> Header:
             )
             if cfg.get(k) is not None
         }
-    batch, seq = _num(_get(cfg, "batch")), _num(_get(cfg, "seq"))
+    batch, seq = _num(_get(cfg, "batch")), 1.0 if generating else _num(_get(cfg, "seq"))
     tokens = int(batch * seq) if batch and seq else None
     step_ms = float(table["step_time_ms"].mean()) if len(table) else None
     options = {k: bool(v) for k, v in (trace.meta.get("options") or {}).items()}
@@ -224,15 +232,6 @@ def _manifest_memory(trace: Any) -> tuple[M.MemoryStats | None, str | None]:
     return mem, source
 
 
-def _traffic(manifest: Any, mf: MemoryFacts) -> MM.Traffic | None:
-    """The analytic traffic: from the model config for tracekit's own GPT, else from the
-    optimizer's tensors and the measured dynamic memory (a user script's run)."""
-    if mf.model is not None:
-        return MM.traffic(mf.model)
-    opt = manifest.get("optimizer") if isinstance(manifest, dict) else None
-    return MM.traffic_from_optimizer(opt, mf.dynamic_peak_bytes)
-
-
 def memory_facts(
     memory: pd.DataFrame,
     steps: list[int],
@@ -286,15 +285,17 @@ def trace_facts(trace: Any) -> TraceFacts:
     categories, cat_notes = _categories(trace)
     st = trace.steps[trace.steps["step"] >= 0].sort_values("step")
     spans = V.input_spans(trace.ops, trace.kernels)
+    starts = [int(v) for v in st["cpu_ts"]]
+    mem_tl = M.timeline(memory)
     return TraceFacts(
         steps=steps,
-        step_starts_ns=[int(v) for v in st["cpu_ts"]],
+        step_starts_ns=starts,
         step_table=table,
         header=header,
         launch=launch,
         memory=mem,
         memory_source=mem_source,
-        memory_timeline=M.timeline(memory),
+        memory_timeline=mem_tl,
         memory_per_step=M.peaks_per_step(memory),
         categories=categories,
         allocators=M.top_allocators(memory, TOP_ALLOCATORS, steps=n),
@@ -303,6 +304,7 @@ def trace_facts(trace: Any) -> TraceFacts:
         ),
         input_wait_ns=V.input_wait_ns(spans, trace.kernels),
         notes=cat_notes,
+        kv=kv_growth(trace.manifest, steps, starts, mem_tl),
     )
 
 
@@ -345,14 +347,27 @@ def summarize(
     total = float(k["dur"].sum())
     if total == 0:
         notes.append("no GPU activity in the analysed steps: time shares are undefined")
+    dm = DecodeModel.model_of(trace.manifest)
     ss = SS.step_summary(
         k,
         f.step_table,
         roofs,
         measured_step_ms=f.header.measured_step_time_ms,
-        traffic=_traffic(trace.manifest, f.memory_facts),
+        traffic=_traffic(f, dm, steps, trace.manifest),
     )
     notes.extend(ss.notes)
+    gen = GEN.analyse(
+        trace.manifest,
+        steps=steps,
+        step_table=f.step_table,
+        kernels=cls.kernels,
+        trace_ops=trace.ops,
+        operators=operators,
+        kernel_bytes=ss.per_step,
+        roofs=roofs,
+    )
+    if gen is not None:
+        notes.extend(gen.notes)
     comm = _exposed_comm(trace.manifest, exposed_comm_pct)
     bd = V.breakdown(
         f.step_table,
@@ -372,20 +387,41 @@ def summarize(
         flop_sources=_flop_sources(k),
         step_summary=ss,
         breakdown=bd,
-        verdict=_verdict(trace, bd, _evidence(f, k, ss, bound, roofs)) if bd and total else None,
+        verdict=_verdict(trace, bd, _evidence(f, k, ss, bound, roofs), gen)
+        if bd and total
+        else None,
         notes=notes,
         warnings=[f.launch.message] if f.launch.message else [],
         critical_path=CP.for_report(trace, cls, steps),
+        generate=gen,
     )
     sm.summary = summary_json(sm, top_operators=top_operators, top_kernels=top_kernels)
     return sm
 
 
-def _verdict(trace: Any, bd: V.Breakdown, ev: V.Evidence) -> V.Verdict:
+def _verdict(
+    trace: Any, bd: V.Breakdown, ev: V.Evidence, gen: GEN.GenerateFacts | None
+) -> V.Verdict:
     v = V.decide(bd, ev)
     if (trace.steps["name"] == WHOLE_TRACE).all():  # the parser's one step of a trace without
         v = replace(v, evidence=[*v.evidence, NO_STEPS])  # ProfilerStep markers
-    return v
+    return GD.decode_verdict(v, gen) if gen is not None else v
+
+
+def _traffic(
+    f: TraceFacts, dm: DecodeModel | None, steps: list[int], manifest: Any
+) -> MM.Traffic | DecodeTraffic | None:
+    """The analytic traffic beside the kernels' bytes: a training step's (memory model, or
+    for a user script's run the optimizer's tensors and the measured dynamic memory), or a
+    decode step's (decode model: weights + KV cache, mean of the recorded steps)."""
+    if dm is not None:
+        recorded = [d for d in steps if 0 <= d < dm.new_tokens]
+        return DecodeTraffic.mean_of([dm.step(d) for d in recorded]) if recorded else None
+    if f.memory_facts.model is not None:
+        return MM.traffic(f.memory_facts.model)
+    # a user script's run: its optimizer's tensors and the measured dynamic memory
+    opt = manifest.get("optimizer") if isinstance(manifest, dict) else None
+    return MM.traffic_from_optimizer(opt, f.memory_facts.dynamic_peak_bytes)
 
 
 def _flop_sources(k: pd.DataFrame) -> dict[str, float]:

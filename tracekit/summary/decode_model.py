@@ -136,6 +136,45 @@ def decode_step(
     )
 
 
+DECODE_TRAFFIC_FORMULA = (
+    "weights (every multiplied weight once) + KV cache read 2·L·B·c·C·b + KV cache "
+    "write 2·L·B·C·b, c = the cached tokens a decode step attends to"
+)
+
+
+@dataclass(frozen=True)
+class DecodeTraffic:
+    """Analytic DRAM bytes of a decode step (the mean of the steps given): what the
+    report puts beside the kernels' bytes, as :class:`memory_model.Traffic` does for a
+    training step."""
+
+    weights: float
+    kv_cache_read: float
+    kv_cache_write: float
+    formula: str = DECODE_TRAFFIC_FORMULA
+    basis: str = "decode"  # the decode model (memory_model.Traffic: "model" / "optimizer")
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.kv_cache_read + self.kv_cache_write
+
+    def terms(self) -> dict[str, float]:
+        return {
+            "weights": self.weights,
+            "kv_cache_read": self.kv_cache_read,
+            "kv_cache_write": self.kv_cache_write,
+        }
+
+    @classmethod
+    def mean_of(cls, steps: list[DecodeStep]) -> DecodeTraffic:
+        n = max(1, len(steps))
+        return cls(
+            sum(s.weight_bytes for s in steps) / n,
+            sum(s.kv_read_bytes for s in steps) / n,
+            sum(s.kv_write_bytes for s in steps) / n,
+        )
+
+
 @dataclass(frozen=True)
 class Prefill:
     """The prefill of ``batch`` prompts of ``prompt`` tokens (only the last position's
@@ -221,6 +260,17 @@ class DecodeModel:
             int(g["prompt"]),
             int(g["new_tokens"]),
         )
+
+    @classmethod
+    def model_of(cls, manifest: Any) -> DecodeModel | None:
+        """:meth:`from_manifest`, or None for anything that is not a generate run's
+        manifest (a training run, a bare trace, a mangled config)."""
+        if not isinstance(manifest, Mapping):
+            return None
+        try:
+            return cls.from_manifest(manifest)
+        except (UsageError, KeyError, TypeError, ValueError):
+            return None
 
     def step(self, d: int) -> DecodeStep:
         """Decode step ``d`` (0-based, ProfilerStep#d): context prompt + d + 1."""

@@ -12,6 +12,7 @@ import pandas as pd
 import tracekit.summary.critical_path as CP
 from tracekit.summary.classes import OPERATOR_COLUMNS
 from tracekit.summary.facts import Summary
+from tracekit.summary.gendoc import generate_json
 
 SUMMARY_FORMAT = "tracekit.summary"
 SUMMARY_VERSION = 2  # 2: step_summary (with the verdict), memory by category and model
@@ -63,6 +64,7 @@ def summary_json(
         "warnings": sm.warnings,
         "notes": sm.notes,
         "critical_path": CP.summary_block(sm.critical_path),
+        "generate": generate_json(sm.generate, sm.kv, sm.roofs.bandwidth_source),
     }
     return _clean(doc)  # type: ignore[no-any-return]
 
@@ -266,5 +268,10 @@ def _sources(sm: Summary) -> dict[str, Any]:
             if ss.basis == "unprofiled"
             else "measured with the profiler on (trace): rates are too low"
         ),
-        "analytic_traffic": _traffic_source(sm),
+        "analytic_traffic": (
+            "modelled: tracekit.summary.decode_model (a decode step) from the run's "
+            "model config"
+            if sm.generate is not None and ss.traffic is not None
+            else _traffic_source(sm)
+        ),
     }

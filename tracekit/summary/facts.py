@@ -10,11 +10,13 @@ from typing import Any
 import pandas as pd
 
 import tracekit.summary.critical_path as CP
+import tracekit.summary.generate as GEN
 import tracekit.summary.memory as M
 import tracekit.summary.memory_model as MM
 import tracekit.summary.steps as S
 import tracekit.summary.stepsummary as SS
 import tracekit.summary.verdict as V
+from tracekit.summary.kvcache import KVGrowth
 from tracekit.summary.roofs import Roofs
 
 
@@ -77,6 +79,7 @@ class TraceFacts:
     memory_facts: MemoryFacts
     input_wait_ns: dict[int, int]  # per step: GPU idle while the host loads input
     notes: list[str] = field(default_factory=list)
+    kv: KVGrowth | None = None  # a generate run's KV cache over its decode steps
 
 
 @dataclass(kw_only=True)
@@ -96,3 +99,4 @@ class Summary(TraceFacts):
     warnings: list[str] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     critical_path: CP.CriticalPath | None = None
+    generate: GEN.GenerateFacts | None = None  # a generate run: prefill, decode, the model

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.summary.decode_model import DecodeTraffic
 from tracekit.summary.memory_model import Traffic
 from tracekit.summary.roofs import Roofs
 
@@ -194,7 +195,7 @@ class StepSummary:
     overall: dict[str, Any]
     pipe: str | None
     per_step: pd.DataFrame
-    traffic: Traffic | None
+    traffic: Traffic | DecodeTraffic | None  # training step / decode step
     ridge: float | None  # compute pipe peak / bandwidth roof
     notes: list[str] = field(default_factory=list)
 
@@ -209,7 +210,7 @@ def step_summary(
     roofs: Roofs,
     *,
     measured_step_ms: float | None,
-    traffic: Traffic | None,
+    traffic: Traffic | DecodeTraffic | None,
 ) -> StepSummary:
     """The step summary of the classified GPU activities of the analysed steps
     (``kernels``: :data:`COLUMNS`; ``step_table``: :func:`steps.step_table`)."""
