@@ -203,6 +203,25 @@ def _step_lines(ax: Any, xs: np.ndarray, on_x: Any) -> None:
         ax.autoscale_view(scaley=False)
 
 
+def _kv_axis(ax: Any, kv: dict[str, Any], end_ms: float) -> None:
+    """A generate run's KV cache on a right-hand axis of its own scale: the bytes that
+    hold tokens from each decode step's start (to ``end_ms`` for the last) against the
+    preallocated cache."""
+    kax = ax.twinx()
+    top = max(float(kv["allocated"]), max(kv["filled"]))
+    scale, unit = (2**30, "GiB") if top >= 2**30 else (2**20, "MiB")
+    t = np.asarray(kv["starts_ns"], dtype=float) / 1e6
+    filled = np.asarray(kv["filled"], dtype=float) / scale
+    t, filled = np.append(t, max(end_ms, t[-1])), np.append(filled, filled[-1])
+    kax.step(t, filled, where="post", color="tab:purple", lw=1.8,
+             label="KV cache filled (right axis)")  # fmt: skip
+    kax.axhline(kv["allocated"] / scale, color="tab:purple", ls=":", lw=1.0,
+                label="KV cache preallocated (right axis)")  # fmt: skip
+    kax.set_ylim(0, 1.08 * top / scale)
+    kax.set_ylabel(f"KV cache [{unit}]", color="tab:purple")
+    kax.legend(fontsize=7, loc="lower right")
+
+
 def memory_timeline(d: dict[str, Any]) -> bytes:
     """``ts`` [ns], ``allocated``, ``reserved`` [bytes] (arrays), ``categories`` (None, or
     ``names``, ``times_us``, ``bytes`` (rows × names) and ``offset_ns`` (None: not
@@ -233,6 +252,10 @@ def memory_timeline(d: dict[str, Any]) -> bytes:
         ax.step(t, allocated / scale, where="post", color="k", lw=1.1, label="allocated")
         ax.step(t, reserved / scale, where="post", color="tab:red", lw=1.0, ls="--",
                 label="reserved")  # fmt: skip
+    kv = d.get("kv")
+    if kv is not None and aligned and len(kv["starts_ns"]):
+        fig.subplots_adjust(right=0.91)
+        _kv_axis(ax, kv, float(ts.max()) / 1e6 if len(ts) else 0.0)
     steps = d["steps"]
     if aligned and steps:
         starts = np.asarray(d["step_starts_ns"], dtype=float) / 1e6
@@ -252,10 +275,57 @@ def memory_timeline(d: dict[str, Any]) -> bytes:
     return png(fig)
 
 
+def decode_bandwidth(d: dict[str, Any]) -> bytes:
+    """A generate run's decode steps: left, the bandwidth each achieves by the decode
+    model's, the kernels' and the measured bytes against the roof; right, each step's GPU
+    time by kind beside its time per token and the roofline's. ``context``, ``model_bw``,
+    ``kernel_bw``, ``measured_bw`` [B/s], ``tpot_ms``, ``model_tpot_ms``, ``gemm_ms``,
+    ``attention_ms``, ``other_ms`` (arrays, one per step), ``roof`` [B/s] (None:
+    unknown), ``roof_label``, ``basis``, ``title``."""
+    fig = Figure(figsize=(11, 4.4))
+    fig.subplots_adjust(left=0.07, right=0.98, top=0.88, bottom=0.13, wspace=0.25)
+    ctx = d["context"]
+    if not len(ctx):
+        return message(fig, "Decode bandwidth", "not a generate run")
+    left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    for col, style, label in (("model_bw", "-o", "decode model's bytes"),
+                              ("kernel_bw", "-s", "kernels' modelled bytes"),
+                              ("measured_bw", "-^", "measured DRAM bytes")):  # fmt: skip
+        v = d[col]
+        if np.isfinite(v).any():
+            left.plot(ctx, v / 1e9, style, ms=3, label=f"{label} / time per step")
+    if d["roof"]:
+        left.axhline(d["roof"] / 1e9, color="k", ls="--", lw=1,
+                     label=plain(f"bandwidth roof {d['roof_label']}"))  # fmt: skip
+    left.set_ylim(bottom=0)
+    left.set_xlabel("cached tokens (context of the decode step)")
+    left.set_ylabel("achieved bandwidth [GB/s]")
+    left.set_title(f"Decode step bandwidth ({d.get('basis', 'unprofiled')} time)", fontsize=10)
+    left.grid(alpha=0.3)
+    left.legend(fontsize=7, loc="lower right")
+    bottom = np.zeros(len(ctx))
+    for col, label in (("gemm_ms", "GEMMs"), ("attention_ms", "attention"), ("other_ms", "other")):
+        v = np.nan_to_num(d[col])
+        right.bar(ctx, v, bottom=bottom, width=0.8, label=f"GPU time: {label}")
+        bottom += v
+    right.plot(ctx, d["tpot_ms"], "k-o", ms=3, label="time per step")
+    if np.isfinite(d["model_tpot_ms"]).any():
+        right.plot(ctx, d["model_tpot_ms"], "r--", label="roofline (decode model)")
+    right.set_ylim(bottom=0)
+    right.set_xlabel("cached tokens (context of the decode step)")
+    right.set_ylabel("ms per decode step")
+    right.set_title("Decode step time", fontsize=10)
+    right.grid(alpha=0.3)
+    right.legend(fontsize=7, loc="lower right")
+    fig.suptitle(plain(f"Decode steps: {d['title']}"), fontsize=11)
+    return png(fig)
+
+
 PLOTS: dict[str, Callable[[dict[str, Any]], bytes]] = {
     "time_share": time_share,
     "roofline": roofline,
     "memory_timeline": memory_timeline,
+    "decode_bandwidth": decode_bandwidth,
 }
 
 

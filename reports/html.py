@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 import tracekit.reports.fmt as fmt
+import tracekit.reports.generate as GR
 import tracekit.reports.verdict as VR
 from tracekit.summary import Summary
 from tracekit.summary.document import OPERATOR_KEYS
@@ -143,13 +144,13 @@ def verdict(sm: Summary) -> str:
     t = sm.summary.get("step_summary", {}).get("analytic_traffic")
     if t:
         rows = "".join(
-            f"<tr><td class='l'>{esc(name)}</td><td>{esc(fmt.si(t[k] / 2, 'B'))}</td>"
-            f"<td>{esc(fmt.si(t[k], 'B'))}</td></tr>"
-            for k, name in VR.TRAFFIC_TERMS.items()
+            f"<tr><td class='l'>{esc(name)}</td><td>{esc(size)}</td><td>{esc(moved)}</td></tr>"
+            for name, size, moved in VR.traffic_rows(t)
         )
+        model = "decode model" if sm.generate is not None else "analytic memory model"
         out.append(
-            f"<p>Analytic traffic per step: {esc(t['formula'])} (sizes from the analytic "
-            "memory model of the run's config).</p><table><thead><tr><th class='l'>term</th>"
+            f"<p>Analytic traffic per step: {esc(t['formula'])} (sizes from the {model} "
+            "of the run's config).</p><table><thead><tr><th class='l'>term</th>"
             f"<th>size</th><th>moved per step</th></tr></thead><tbody>{rows}"
             f"<tr><td class='l'>total</td><td></td><td>{esc(fmt.si(t['total'], 'B'))}</td>"
             "</tr></tbody></table>"
@@ -420,6 +421,7 @@ def render(sm: Summary, plots: Mapping[str, bytes]) -> str:
         [
             header(sm),
             verdict(sm),
+            generate(sm, plots),
             classes(sm, plots),
             roofline(sm, plots),
             memory(sm, plots),
@@ -511,3 +513,31 @@ def critical_path(sm: Summary) -> str:
             notes,
         ]
     )
+
+
+def generate(sm: Summary, plots: Mapping[str, bytes]) -> str:
+    """A generate run's section: prefill and decode, per-step bandwidth, decode GEMMs,
+    KV cache and the decode model (empty for a training run)."""
+    g = sm.generate
+    if g is None:
+        return ""
+    step_cols: list[Col] = [(h, "", f) for h, _, _, f in GR.STEP_COLUMNS]
+    gemm_cols: list[Col] = [
+        (h, "name" if k == "name" else "", f) for h, _, k, f in GR.GEMM_COLUMNS_OUT
+    ]
+    out = [
+        f"<h2>{esc(GR.title(g))}</h2>",
+        "<p class='muted'>A decode step reads every weight and the filled KV cache to make "
+        "one token per sequence: its bytes over its time are the bandwidth the memory wall "
+        "is about (docs/generate.md).</p>",
+        _kv(dict(GR.lines(sm))),
+    ]
+    if "decode_bandwidth" in plots:
+        out.append(_img(plots["decode_bandwidth"], "decode bandwidth per step"))
+    out += [
+        "<h3>Decode steps</h3>",
+        _table(g.per_step.head(200), step_cols, [k for _, _, k, _ in GR.STEP_COLUMNS]),
+        "<h3>Decode GEMMs</h3>",
+        _table(GR.gemm_rows(g), gemm_cols, [k for _, _, k, _ in GR.GEMM_COLUMNS_OUT]),
+    ]
+    return "\n".join(out)

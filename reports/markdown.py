@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 import tracekit.reports.fmt as fmt
+import tracekit.reports.generate as GR
 import tracekit.reports.verdict as VR
 from tracekit.summary import Summary
 
@@ -140,11 +141,30 @@ def allocators(sm: Summary) -> str:
     )
 
 
+def generate(sm: Summary) -> str:
+    """A generate run's figures, decode steps and decode GEMMs."""
+    g = sm.generate
+    if g is None:
+        return ""
+    rows = pd.DataFrame(GR.lines(sm), columns=["key", "value"])
+    return "\n\n".join(
+        [
+            f"**{esc(GR.title(g))}**",
+            table(rows, [("", "key", _s), ("", "value", _s)]),
+            table(g.per_step, [(h, k, f) for h, _, k, f in GR.STEP_COLUMNS]),
+            table(GR.gemm_rows(g), [(h, k, f) for h, _, k, f in GR.GEMM_COLUMNS_OUT]),
+        ]
+    )
+
+
 def all_tables(sm: Summary) -> dict[str, str]:
-    return {
+    out = {
         "summary": summary(sm),
         "classes": classes(sm),
         "operators": operators(sm),
         "kernels": kernels(sm),
         "allocators": allocators(sm),
     }
+    if sm.generate is not None:
+        out["generate"] = generate(sm)
+    return out

@@ -34,6 +34,7 @@ from tracekit.summary import Roofs, Summary, TraceFacts
 from tracekit.summary.classes import ORDER as CLASS_ORDER
 
 NAMES = ("time_share", "roofline", "memory_timeline")  # the report's order
+GENERATE_NAMES = ("decode_bandwidth",)  # generate runs only
 
 
 def _draw() -> ModuleType:
@@ -115,14 +116,46 @@ def memory_timeline_data(m: TraceFacts) -> dict[str, Any]:
         "steps": [int(s) for s in m.steps],
         "step_starts_ns": [int(s) for s in m.step_starts_ns],
         "device": m.memory.device if m.memory is not None else None,
+        "kv": None
+        if m.kv is None or not m.kv.filled_bytes
+        else {
+            "starts_ns": [float(t) for t in m.kv.step_starts_ns],
+            "filled": [float(b) for b in m.kv.filled_bytes],
+            "allocated": float(m.kv.allocated_bytes),
+        },
     }
+
+
+def decode_bandwidth_data(sm: Summary) -> dict[str, Any]:
+    """A generate run's per-step bandwidths against the roof and its per-step time split
+    (``Summary.generate``; empty arrays for a training run)."""
+    g = sm.generate
+    cols = ("context", "model_bw", "kernel_bw", "measured_bw", "tpot_ms", "model_tpot_ms",
+            "gemm_ms", "attention_ms", "other_ms")  # fmt: skip
+    if g is None:
+        return {c: np.zeros(0) for c in cols} | {"roof": None, "roof_label": "", "title": ""}
+    out: dict[str, Any] = {c: g.per_step[c].to_numpy(dtype=float) for c in cols}
+    out["roof"] = g.bandwidth
+    out["roof_label"] = fmt.si(g.bandwidth, "B/s") if g.bandwidth else ""
+    out["basis"] = g.basis
+    m = g.model
+    out["title"] = (
+        f"{sm.header.device or sm.roofs.device or 'unknown device'}, batch {m.batch}, {m.dtype}"
+    )
+    return out
 
 
 DATA: dict[str, Callable[[Summary], dict[str, Any]]] = {
     "time_share": lambda sm: time_share_data(sm.classes),
     "roofline": lambda sm: roofline_data(sm.operators, sm.roofs, sm.header.device),
     "memory_timeline": memory_timeline_data,
+    "decode_bandwidth": decode_bandwidth_data,
 }
+
+
+def names(sm: Summary) -> tuple[str, ...]:
+    """The plots of this report, in order: the generate ones for a generate run."""
+    return NAMES + (GENERATE_NAMES if sm.generate is not None else ())
 
 
 def time_share(sm: Summary) -> bytes:
@@ -140,7 +173,7 @@ def memory_timeline(sm: Summary) -> bytes:
 
 def all_plots(sm: Summary) -> dict[str, bytes]:
     """name -> PNG bytes, in the report's order."""
-    return {name: _draw().PLOTS[name](DATA[name](sm)) for name in NAMES}
+    return {name: _draw().PLOTS[name](DATA[name](sm)) for name in names(sm)}
 
 
 class PlotWorker:
@@ -263,11 +296,14 @@ class PlotWorker:
 
 
 __all__ = [
+    "GENERATE_NAMES",
     "NAMES",
     "PlotWorker",
     "all_plots",
+    "decode_bandwidth_data",
     "memory_timeline",
     "memory_timeline_data",
+    "names",
     "roof_lines",
     "roofline",
     "roofline_data",

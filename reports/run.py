@@ -216,7 +216,7 @@ def _run(
     t = time.perf_counter()
     trace = load(path)
     timings["parse"] = time.perf_counter() - t
-    if len(trace.kernels) == 0:
+    if len(trace.kernels) == 0 and not _generates(trace):  # a generate run has its prefill,
         raise TraceError(
             f"{trace.path}: a CPU-only trace (no kernel, memcpy or memset events): nothing "
             "to report on the GPU; `tracekit parse` writes its CPU tables"
@@ -262,10 +262,14 @@ def _analyse(
 
     waited = [0.0]
 
+    if worker is not None:
+        for name in plots.GENERATE_NAMES if sm.generate is not None else ():
+            worker.submit(name, plots.DATA[name](sm))
+
     def drawn() -> dict[str, bytes]:
         assert worker is not None
         w = time.perf_counter()
-        pngs.update((name, worker.result(name)) for name in plots.NAMES)
+        pngs.update((name, worker.result(name)) for name in plots.names(sm))
         waited[0] = time.perf_counter() - w
         return pngs
 
@@ -283,6 +287,12 @@ def _analyse(
         )
         timings["tensorboard"] = time.perf_counter() - t
     return result
+
+
+def _generates(trace: Trace) -> bool:
+    """A ``collect --workload generate`` run (its report has the generate section)."""
+    man = trace.manifest if isinstance(trace.manifest, dict) else {}
+    return (man.get("config") or {}).get("workload") == "generate"
 
 
 def _cores() -> int:

@@ -9,6 +9,8 @@ One event file per report, ``<logdir>/<run>/events.out.tfevents.<time>.<host>.<p
 * ``memory_timeline/allocated_bytes`` and ``memory_timeline/reserved_bytes``: the allocator
   totals over time, x = microseconds since the trace start (at most
   :data:`TIMELINE_POINTS` points, bucket maxima);
+* a generate run: ``generate/<figure>`` per decode step and the run's figures at the
+  first step (:func:`_generate`);
 * images ``plots/<name>`` (the PNGs) and text ``report/<table>`` (Markdown tables).
 
 The file is written beside the run folder under a temporary name and renamed into it;
@@ -109,6 +111,7 @@ def write_events(
             if tokens and ms > 0:
                 w.scalar("tokens_per_s", tokens / (ms / 1e3), step, t)
         _step_summary(w, sm, t)
+        _generate(w, sm, t)
         for r in sm.memory_per_step.to_dict("records"):
             w.scalar("memory/peak_allocated_bytes", float(r["peak_allocated"]), int(r["step"]), t)
             w.scalar("memory/peak_reserved_bytes", float(r["peak_reserved"]), int(r["step"]), t)
@@ -164,6 +167,48 @@ def _step_summary(w: _Writer, sm: Summary, t: float) -> None:
     ):
         if v is not None:
             w.scalar(key, v, first, t)
+
+
+GENERATE_STEP_SCALARS = (
+    "context",
+    "tpot_ms",
+    "model_bw",
+    "model_bw_pct",
+    "kernel_bw_pct",
+    "measured_bw_pct",
+    "busy_bw_pct",
+    "model_tpot_ms",
+    "gemm_ms",
+    "attention_ms",
+    "gemm_intensity",
+    "kv_filled_bytes",
+)
+
+
+def _generate(w: _Writer, sm: Summary, t: float) -> None:
+    """A generate run: ``generate/<figure>`` per decode step (x = the step), and at the
+    first step the run's figures (``generate/ttft_ms``, ``generate/prefill_pct``, the
+    decode model's bytes and FLOPs per token, the ridge batches)."""
+    g = sm.generate
+    if g is None:
+        return
+    for r in g.per_step.to_dict("records"):
+        for key in GENERATE_STEP_SCALARS:
+            w.scalar(f"generate/{key}", r[key], int(r["step"]), t)
+    doc = sm.summary.get("generate") or {}
+    first = g.steps[0]
+    for key, v in (
+        ("ttft_ms", g.shares.get("ttft_ms")),
+        ("prefill_pct", g.shares.get("prefill_pct")),
+        ("prefill_gpu_pct", g.shares.get("prefill_gpu_pct")),
+        ("model_bytes_per_token", (doc.get("model") or {}).get("bytes_per_token")),
+        ("model_flops_per_token", (doc.get("model") or {}).get("flops_per_token")),
+        ("gemm_ridge_batch", (doc.get("model") or {}).get("gemm_ridge_batch")),
+        ("step_ridge_batch", (doc.get("model") or {}).get("step_ridge_batch")),
+        ("gemm_intensity", g.gemm.get("intensity")),
+    ):
+        if v is not None:
+            w.scalar(f"generate/{key}", float(v), first, t)
 
 
 def _categories(w: _Writer, sm: Summary, t: float) -> None:

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 import tracekit.reports.fmt as fmt
+import tracekit.reports.generate as GR
 import tracekit.reports.verdict as VR
 from tracekit.summary import Summary
 
@@ -376,6 +377,9 @@ def render(sm: Summary, console: Console, outputs: Iterable[str] = ()) -> None:
         if not (said and w.startswith("launch-bound")):  # the verdict says it with evidence
             console.print(Text(f"warning: {w}", style="bold yellow"))
     console.print(missing(sm))
+    if sm.generate is not None:
+        console.print()
+        console.print(generate(sm))
     console.print()
     console.print(classes(sm))
     console.print()
@@ -441,3 +445,34 @@ def critical_path(sm: Summary) -> RenderableType:
             f"{r.speedup:.2f}x" if r.speedup == r.speedup else fmt.DASH,
         )
     return Group(head, t, Text(""), w)
+
+
+def generate(sm: Summary) -> RenderableType:
+    """A generate run: prefill against decode, the decode steps' bandwidth against the
+    roof, the decode GEMMs, the KV cache and the decode model."""
+    g = sm.generate
+    if g is None:
+        return Text("")
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for label, text in GR.lines(sm):
+        grid.add_row(label, _t(text))
+    cols = GR.TERMINAL_STEP
+    if not g.measured:
+        cols = [c for c in cols if c[1] != "measured_bw_pct"]
+    steps = _table(
+        "Decode steps: time per step, % of the bandwidth roof, GPU ms",
+        [(h, "right") for h, _, _ in cols],
+        gap=1,
+    )
+    for r in g.per_step.head(12).to_dict("records"):
+        steps.add_row(*(f(r[k]) for _, k, f in cols))
+    gemms = _table(
+        "Decode GEMMs (per step)",
+        [("operator", "name")] + [(h, "right") for h, _, _ in GR.TERMINAL_GEMM],
+        gap=1,
+    )
+    for r in GR.gemm_rows(g).head(8).to_dict("records"):
+        gemms.add_row(_name(r["name"]), *(f(r[k]) for _, k, f in GR.TERMINAL_GEMM))
+    return Group(Text(GR.title(g), style="bold"), grid, steps, gemms)

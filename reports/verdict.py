@@ -22,6 +22,11 @@ OPTIMIZER_TERMS = {
     "optimizer_state": "optimizer state",
     "activations": "dynamic memory",
 }
+DECODE_TERMS = {
+    "weights": "weights",
+    "kv_cache_read": "KV cache read",
+    "kv_cache_write": "KV cache write",
+}
 
 
 def _ok(v: Any) -> bool:
@@ -106,19 +111,34 @@ def figures(sm: Summary) -> list[tuple[str, str]]:
 
 def traffic_text(t: dict[str, Any]) -> str:
     """The analytic traffic with its formula, and the kernels' bytes as a multiple of it."""
-    # the terms are bytes moved (twice each tensor's size): the sizes are half of them
-    names = TRAFFIC_TERMS if t.get("basis", "model") == "model" else OPTIMIZER_TERMS
-    terms = " + ".join(f"{name} {fmt.si(t[k] / 2, 'B')}" for k, name in names.items())
-    kind = "analytic" if t.get("basis", "model") == "model" else "estimate"
-    line = f"{kind} {fmt.si(t['total'], 'B')}/step = 2 × ({terms})"
+    if "weights" in t:  # a decode step (tracekit.summary.decode_model): each term read once
+        terms = " + ".join(f"{name} {fmt.si(t[k], 'B')}" for k, name in DECODE_TERMS.items())
+        line = f"analytic {fmt.si(t['total'], 'B')}/decode step = {terms}"
+    else:
+        # the terms are bytes moved (twice each tensor's size): the sizes are half of them
+        model = t.get("basis", "model") == "model"
+        names = TRAFFIC_TERMS if model else OPTIMIZER_TERMS
+        terms = " + ".join(f"{name} {fmt.si(t[k] / 2, 'B')}" for k, name in names.items())
+        kind = "analytic" if model else "estimate"
+        line = f"{kind} {fmt.si(t['total'], 'B')}/step = 2 × ({terms})"
     if _ok(t.get("kernel_bytes_ratio")):
         line += f"; the kernels move {t['kernel_bytes_ratio']:.2f} × that"
     return line
 
 
+def traffic_rows(t: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(term, size, bytes moved per step) of the analytic traffic."""
+    if "weights" in t:  # a decode step reads each term once
+        return [(n, fmt.si(t[k], "B"), fmt.si(t[k], "B")) for k, n in DECODE_TERMS.items()]
+    names = TRAFFIC_TERMS if t.get("basis", "model") == "model" else OPTIMIZER_TERMS
+    return [(n, fmt.si(t[k] / 2, "B"), fmt.si(t[k], "B")) for k, n in names.items()]
+
+
 def memory_text(sm: Summary) -> str:
     """Peak, the analytic model beside it, dynamic memory per token."""
     m = sm.memory
+    if sm.generate is not None and _ok(sm.generate.memory.get("peak_allocated_bytes")):
+        return generate_memory_text(sm.generate.memory)
     if m is None:
         return "no memory figures (no [memory] events, no run manifest)"
     mf = sm.memory_facts
@@ -171,3 +191,16 @@ def model_text(sm: Summary) -> str:
         f"({_model_error(sm)})"
     )
     return txt + (f"; {mf.model_note}" if mf.model_note else "")
+
+
+def generate_memory_text(mem: dict[str, Any]) -> str:
+    """A generate run's unprofiled peak split into weights, KV cache and the rest."""
+    peak = mem["peak_allocated_bytes"]
+    kv = mem.get("kv_cache_bytes")
+    text = (
+        f"peak {fmt.nbytes(peak)} (unprofiled) = weights {fmt.nbytes(mem.get('weights_bytes'))}"
+        f" + KV cache {fmt.nbytes(kv)} + other {fmt.nbytes(mem.get('other_bytes'))}"
+    )
+    if _ok(kv) and peak:
+        text += f"; the KV cache is {fmt.pct(100.0 * kv / peak)} of the peak"
+    return text

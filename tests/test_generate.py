@@ -141,6 +141,32 @@ def test_manifest_metrics_and_kv_cache(run: Path) -> None:
     assert m["total_generations"] == 1 + 2 + 2  # warm-up, timed, profiler warm-up + profiled
 
 
+def test_report_of_a_cpu_generate_run(run: Path, tmp_path: Path) -> None:
+    """A CPU run has no GPU activity, but a generate run's report still has its prefill,
+    decode steps, KV cache and decode model (a training run's CPU-only trace is refused:
+    tests/test_report_fixtures.py)."""
+    out = tmp_path / "rep"
+    assert main(["report", str(run), "-o", str(out), "--no-tensorboard"]) == 0
+    doc = json.loads((out / "summary.json").read_text())
+    g = doc["generate"]
+    assert g["steps"] == [0, 1, 2, 3] and g["basis"] == "unprofiled"
+    W = 4 * (2 * (12 * 64 * 64 + 13 * 64) + 2 * 64 + 512 * 64)  # fp32 matmul weights
+    kv = 2 * 2 * 2 * 64 * 4  # one token of both sequences, 2 layers, K and V
+    ctx = [17, 18, 19, 20]
+    assert [r["model_bytes"] for r in g["per_step"]] == [W + kv * c + kv for c in ctx]
+    m = json.loads((run / "manifest.json").read_text())
+    tpot = m["metrics"]["tpot_ms_by_step"][:4]
+    assert [r["tpot_ms"] for r in g["per_step"]] == tpot
+    assert [r["model_bw"] for r in g["per_step"]] == pytest.approx(
+        [(W + kv * c + kv) / (t / 1e3) for c, t in zip(ctx, tpot, strict=True)]
+    )
+    assert g["kv_cache"]["per_token_bytes"] == kv // 2 and g["kv_cache"]["prefill_bytes"] == 16 * kv
+    assert g["time"]["ttft_ms"] == m["metrics"]["ttft_ms"]["median"]
+    assert g["prefill"]["kernels"] == 0 and g["gemm"]["ms_per_step"] == 0.0
+    assert doc["step_summary"]["analytic_traffic"]["weights"] == W
+    assert (out / "plots" / "decode_bandwidth.png").is_file()
+
+
 @pytest.mark.filterwarnings("ignore:Profiler won.t be using warmup")
 def test_cli_profiles_every_decode_step_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[CollectConfig] = []
