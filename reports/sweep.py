@@ -18,6 +18,7 @@ import pandas as pd
 
 from tracekit.io import atomic_write_bytes
 from tracekit.summary.memory_model import CATEGORIES
+from tracekit.sweep.decode import generating
 from tracekit.sweep.findings import findings
 from tracekit.sweep.fit import fit_table, largest_fitting, lines
 from tracekit.sweep.rows import CLASSES, complete
@@ -239,8 +240,13 @@ FIT_COLUMNS = [
 def render_section(
     table: pd.DataFrame, out_dir: Path, *, inline: bool = False, title: str = "Sweep"
 ) -> str:
-    """The sweep section as HTML; the PNGs go to ``out_dir``."""
+    """The sweep section as HTML; the PNGs go to ``out_dir`` (a generate sweep's:
+    :mod:`tracekit.reports.sweepgen`)."""
     table = complete(table)
+    if generating(table):
+        from tracekit.reports.sweepgen import render_section as generate_section
+
+        return generate_section(table, out_dir, inline=inline, title=title)
     plots = render_plots(table, out_dir)
     fits = fit_table(table)
     found = findings(table, fits)
@@ -261,18 +267,7 @@ def render_section(
             "<h3>Largest configuration that fits</h3>"
             + _table_html(big, [(c, c.replace("_", " "), "") for c in big.columns])
         )
-    for name in PLOTS:
-        p = plots.get(name)
-        if p is None:
-            continue
-        if inline:
-            src = "data:image/png;base64," + base64.b64encode(p.read_bytes()).decode()
-        else:
-            src = p.name
-        parts.append(
-            f"<figure><img src='{src}' alt='{name}'><figcaption>"
-            f"{name.replace('_', ' ')}</figcaption></figure>"
-        )
+    parts += [figure(name, plots[name], inline) for name in PLOTS if name in plots]
     missing = [n for n in PLOTS if n not in plots]
     if missing:
         parts.append(
@@ -282,6 +277,19 @@ def render_section(
         )
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def figure(name: str, path: Path, inline: bool) -> str:
+    """A plot as a ``<figure>``: the PNG's file name, or inlined as a data URI."""
+    src = (
+        "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
+        if inline
+        else path.name
+    )
+    return (
+        f"<figure><img src='{src}' alt='{name}'><figcaption>"
+        f"{name.replace('_', ' ')}</figcaption></figure>"
+    )
 
 
 def write_html(table: pd.DataFrame, out_dir: Path) -> Path:
@@ -317,6 +325,17 @@ SCALARS = (
     "bw_util_pct",
     "memory_bound_time_pct",
     *(f"mem_{c}_bytes" for c in CATEGORIES),
+    # generate sweeps (NaN, so absent, in training rows)
+    "ttft_ms",
+    "tpot_ms",
+    "time_per_token_ms",
+    "decode_bw_util_pct",
+    "decode_kernel_bw_util_pct",
+    "decode_gemm_ms",
+    "decode_gemm_flops_util_pct",
+    "model_tpot_ms",
+    "kv_cache_bytes",
+    "weights_bytes",
 )
 
 

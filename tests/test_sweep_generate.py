@@ -78,10 +78,22 @@ def test_generate_sweep_on_cpu(tmp_path: Path) -> None:
     assert ok["model_peak_bytes"].isna().all()  # the training memory model does not apply
     assert (ok["dynamic_peak_bytes"] == ok["peak_bytes"] - ok["weights_bytes"]).all()
 
-    from tracekit.sweep import describe, finish
+    assert list(ok["time_per_token_ms"]) == pytest.approx(list(ok["tpot_ms"] / ok["batch"]))
+    assert (ok["model_kv_bytes_per_token"] == 2 * 2 * 64 * 4).all()
+    assert ((ok["prefill_pct"] > 0) & (ok["prefill_pct"] < 100)).all()
+    assert ok["decode_gemm_ms"].isna().all()  # CPU: no GPU kernels in the trace
 
-    text = describe(t, finish(t, tmp_path))
+    from tracekit.reports.sweep import render_section
+    from tracekit.sweep import DECODE_CSV, describe, finish
+
+    outs = finish(t, tmp_path)
+    text = describe(t, outs)
     assert "TTFT ms" in text and "b2-s24-fp32-naive" in text
+    assert outs.findings[0].startswith("Along batch (context 24, fp32, naive): the time per")
+    assert "The time per step (no GPU GEMM times" in outs.findings[0]
+    assert (tmp_path / DECODE_CSV).is_file()
+    html = render_section(t, tmp_path / "report")
+    assert "Crossover and capacity wall per line" in html
 
 
 def test_lever_rows_record_their_options_and_levers(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import pandas as pd
 
 from tracekit.io import atomic_write_bytes, atomic_write_text
 from tracekit.summary.memory_model import estimate, kv_cache_bytes
+from tracekit.sweep.decode import generate_findings, generate_fits, generating, walls_table
 from tracekit.sweep.findings import findings
 from tracekit.sweep.fit import fit_table, largest_fitting, power_fit, quadratic_fit
 from tracekit.sweep.plan import Point, SweepPlan
@@ -23,6 +24,7 @@ from tracekit.sweep.rows import complete
 from tracekit.sweep.runner import read_table, run_sweep
 
 __all__ = [
+    "DECODE_CSV",
     "Point",
     "SweepOutputs",
     "SweepPlan",
@@ -31,6 +33,8 @@ __all__ = [
     "findings",
     "finish",
     "fit_table",
+    "generate_findings",
+    "generate_fits",
     "kv_cache_bytes",
     "largest_fitting",
     "power_fit",
@@ -38,6 +42,9 @@ __all__ = [
     "read_table",
     "run_sweep",
 ]
+
+
+DECODE_CSV = "decode.csv"  # a generate sweep's crossovers and capacity walls
 
 
 @dataclass
@@ -54,8 +61,14 @@ def finish(table: pd.DataFrame, out_dir: Path) -> SweepOutputs:
     (``tracekit.reports.sweep``): the CLI adds them."""
     out_dir = Path(out_dir)
     table = complete(table)
-    fits = fit_table(table)
-    found = findings(table, fits)
+    if generating(table):  # decode: crossover along batch, capacity wall along context
+        fits = generate_fits(table)
+        found = generate_findings(table)
+        walls = walls_table(table)
+        atomic_write_bytes(out_dir / DECODE_CSV, walls.to_csv(index=False).encode())
+    else:
+        fits = fit_table(table)
+        found = findings(table, fits)
     atomic_write_bytes(out_dir / "fits.csv", fits.to_csv(index=False).encode())
     atomic_write_text(out_dir / "findings.txt", "\n".join(found) + "\n")
     return SweepOutputs(fits, found, None, None)
@@ -88,11 +101,13 @@ def _generate_row(r: pd.Series) -> str:
     model's byte count (% of the measured copy ceiling)."""
     return (
         f"{r.get('ttft_ms', math.nan):>8.2f} {r.get('tpot_ms', math.nan):>8.3f} "
+        f"{r.get('time_per_token_ms', math.nan):>8.4f} "
         f"{r['tokens_per_s']:>10,.0f} {_gib(r['peak_bytes']):>8} "
         f"{_gib(r.get('kv_cache_bytes')):>7} "
         f"{r.get('model_decode_bytes_per_step', math.nan) / 1e6:>13.1f} "
         f"{r.get('decode_model_bw_Bps', math.nan) / 1e9:>7.1f} "
-        f"{r.get('decode_bw_util_pct', math.nan):>6.1f}"
+        f"{r.get('decode_bw_util_pct', math.nan):>6.1f} "
+        f"{r.get('decode_gemm_ms', math.nan):>8.3f}"
     )
 
 
@@ -100,8 +115,8 @@ def describe(table: pd.DataFrame, outs: SweepOutputs) -> str:
     """What the CLI prints: the table, the model next to the measurement, fits, findings."""
     if "workload" in table.columns and (table["workload"] == "generate").all():
         header = (
-            f"{'TTFT ms':>8} {'TPOT ms':>8} {'tokens/s':>10} {'peak GiB':>8} {'KV GiB':>7} "
-            f"{'model MB/step':>13} {'GB/s':>7} {'% copy':>6}"
+            f"{'TTFT ms':>8} {'TPOT ms':>8} {'ms/tok':>8} {'tokens/s':>10} {'peak GiB':>8} "
+            f"{'KV GiB':>7} {'model MB/step':>13} {'GB/s':>7} {'% copy':>6} {'GEMM ms':>8}"
         )
         return _describe(_table_lines(table, header, _generate_row), outs)
     header = (
@@ -117,8 +132,9 @@ def _describe(lines: list[str], outs: SweepOutputs) -> str:
     if len(fits):
         lines.append("")
         lines.append("scaling fits (log-log exponent, R²; seq: quadratic T² share at the max):")
-        for _, f in fits[
-            fits["quantity"].isin(["peak_bytes", "dynamic_peak_bytes", "tokens_per_s"])
+        power = fits[fits["fit"] != "linear"] if "fit" in fits else fits
+        for _, f in power[
+            power["quantity"].isin(["peak_bytes", "dynamic_peak_bytes", "tokens_per_s"])
         ].iterrows():
             extra = ""
             if not pd.isna(f["quad_c"]):

@@ -93,10 +93,14 @@ def classify_columns(
     achieved and their utilisation, the memory-/compute-bound time shares and the
     analytic traffic.
     """
+    result = _classify(trace, manifest)
+    return classify_frames_to_columns(result.classes, getattr(result, "steps", None)), None
+
+
+def _classify(trace: Any, manifest: Mapping[str, Any] | None) -> Any:
     from tracekit.classify import classify
 
-    result = classify(trace, manifest=dict(manifest) if manifest else None)
-    return classify_frames_to_columns(result.classes, getattr(result, "steps", None)), None
+    return classify(trace, manifest=dict(manifest) if manifest else None)
 
 
 def classify_frames_to_columns(classes: Any, steps: Any) -> dict[str, float]:
@@ -226,8 +230,18 @@ def generate_columns(
     }
     cols["dynamic_peak_bytes"] = peak_bytes - cols["weights_bytes"]
     dm = DecodeModel.from_manifest(manifest)
+    cols["time_per_token_ms"] = cols["tpot_ms"] / dm.batch
+    by = met.get("tpot_ms_by_step") or []
+    decode_ms = sum(_f(x) for x in by) if by else math.nan
+    cols["prefill_pct"] = 100.0 * cols["ttft_ms"] / (cols["ttft_ms"] + decode_ms)
     cols["model_decode_bytes_per_step"] = dm.mean_bytes_per_step()
     cols["model_decode_flops_per_token"] = dm.mean_flops_per_token()
+    steps = dm.steps()
+    cols["model_weight_bytes"] = float(steps[0].weight_bytes)
+    cols["model_kv_read_bytes_per_step"] = sum(x.kv_read_bytes for x in steps) / len(steps)
+    cols["model_kv_bytes_per_token"] = dm.kv_cache_bytes() / (
+        dm.batch * (dm.prompt + dm.new_tokens)
+    )
     cols["decode_model_bw_Bps"] = cols["model_decode_bytes_per_step"] / (cols["tpot_ms"] / 1e3)
     bw = _f(ceilings.get("memory_bandwidth_Bps"))
     roofs = ceilings.get("matmul_flops") or {}
@@ -273,7 +287,10 @@ def run_row(
     # the parsed trace: GPU idle share; classify's columns
     row["gpu_idle_pct"] = math.nan
     if with_trace and (m.get("artifacts") or {}).get("trace"):
-        row.update(trace_columns(run_dir, manifest, row["matmul_roof_flops"], notes))
+        man = manifest
+        if config.get("workload") == "generate" and manifest and not manifest.get("ceilings"):
+            man = {**manifest, "ceilings": ceil}  # one roof for every row of the sweep
+        row.update(trace_columns(run_dir, man, row["matmul_roof_flops"], notes))
     row["notes"] = "; ".join(notes) or None
     return row
 
@@ -398,12 +415,74 @@ def trace_columns(
     row: dict[str, Any] = {"gpu_idle_pct": gpu_idle_pct(trace.steps)}
     k = trace.kernels
     row["kernels_per_step"] = float(len(k)) / max(1, len(trace.steps)) if len(k) else math.nan
-    ccols, note = classify_columns(trace, manifest)
-    row.update(ccols)
+    result = _classify(trace, manifest)
+    row.update(classify_frames_to_columns(result.classes, getattr(result, "steps", None)))
     row["kernel_flops_util_pct"] = 100.0 * row["achieved_flops"] / matmul_roof
-    if note:
-        notes.append(note)
+    if (manifest or {}).get("config", {}).get("workload") == "generate":
+        row.update(decode_trace_columns(trace, result, manifest))
     return row
+
+
+# A generate row's columns from its trace (tracekit.summary.generate over the recorded
+# decode steps): GPU time per decode step, the decode GEMMs, the kernels' bytes.
+DECODE_TRACE_COLUMNS = (
+    "decode_gpu_busy_ms",
+    "decode_gemm_ms",
+    "decode_attention_ms",
+    "decode_gemm_flops_per_step",
+    "decode_gemm_bytes_per_step",
+    "decode_gemm_intensity",
+    "decode_gemm_flops_util_pct",
+    "decode_gemm_bw_util_pct",
+    "decode_kernel_bytes_per_step",
+    "decode_kernel_bw_Bps",
+    "decode_kernel_bw_util_pct",
+    "decode_measured_bw_Bps",
+    "decode_measured_bw_util_pct",
+    "prefill_gpu_ms",
+)
+
+
+def decode_trace_columns(trace: Any, result: Any, manifest: Any) -> dict[str, float]:
+    """:data:`DECODE_TRACE_COLUMNS` of a generate run (means over its recorded decode
+    steps; the bandwidths over the unprofiled time per token), from the parsed trace and
+    its classification, with the roofs classify used (the sweep's measured ceilings)."""
+    import tracekit.summary.classes as C
+    import tracekit.summary.steps as S
+    import tracekit.summary.stepsummary as SS
+    from tracekit.summary.generate import analyse
+    from tracekit.summary.roofs import roofs_from
+
+    out = {c: math.nan for c in DECODE_TRACE_COLUMNS}
+    steps = S.analysed_steps(trace.steps)
+    table = S.step_table(trace.steps)
+    roofs = roofs_from(result.device)
+    ops = result.ops[result.ops["step"].isin(steps)] if "step" in result.ops else result.ops
+    k = C.in_steps(result.kernels[[c for c in (*SS.COLUMNS, "kind") if c in result.kernels]], steps)
+    ss = SS.step_summary(k, table, roofs, measured_step_ms=None, traffic=None)
+    g = analyse(manifest, steps=steps, step_table=table, kernels=result.kernels,
+                trace_ops=trace.ops, operators=C.operator_table(ops, max(1, len(steps))),
+                kernel_bytes=ss.per_step, roofs=roofs)  # fmt: skip
+    if g is None or not g.has_gpu:
+        return out
+    gm = g.gemm
+    out.update(
+        decode_gpu_busy_ms=_f(g.mean("gpu_busy_ms")),
+        decode_gemm_ms=_f(gm.get("ms_per_step")),
+        decode_attention_ms=_f(g.mean("attention_ms")),
+        decode_gemm_flops_per_step=_f(gm.get("flops_per_step")),
+        decode_gemm_bytes_per_step=_f(gm.get("bytes_per_step")),
+        decode_gemm_intensity=_f(gm.get("intensity")),
+        decode_gemm_flops_util_pct=_f(gm.get("compute_utilisation_pct")),
+        decode_gemm_bw_util_pct=_f(gm.get("bandwidth_utilisation_pct")),
+        decode_kernel_bytes_per_step=_f(g.mean("kernel_bytes")),
+        decode_kernel_bw_Bps=_f(g.mean("kernel_bw")),
+        decode_kernel_bw_util_pct=_f(g.mean("kernel_bw_pct")),
+        decode_measured_bw_Bps=_f(g.mean("measured_bw")),
+        decode_measured_bw_util_pct=_f(g.mean("measured_bw_pct")),
+        prefill_gpu_ms=g.prefill.gpu_busy_ms,
+    )
+    return out
 
 
 def _f(v: Any) -> float:

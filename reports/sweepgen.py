@@ -1,0 +1,233 @@
+"""The generate sweep's section of ``sweep.html`` and its plots: time per token and
+bandwidth utilisation against the batch (the measured crossover beside the predicted one),
+the KV cache and the peak against the context (the capacity wall), the time per step
+against the context (the KV read)."""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracekit.reports.sweep import _save, _table_html, figure
+from tracekit.sweep.decode import (
+    capacity_wall,
+    generate_findings,
+    generate_fits,
+    line_groups,
+    measured_crossover,
+    walls_table,
+)
+from tracekit.sweep.rows import complete
+
+PLOTS = (
+    "decode_time_vs_batch",
+    "decode_utilisation_vs_batch",
+    "kv_cache_vs_context",
+    "tpot_vs_context",
+)
+ROW_COLUMNS = [
+    ("key", "configuration", ""),
+    ("status", "status", ""),
+    ("ttft_ms", "TTFT ms", ""),
+    ("tpot_ms", "time per step ms", ""),
+    ("time_per_token_ms", "time per token ms", ""),
+    ("tokens_per_s", "tokens/s", ""),
+    ("model_tpot_ms", "roofline ms", ""),
+    ("decode_gemm_ms", "GEMM ms/step", ""),
+    ("decode_bw_util_pct", "% copy ceiling (model bytes)", ""),
+    ("decode_kernel_bw_util_pct", "% copy ceiling (kernel bytes)", ""),
+    ("decode_gemm_flops_util_pct", "GEMM % matmul roof", ""),
+    ("peak_bytes", "peak GiB", "gib"),
+    ("weights_bytes", "weights GiB", "gib"),
+    ("kv_cache_bytes", "KV cache GiB", "gib"),
+    ("model_gemm_ridge_batch", "GEMM ridge batch (model)", ""),
+    ("error", "error", ""),
+]
+FIT_COLUMNS = [
+    ("fit", "fit", ""),
+    ("quantity", "quantity", ""),
+    ("axis", "axis", ""),
+    ("line", "line", ""),
+    ("exponent", "exponent", ""),
+    ("slope", "slope", ""),
+    ("r2", "R²", ""),
+]
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _title(fixed: dict[str, Any]) -> str:
+    return ", ".join(
+        f"context {v}" if k == "seq" else f"batch {v}" if k == "batch" else str(v)
+        for k, v in fixed.items()
+    )
+
+
+def _time_vs_batch(table: pd.DataFrame, ax: Any) -> bool:
+    drawn = False
+    for fixed, g in line_groups(table, "batch"):
+        ok = g[g["status"] == "ok"]
+        if len(ok) < 2:
+            continue
+        name = _title(fixed)
+        b = ok["batch"].to_numpy(dtype=float)
+        (line,) = ax.plot(b, ok["time_per_token_ms"], "-o", ms=3, label=f"time per token ({name})")
+        ax.plot(b, ok["tpot_ms"], "-s", ms=3, color=line.get_color(), alpha=0.6,
+                label=f"time per step ({name})")  # fmt: skip
+        if ok["model_tpot_ms"].notna().any():
+            ax.plot(b, ok["model_tpot_ms"], "--", color=line.get_color(), alpha=0.6,
+                    label=f"roofline time per step ({name})")  # fmt: skip
+        if ok["decode_gemm_ms"].notna().any():
+            ax.plot(b, ok["decode_gemm_ms"], ":^", ms=3, color=line.get_color(),
+                    label=f"decode GEMMs' GPU time per step ({name})")  # fmt: skip
+        c = measured_crossover(ok)
+        if c is not None and c.batch is not None:
+            ax.axvline(c.batch, color=line.get_color(), lw=1.2,
+                       label=f"measured crossover ≈ {c.batch:.0f}")  # fmt: skip
+        if c is not None and c.predicted is not None:
+            ax.axvline(c.predicted, color=line.get_color(), lw=1.2, ls="--",
+                       label=f"predicted (GEMM ridge) {c.predicted:.0f}")  # fmt: skip
+        drawn = True
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch")
+    ax.set_ylabel("ms")
+    ax.set_title("Decode: time per token and per step vs batch", fontsize=10)
+    return drawn
+
+
+def _utilisation_vs_batch(table: pd.DataFrame, ax: Any) -> bool:
+    drawn = False
+    for fixed, g in line_groups(table, "batch"):
+        ok = g[g["status"] == "ok"]
+        name = _title(fixed)
+        for col, style, what in (
+            ("decode_bw_util_pct", "-o", "bandwidth, model bytes"),
+            ("decode_kernel_bw_util_pct", "-s", "bandwidth, kernel bytes"),
+            ("decode_gemm_flops_util_pct", "-^", "GEMM FLOP/s of the matmul roof"),
+        ):
+            if col in ok and ok[col].notna().any():
+                ax.plot(ok["batch"], ok[col], style, ms=3, label=f"{what} ({name})")
+                drawn = True
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(0, 105)
+    ax.set_xlabel("batch")
+    ax.set_ylabel("% of the measured roof")
+    ax.set_title("Decode: bandwidth and compute utilisation vs batch", fontsize=10)
+    return drawn
+
+
+def _kv_vs_context(table: pd.DataFrame, ax: Any) -> bool:
+    drawn = False
+    for fixed, g in line_groups(table, "seq"):
+        ok = g[g["status"] == "ok"]
+        if not len(ok):
+            continue
+        name = _title(fixed)
+        x = ok["seq"].to_numpy(dtype=float)
+        (line,) = ax.plot(x, ok["peak_bytes"] / 2**30, "-o", ms=3, label=f"peak ({name})")
+        ax.plot(x, ok["kv_cache_bytes"] / 2**30, "-s", ms=3, color=line.get_color(), alpha=0.7,
+                label=f"KV cache ({name})")  # fmt: skip
+        ax.plot(x, ok["weights_bytes"] / 2**30, ":", color=line.get_color(), label="weights")
+        w = capacity_wall(g, "seq")
+        if w is not None and math.isfinite(w.device_bytes):
+            ax.axhline(w.device_bytes / 2**30, color="k", lw=1, label="device memory")
+            if w.wall is not None and w.oom_at is None:
+                xs = np.array([x[0], max(x[-1], w.wall)])
+                ax.plot(xs, (w.intercept_bytes + w.slope_bytes * xs) / 2**30, "--",
+                        color=line.get_color(), lw=0.8,
+                        label=f"peak's fit: wall at context ≈ {w.wall:,.0f}")  # fmt: skip
+        for v in g[g["status"] == "oom"]["seq"]:
+            ax.axvline(float(v), color="tab:red", ls="--", lw=1, label=f"OOM at context {int(v)}")
+        drawn = True
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("context (prompt + new tokens)")
+    ax.set_ylabel("GiB")
+    ax.set_title("KV cache and peak memory vs context: the capacity wall", fontsize=10)
+    return drawn
+
+
+def _tpot_vs_context(table: pd.DataFrame, ax: Any) -> bool:
+    drawn = False
+    for fixed, g in line_groups(table, "seq"):
+        ok = g[g["status"] == "ok"]
+        if len(ok) < 2:
+            continue
+        name = _title(fixed)
+        ax.plot(ok["seq"], ok["tpot_ms"], "-o", ms=3, label=f"measured ({name})")
+        if ok["model_tpot_ms"].notna().any():
+            ax.plot(ok["seq"], ok["model_tpot_ms"], "--", label=f"roofline ({name})")
+        drawn = True
+    ax.set_xlabel("context (prompt + new tokens)")
+    ax.set_ylabel("time per decode step [ms]")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Decode: time per step vs context (the KV cache read)", fontsize=10)
+    return drawn
+
+
+DRAW = {
+    "decode_time_vs_batch": _time_vs_batch,
+    "decode_utilisation_vs_batch": _utilisation_vs_batch,
+    "kv_cache_vs_context": _kv_vs_context,
+    "tpot_vs_context": _tpot_vs_context,
+}
+
+
+def render_plots(table: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
+    """The generate sweep's PNGs (``sweep_<name>.png``); name -> path of those drawn."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table = complete(table)
+    made = {}
+    for name in PLOTS:
+        plt = _plt()
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        if DRAW[name](table, ax):
+            ax.grid(alpha=0.3, which="both")
+            ax.legend(fontsize=6)
+            made[name] = _save(fig, out_dir / f"sweep_{name}.png")
+        else:
+            plt.close(fig)
+    return made
+
+
+def render_section(table: pd.DataFrame, out_dir: Path, *, inline: bool, title: str) -> str:
+    """The generate sweep's section: findings, crossovers and walls, configurations,
+    fits, plots."""
+    table = complete(table)
+    plots = render_plots(table, out_dir)
+    walls = walls_table(table)
+    parts = [f"<section class='sweep'><h2>{html.escape(title)}</h2>"]
+    parts.append(
+        "<h3>Findings</h3><p>" + " ".join(html.escape(s) for s in generate_findings(table)) + "</p>"
+    )
+    if len(walls):
+        cols = [(c, c.replace("_", " "), "") for c in walls.columns]
+        parts.append("<h3>Crossover and capacity wall per line</h3>" + _table_html(walls, cols))
+    parts.append("<h3>Configurations</h3>" + _table_html(table, ROW_COLUMNS))
+    fits = generate_fits(table)
+    if len(fits):
+        parts.append("<h3>Fits</h3>" + _table_html(fits, FIT_COLUMNS))
+    parts += [figure(name, plots[name], inline) for name in PLOTS if name in plots]
+    missing = [n for n in PLOTS if n not in plots]
+    if missing:
+        parts.append(
+            "<p class='note'>Not drawn (no data for them): "
+            + ", ".join(m.replace("_", " ") for m in missing)
+            + ".</p>"
+        )
+    parts.append("</section>")
+    return "\n".join(parts)

@@ -1,0 +1,212 @@
+"""The generate sweep's analysis on a table built from the decode model: the measured
+crossover (exact interpolation), the KV-cache plateau, the capacity walls (an OOM row and
+an extrapolated one), the KV read bandwidth along the context, fits, findings, the HTML
+section and its plots; and the tiny CPU generate sweep's trace columns."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tracekit.summary.decode_model import DecodeModel, gemm_ridge_batch
+from tracekit.summary.memory_model import ModelShape
+from tracekit.sweep import DECODE_CSV, describe, finish
+from tracekit.sweep.decode import (
+    capacity_wall,
+    generate_findings,
+    generate_fits,
+    kv_read_bandwidth,
+    measured_crossover,
+    walls_table,
+)
+
+GPT2 = ModelShape(vocab_size=50304, n_layer=12, n_head=12, n_embd=768, block_size=8192)
+BW, PEAK = 3.0e12, 600e12  # ridge 200 FLOP/B: the bf16 GEMMs' ridge batch is 200
+KV_BW = 2.5e12  # the synthetic KV read's bandwidth
+DEVICE = 80 * 2**30
+OTHER = 300e6  # activations, workspaces
+LAUNCH_MS = 0.05  # per step, outside the roofline
+
+
+def _row(batch: int, ctx: int, new: int = 32) -> dict[str, Any]:
+    dm = DecodeModel(GPT2, "bf16", batch, ctx - new, new)
+    steps = dm.steps()
+    W = steps[0].weight_bytes
+    N = W // 2
+    gemm_ms = 1e3 * (W / BW + 2 * N * batch / PEAK)  # the roofline's sum form
+    kv_read = sum(s.kv_read_bytes for s in steps) / len(steps)
+    tpot = gemm_ms + 1e3 * kv_read / KV_BW + LAUNCH_MS
+    kv = dm.kv_cache_bytes()
+    bpt = dm.mean_bytes_per_step()
+    return {
+        "key": f"b{batch}-s{ctx}-bf16-sdpa", "batch": batch, "seq": ctx, "dtype": "bf16",
+        "attention": "sdpa", "gpus": 1, "tokens": batch * ctx, "workload": "generate",
+        "status": "ok", "error": None, "tpot_ms": tpot, "step_time_ms": tpot,
+        "time_per_token_ms": tpot / batch, "tokens_per_s": batch / tpot * 1e3,
+        "decode_gemm_ms": gemm_ms, "decode_gemm_flops_util_pct":
+        100 * 2 * N * batch / (gemm_ms / 1e3) / PEAK,
+        "model_gemm_ridge_batch": gemm_ridge_batch(GPT2, dtype="bf16", peak_flops=PEAK,
+                                                   bandwidth_Bps=BW),
+        "model_kv_read_bytes_per_step": kv_read, "model_decode_bytes_per_step": bpt,
+        "decode_model_bw_Bps": bpt / (tpot / 1e3), "decode_bw_util_pct":
+        100 * bpt / (tpot / 1e3) / BW, "decode_kernel_bw_util_pct": math.nan,
+        "model_tpot_ms": 1e3 * dm.predict(BW, PEAK)["tpot_s"],
+        "weights_bytes": float(2 * (N + 8192 * 768)), "kv_cache_bytes": float(kv),
+        "model_kv_bytes_per_token": 2 * 12 * 768 * 2.0, "peak_bytes": 2 * N + kv + OTHER,
+        "device_total_bytes": float(DEVICE), "bandwidth_roof_Bps": BW,
+        "oom_requested_bytes": math.nan,
+    }  # fmt: skip
+
+
+def _table(oom_context: int | None = 8192) -> pd.DataFrame:
+    rows = [_row(b, 1024) for b in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
+    rows += [_row(8, c) for c in (128, 256, 512, 2048, 4096)]
+    if oom_context:
+        rows.append({**_row(8, oom_context), "status": "oom", "tpot_ms": math.nan,
+                     "error": "CUDA out of memory. Tried to allocate 3.00 GiB",
+                     "oom_requested_bytes": 3 * 2**30})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_measured_crossover_interpolates_the_doubling() -> None:
+    t = _table()
+    ok = t[(t["seq"] == 1024)].sort_values("batch")
+    c = measured_crossover(ok)
+    assert c is not None and c.column == "decode_gemm_ms"
+    a = ok.iloc[0]["decode_gemm_ms"]  # t(B) = a·(200 + B)/201 in the sum form
+    g = ok["decode_gemm_ms"].to_numpy()
+    assert g[-1] / g[0] == pytest.approx((200 + 256) / 201)
+    # 2·t(1) = t(1)·402/201: between batch 128 (328/201) and 256 (456/201), log-log
+    frac = (math.log(402) - math.log(328)) / (math.log(456) - math.log(328))
+    assert c.batch == pytest.approx(128 * 2**frac) and c.between == (128, 256)
+    assert c.batch == pytest.approx(
+        196.373, abs=1e-3
+    )  # near the ridge 200 (+ 2·B₀ in the sum form)
+    assert c.predicted == pytest.approx(200) and c.base_value == pytest.approx(a)
+    # a sweep that stops below it measures none
+    c = measured_crossover(ok[ok["batch"] <= 64])
+    assert c is not None and c.batch is None and c.growth_at_max == pytest.approx(264 / 201)
+
+
+def test_without_gpu_gemm_times_the_step_time_is_used() -> None:
+    ok = _table()[lambda t: t["seq"] == 1024].assign(decode_gemm_ms=math.nan)
+    c = measured_crossover(ok)
+    assert c is not None and c.column == "tpot_ms" and c.batch is not None
+    assert c.batch < 196  # the KV read doubles the step earlier than the GEMMs
+
+
+def test_capacity_walls_oom_and_extrapolated() -> None:
+    t = _table()
+    w = capacity_wall(t[t["batch"] == 8].sort_values("seq"), "seq")
+    assert w is not None and w.oom_at == 8192 and w.last_ok == 4096
+    assert w.oom_requested_bytes == 3 * 2**30
+    per_ctx = 8 * 2 * 12 * 768 * 2  # the peak's slope: 8 sequences' KV per token of context
+    assert w.slope_bytes == pytest.approx(per_ctx)
+    w = capacity_wall(t[t["seq"] == 1024].sort_values("batch"), "batch")
+    assert w is not None and w.oom_at is None
+    per_seq = 1024 * 2 * 12 * 768 * 2  # one sequence's KV cache at context 1024
+    assert w.slope_bytes == pytest.approx(per_seq) and w.r2 == pytest.approx(1.0)
+    assert w.intercept_bytes == pytest.approx(247_378_944 + OTHER)  # bf16 weights + the rest
+    assert w.wall == pytest.approx((DEVICE - w.intercept_bytes) / per_seq)
+    assert w.wall == pytest.approx(2261.055, abs=1e-3)
+
+
+def test_kv_read_bandwidth_along_the_context() -> None:
+    t = _table()
+    ok = t[(t["batch"] == 8) & (t["status"] == "ok")].sort_values("seq")
+    bw, slope, r2 = kv_read_bandwidth(ok)  # type: ignore[misc]
+    assert bw == pytest.approx(KV_BW, rel=1e-6) and r2 == pytest.approx(1.0)
+    assert slope == pytest.approx(1e3 * 8 * 2 * 12 * 768 * 2 / KV_BW)
+
+
+def test_findings_are_the_data() -> None:
+    found = generate_findings(_table())
+    batch = next(s for s in found if s.startswith("Along batch"))
+    assert "the time per token falls" in batch
+    assert "reaches 2× that at batch ≈ 196 (between 128 and 256)" in batch
+    assert "the decode model puts the GEMMs' ridge at batch 200 (measured / predicted 0.98)" in (
+        batch
+    )
+    # at context 1024 the KV cache outgrows the weights: the plateau is the KV cache's
+    assert "Tokens/s stops growing from batch" in batch and "the KV cache is" in batch
+    assert "batching does not amortise it" in batch
+    assert "would fill the device's 80.00 GiB at batch ≈" in batch
+    ctx = next(s for s in found if s.startswith("Along context (batch 8"))
+    assert "36.00 KiB per token of a sequence" in ctx and "288.00 KiB per token of context" in ctx
+    assert "The capacity wall: context 8192 ran out of memory, asking for 3.00 GiB more" in ctx
+    assert "the extra KV cache is read at 2.50 TB/s = 83 % of the copy ceiling" in ctx
+    assert any(s.startswith("The measured time per step is") for s in found)
+    # no numbers in the code: another table, other sentences
+    other = generate_findings(_table(oom_context=None))
+    assert not any("ran out of memory" in s for s in other)
+    assert any("would fill the device's" in s and "at context ≈" in s for s in other)
+
+
+def test_fits_walls_and_outputs(tmp_path: Path) -> None:
+    t = _table()
+    fits = generate_fits(t)
+    lin = fits[(fits["fit"] == "linear") & (fits["quantity"] == "kv_cache_bytes")]
+    seq = lin[lin["axis"] == "seq"].iloc[0]
+    assert seq["slope"] == pytest.approx(8 * 2 * 12 * 768 * 2) and seq["r2"] == pytest.approx(1)
+    tps = fits[(fits["fit"] == "power") & (fits["quantity"] == "tokens_per_s")]
+    assert (tps["axis"] == "batch").any()
+    walls = walls_table(t)
+    row = walls[walls["axis"] == "batch"].iloc[0]
+    assert row["crossover_batch"] == pytest.approx(196.373, abs=1e-3)
+    assert walls[walls["axis"] == "seq"].iloc[0]["capacity_oom_at"] == 8192
+    outs = finish(t, tmp_path)
+    assert (tmp_path / DECODE_CSV).is_file() and (tmp_path / "findings.txt").is_file()
+    text = describe(t, outs)
+    assert "ms/tok" in text and "GEMM ms" in text and "measured crossover" in text
+
+    from tracekit.reports.sweep import render_section, write_tensorboard
+
+    html = render_section(t, tmp_path / "report", inline=True)
+    assert "Crossover and capacity wall per line" in html and "OOM" not in html.split("<h3>")[0]
+    for name in ("decode_time_vs_batch", "decode_utilisation_vs_batch", "kv_cache_vs_context",
+                 "tpot_vs_context"):  # fmt: skip
+        assert (tmp_path / "report" / f"sweep_{name}.png").is_file(), name
+    assert html.count("data:image/png;base64,") == 4
+    written = write_tensorboard(t, tmp_path / "tb")
+    assert any(p.name == "batch@1024-bf16-sdpa" for p in written)
+
+
+def test_a_training_table_keeps_the_training_analysis(tmp_path: Path) -> None:
+    t = _table().assign(workload="train")
+    outs = finish(t, tmp_path)
+    assert not (tmp_path / DECODE_CSV).exists()
+    assert not any("crossover" in s for s in outs.findings)
+    assert np.isfinite(outs.fits["exponent"]).all()
+
+
+def test_a_generate_row_reads_its_trace(tmp_path: Path) -> None:
+    """run_row on the synthetic H100 generate run (tests/gengen.py): the decode columns
+    from its trace, with the report's figures."""
+    import json
+
+    from tracekit.sweep.plan import Point
+    from tracekit.sweep.rows import run_row
+
+    from . import gengen as G
+
+    run = G.write_run(tmp_path / "syn")
+    m = json.loads((run / "manifest.json").read_text())
+    r = run_row(Point(G.B, G.P + G.N, "bf16", "sdpa"), run, m)
+    assert r["decode_gemm_ms"] == pytest.approx(0.044)
+    assert r["decode_attention_ms"] == pytest.approx(0.002)
+    assert r["decode_gpu_busy_ms"] == pytest.approx(0.065)
+    assert r["prefill_gpu_ms"] == pytest.approx(0.156)
+    assert r["prefill_pct"] == pytest.approx(100 * 0.180 / 0.464)
+    assert r["time_per_token_ms"] == pytest.approx(0.071 / 8)
+    assert r["model_gemm_ridge_batch"] == pytest.approx(200)
+    assert r["model_kv_bytes_per_token"] == 2 * G.L * G.C * 2
+    assert r["decode_gemm_bw_util_pct"] == pytest.approx(
+        100 * r["decode_gemm_bytes_per_step"] / 44e-6 / G.BW
+    )
+    assert 50 < r["decode_kernel_bw_util_pct"] < 55  # the report's 53.1, 53.1, 51.7, 51.7 %
+    assert math.isnan(r["decode_measured_bw_util_pct"])

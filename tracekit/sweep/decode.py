@@ -1,0 +1,508 @@
+"""Generate sweeps (``tracekit sweep --workload generate``): where decoding turns from
+memory- to compute-bound along the batch, and where the KV cache meets the device's
+capacity along the context. Every sentence is computed from the table.
+
+Definitions (docs/generate.md repeats them; thresholds are module constants):
+
+* **Measured crossover** (per line along the batch): the batch at which the decode GEMMs'
+  GPU time per step (``decode_gemm_ms``, from the trace) reaches :data:`CROSSOVER_GROWTH`
+  times its value at the line's smallest batch, interpolated log-log between the two
+  sweep points around it. Below the ridge a GEMM of M = batch rows reads the same weights
+  whatever M, so its time stays flat; above it the time grows with M. With GEMM time =
+  weight read + FLOPs at the peak (the roofline's sum form) the doubling batch is the
+  ridge batch R·W/(2N) + 2·B₀ (B₀ the smallest batch), so it is compared with the decode
+  model's ``model_gemm_ridge_batch``. Without GPU GEMM times (a CPU run) the time per
+  step (``tpot_ms``) is used the same way; the KV cache read grows with the batch even
+  below the ridge, so that doubling comes earlier than the GEMMs' (the sentence says
+  which time it used).
+* **Throughput plateau**: tokens/s grows by less than :data:`PLATEAU_GAIN` from one batch
+  to the next. At the plateau's batch the decode model says what a step reads: when the
+  KV cache is at least :data:`KV_BOUND_PCT` % of it the plateau is the KV cache's (each
+  sequence reads its own cache: batching does not amortise it), when the GEMMs have
+  crossed over it is compute, else undetermined.
+* **Capacity wall** (per line along batch or context): the first OOM row (as the training
+  sweep records it); without one, the axis value at which the linear fit of the measured
+  peak reaches the device's memory (extrapolated, with the fit's R²).
+* **KV read bandwidth** (per line along the context): the slope of the time per step
+  against the context, s, over the KV cache bytes one more token of context adds to a
+  step, 2·L·B·C·b: the bandwidth at which the extra KV cache is read.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracekit.sweep.fit import fit_table
+from tracekit.sweep.plan import config_columns
+from tracekit.sweep.rows import complete
+
+CROSSOVER_GROWTH = 2.0
+PLATEAU_GAIN = 1.10
+KV_BOUND_PCT = 50.0
+# the quantities a generate sweep fits: power laws along both axes, and straight lines
+POWER_QUANTITIES = ("tokens_per_s", "time_per_token_ms", "tpot_ms", "peak_bytes")
+LINEAR_QUANTITIES = ("tpot_ms", "peak_bytes", "kv_cache_bytes", "decode_gemm_ms")
+
+
+def _num(v: Any) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return f
+
+
+def _gib(b: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(b) >= scale:
+            return f"{b / scale:.2f} {unit}"
+    return f"{b:.0f} B"
+
+
+def _ms(v: float) -> str:
+    return f"{v:.3f} ms" if v < 10 else f"{v:.1f} ms"
+
+
+def _bw(v: float) -> str:
+    return f"{v / 1e12:.2f} TB/s" if v >= 1e12 else f"{v / 1e9:.1f} GB/s"
+
+
+def generating(table: pd.DataFrame) -> bool:
+    """A generate sweep's table (every row from ``collect --workload generate``)."""
+    if "workload" not in table.columns or not len(table):
+        return False
+    return bool((table["workload"] == "generate").all())
+
+
+def line_groups(table: pd.DataFrame, axis: str) -> list[tuple[dict[str, Any], pd.DataFrame]]:
+    """Every line along ``axis`` (all rows, ok or not, sorted along it) with at least two
+    values of it."""
+    fixed = [c for c in config_columns(table) if c != axis]
+    out = []
+    for keys, g in table.groupby(fixed, sort=True):
+        if g[axis].nunique() >= 2:
+            keys = keys if isinstance(keys, tuple) else (keys,)
+            out.append((dict(zip(fixed, keys, strict=True)), g.sort_values(axis)))
+    return out
+
+
+def _line_name(fixed: dict[str, Any]) -> str:
+    parts = [
+        f"context {fixed['seq']}" if "seq" in fixed else "",
+        *([f"batch {fixed['batch']}"] if "batch" in fixed else []),
+    ]
+    parts += [str(fixed[k]) for k in ("dtype", "attention") if k in fixed]
+    return ", ".join(p for p in parts if p)
+
+
+# --------------------------------------------------------------------------- crossover
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """The measured crossover of one line along the batch."""
+
+    column: str  # decode_gemm_ms, or tpot_ms without GPU GEMM times
+    base_batch: int
+    base_value: float
+    batch: float | None  # interpolated; None: not reached
+    between: tuple[int, int] | None  # the sweep points around it
+    max_batch: int
+    growth_at_max: float  # value at the largest batch / at the smallest
+    predicted: float | None  # the decode model's GEMM ridge batch (measured ceilings)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def measured_crossover(ok: pd.DataFrame) -> Crossover | None:
+    """The crossover of the ok rows of one line along the batch (sorted by batch), or
+    None when fewer than two rows have the time it needs."""
+    column = "decode_gemm_ms"
+    if column not in ok or (ok[column].fillna(0) <= 0).all():
+        column = "tpot_ms"
+    b = ok["batch"].to_numpy(dtype=np.float64)
+    y = ok[column].to_numpy(dtype=np.float64)
+    keep = np.isfinite(y) & (y > 0)
+    b, y = b[keep], y[keep]
+    if len(b) < 2:
+        return None
+    target = CROSSOVER_GROWTH * y[0]
+    at, between = None, None
+    for i in range(1, len(b)):
+        if y[i] >= target:
+            lb0, lb1, ly0, ly1 = np.log(b[i - 1]), np.log(b[i]), np.log(y[i - 1]), np.log(y[i])
+            frac = (np.log(target) - ly0) / (ly1 - ly0) if ly1 > ly0 else 1.0
+            at, between = float(np.exp(lb0 + frac * (lb1 - lb0))), (int(b[i - 1]), int(b[i]))
+            break
+    pred = (
+        _num(ok["model_gemm_ridge_batch"].dropna().median())
+        if "model_gemm_ridge_batch" in ok
+        else math.nan
+    )
+    return Crossover(
+        column=column,
+        base_batch=int(b[0]),
+        base_value=float(y[0]),
+        batch=at,
+        between=between,
+        max_batch=int(b[-1]),
+        growth_at_max=float(y[-1] / y[0]),
+        predicted=pred if math.isfinite(pred) else None,
+    )
+
+
+def _crossover_words(c: Crossover, ok: pd.DataFrame) -> str:
+    what = (
+        "the decode GEMMs' GPU time per step"
+        if c.column == "decode_gemm_ms"
+        else "the time per step (no GPU GEMM times: a CPU run, or no trace)"
+    )
+    s = f"{what}, {_ms(c.base_value)} at batch {c.base_batch}, "
+    if c.batch is not None and c.between is not None:
+        s += (
+            f"reaches {CROSSOVER_GROWTH:g}× that at batch ≈ {c.batch:.0f} (between "
+            f"{c.between[0]} and {c.between[1]}): the measured crossover from memory- to "
+            "compute-bound"
+        )
+    else:
+        s += f"grows only {c.growth_at_max:.2f}× up to batch {c.max_batch}: no crossover measured"
+    if c.predicted is not None:
+        s += f"; the decode model puts the GEMMs' ridge at batch {c.predicted:.0f}"
+        if c.batch is not None:
+            s += f" (measured / predicted {c.batch / c.predicted:.2f})"
+    last = ok.iloc[-1]
+    fl = _num(last.get("decode_gemm_flops_util_pct"))
+    if math.isfinite(fl):
+        s += f"; at batch {int(last['batch'])} the GEMMs reach {fl:.0f} % of the matmul roof"
+    return s
+
+
+def _plateau_words(ok: pd.DataFrame, c: Crossover | None) -> str:
+    tps = ok["tokens_per_s"].to_numpy(dtype=np.float64)
+    for i in range(1, len(ok)):
+        if tps[i] < PLATEAU_GAIN * tps[i - 1]:
+            a, b = ok.iloc[i - 1], ok.iloc[i]
+            gain = 100 * (tps[i] / tps[i - 1] - 1)
+            kv = (
+                100
+                * _num(b.get("model_kv_read_bytes_per_step"))
+                / _num(b.get("model_decode_bytes_per_step"))
+            )
+            s = (
+                f"tokens/s stops growing from batch {int(a['batch'])} to {int(b['batch'])} "
+                f"({gain:+.0f} %)"
+            )
+            if kv >= KV_BOUND_PCT:
+                return s + (
+                    f": there the KV cache is {kv:.0f} % of the bytes a step reads (decode "
+                    "model), and each sequence reads its own: batching does not amortise it"
+                )
+            if c is not None and c.batch is not None and b["batch"] >= c.batch:
+                return s + ": the decode GEMMs are past the crossover (compute-bound)"
+            return s + f" (KV cache {kv:.0f} % of the bytes; kind undetermined)"
+    gain = tps[-1] / tps[0]
+    return (
+        f"tokens/s still grows ×{gain:.1f} from batch {int(ok.iloc[0]['batch'])} to "
+        f"{int(ok.iloc[-1]['batch'])}"
+    )
+
+
+# --------------------------------------------------------------------------- capacity
+
+
+@dataclass(frozen=True)
+class CapacityWall:
+    """Where one line along ``axis`` runs out of device memory."""
+
+    axis: str
+    oom_at: int | None  # the first OOM row
+    oom_requested_bytes: float
+    last_ok: int | None  # the largest ok row below it (or at all)
+    last_ok_peak_bytes: float
+    device_bytes: float
+    slope_bytes: float  # of the peak's linear fit, per unit of the axis
+    intercept_bytes: float
+    r2: float
+    wall: float | None  # the axis value at which the fit reaches the device's memory
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _linear(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """(slope, intercept, R²) of a least-squares line."""
+    k, a = np.polyfit(x, y, 1)
+    fitted = a + k * x
+    ss = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1.0 - float(np.sum((y - fitted) ** 2)) / ss if ss else 1.0
+    return float(k), float(a), r2
+
+
+def capacity_wall(g: pd.DataFrame, axis: str) -> CapacityWall | None:
+    """The capacity wall of one line (all its rows, sorted along ``axis``)."""
+    ok = g[g["status"] == "ok"]
+    oom = g[g["status"] == "oom"]
+    if not len(ok) and not len(oom):
+        return None
+    oom_at = int(oom.iloc[0][axis]) if len(oom) else None
+    below = ok[ok[axis] < oom_at] if oom_at is not None else ok
+    last = below.iloc[-1] if len(below) else None
+    total = _num(ok["device_total_bytes"].max()) if len(ok) else math.nan
+    x = ok[axis].to_numpy(dtype=np.float64)
+    y = ok["peak_bytes"].to_numpy(dtype=np.float64)
+    keep = np.isfinite(y)
+    k = a = r2 = math.nan
+    wall = None
+    if keep.sum() >= 2 and len(np.unique(x[keep])) >= 2:
+        k, a, r2 = _linear(x[keep], y[keep])
+        if k > 0 and math.isfinite(total):
+            wall = (total - a) / k
+    return CapacityWall(
+        axis=axis,
+        oom_at=oom_at,
+        oom_requested_bytes=_num(oom.iloc[0].get("oom_requested_bytes")) if len(oom) else math.nan,
+        last_ok=int(last[axis]) if last is not None else None,
+        last_ok_peak_bytes=_num(last["peak_bytes"]) if last is not None else math.nan,
+        device_bytes=total,
+        slope_bytes=k,
+        intercept_bytes=a,
+        r2=r2,
+        wall=wall,
+    )
+
+
+def _wall_words(w: CapacityWall) -> str:
+    unit = "token of context" if w.axis == "seq" else "sequence"
+    name = "context" if w.axis == "seq" else "batch"
+    if w.oom_at is not None:
+        ask = (
+            f", asking for {_gib(w.oom_requested_bytes)} more"
+            if math.isfinite(w.oom_requested_bytes)
+            else ""
+        )
+        after = (
+            f" after {name} {w.last_ok} peaked at {_gib(w.last_ok_peak_bytes)}"
+            if w.last_ok is not None
+            else ""
+        )
+        return f"the capacity wall: {name} {w.oom_at} ran out of memory{ask}{after}"
+    if w.wall is None:
+        return "no capacity wall in reach (no device memory figure or no growth)"
+    used = 100 * w.last_ok_peak_bytes / w.device_bytes if w.device_bytes else math.nan
+    return (
+        f"the peak grows {_gib(w.slope_bytes)} per {unit} (linear fit, R² {w.r2:.3f}) and "
+        f"would fill the device's {_gib(w.device_bytes)} at {name} ≈ {w.wall:,.0f} — the "
+        f"capacity wall, extrapolated (the largest run, {name} {w.last_ok}, used "
+        f"{used:.1f} %)"
+    )
+
+
+# --------------------------------------------------------------------------- context
+
+
+def kv_read_bandwidth(ok: pd.DataFrame) -> tuple[float, float, float] | None:
+    """(bandwidth [B/s], slope [ms per token of context], R²) of the KV read along one
+    line of context (ok rows), or None with fewer than two contexts."""
+    x = ok["seq"].to_numpy(dtype=np.float64)
+    y = ok["tpot_ms"].to_numpy(dtype=np.float64)
+    per_tok = ok["model_kv_bytes_per_token"].to_numpy(dtype=np.float64) * ok["batch"].to_numpy(
+        dtype=np.float64
+    )
+    keep = np.isfinite(y) & np.isfinite(per_tok)
+    if len(np.unique(x[keep])) < 2:
+        return None
+    k, _, r2 = _linear(x[keep], y[keep])
+    if not k > 0:
+        return None
+    return float(np.median(per_tok[keep])) / (k / 1e3), k, r2
+
+
+def _context_words(ok: pd.DataFrame) -> str:
+    first, last = ok.iloc[0], ok.iloc[-1]
+    per = _num(first.get("model_kv_bytes_per_token"))
+    share = 100 * _num(last["kv_cache_bytes"]) / _num(last["peak_bytes"])
+    s = (
+        f"the KV cache holds {_gib(per)} per token of a sequence (2·L·C·b), "
+        f"{_gib(per * _num(first['batch']))} per token of context at batch "
+        f"{int(first['batch'])}: {_gib(_num(first['kv_cache_bytes']))} at context "
+        f"{int(first['seq'])}, {_gib(_num(last['kv_cache_bytes']))} at {int(last['seq'])} "
+        f"(measured allocations), {share:.0f} % of that run's peak"
+    )
+    kv = kv_read_bandwidth(ok)
+    if kv is not None:
+        bw, k, r2 = kv
+        roof = (
+            _num(ok["bandwidth_roof_Bps"].dropna().median())
+            if "bandwidth_roof_Bps" in ok
+            else math.nan
+        )
+        pct = f" = {100 * bw / roof:.0f} % of the copy ceiling" if math.isfinite(roof) else ""
+        s += (
+            f"; each 1k tokens of context add {1e3 * k:.3f} ms per step (R² {r2:.3f}): the "
+            f"extra KV cache is read at {_bw(bw)}{pct}"
+        )
+    return s
+
+
+# --------------------------------------------------------------------------- findings
+
+
+def _utilisation_words(ok: pd.DataFrame) -> str:
+    u = ok["decode_bw_util_pct"].to_numpy(dtype=np.float64)
+    if not np.isfinite(u).any():
+        return ""
+    i = int(np.nanargmax(u))
+    r = ok.iloc[i]
+    s = (
+        f"decode reaches at most {u[i]:.0f} % of the copy ceiling (the decode model's bytes "
+        f"over the time per step, {_bw(_num(r['decode_model_bw_Bps']))} at batch "
+        f"{int(r['batch'])})"
+    )
+    k = _num(r.get("decode_kernel_bw_util_pct"))
+    if math.isfinite(k):
+        s += f"; by the kernels' bytes {k:.0f} %"
+    return s
+
+
+def batch_findings(table: pd.DataFrame) -> list[str]:
+    out = []
+    for fixed, g in line_groups(table, "batch"):
+        ok = g[g["status"] == "ok"]
+        if len(ok) < 2:
+            continue
+        a, b = ok.iloc[0], ok.iloc[-1]
+        ta, tb = _num(a["time_per_token_ms"]), _num(b["time_per_token_ms"])
+        sa, sb = _num(a["tpot_ms"]), _num(b["tpot_ms"])
+        s = (
+            f"Along batch ({_line_name(fixed)}): the time per token "
+            f"{'falls' if tb < ta else 'rises'} from {_ms(ta)} at batch {int(a['batch'])} to "
+            f"{_ms(tb)} at batch {int(b['batch'])} (tokens/s {_num(a['tokens_per_s']):,.0f} → "
+            f"{_num(b['tokens_per_s']):,.0f}) while the time per step "
+            f"{'grows' if sb >= sa else 'falls'} from {_ms(sa)} to {_ms(sb)}"
+        )
+        c = measured_crossover(ok)
+        parts = [s]
+        if c is not None:
+            parts.append(_crossover_words(c, ok))
+        parts.append(_plateau_words(ok, c))
+        util = _utilisation_words(ok)
+        if util:
+            parts.append(util)
+        w = capacity_wall(g, "batch")
+        if w is not None and (w.oom_at is not None or w.wall is not None):
+            parts.append(_wall_words(w))
+        out.append(_sentences(parts))
+    return out
+
+
+def _sentences(parts: list[str]) -> str:
+    """The parts as sentences: each capitalised, ended with a full stop."""
+    return " ".join(p[:1].upper() + p[1:] + "." for p in parts if p)
+
+
+def context_findings(table: pd.DataFrame) -> list[str]:
+    out = []
+    for fixed, g in line_groups(table, "seq"):
+        ok = g[g["status"] == "ok"]
+        parts = [f"Along context ({_line_name(fixed)})"]
+        if len(ok):
+            parts[0] += ": " + _context_words(ok)
+        w = capacity_wall(g, "seq")
+        if w is not None and (w.oom_at is not None or w.wall is not None):
+            parts.append(_wall_words(w))
+        if len(parts) > 1 or len(ok):
+            out.append(_sentences(parts))
+    return out
+
+
+def model_findings(table: pd.DataFrame) -> list[str]:
+    ok = table[(table["status"] == "ok")]
+    r = (ok["tpot_ms"] / ok["model_tpot_ms"]).replace([np.inf, -np.inf], np.nan).dropna()
+    if not len(r):
+        return []
+    lo, hi = ok.loc[r.idxmin()], ok.loc[r.idxmax()]
+    return [
+        f"The measured time per step is {r.min():.2f}–{r.max():.2f}× the decode model's "
+        f"roofline time (weights and KV cache at the copy ceiling, FLOPs at the matmul "
+        f"roof): closest at {lo['key']}, farthest at {hi['key']}."
+    ]
+
+
+def generate_findings(table: pd.DataFrame) -> list[str]:
+    """All findings of a generate sweep, in reading order."""
+    table = complete(table)
+    out = batch_findings(table) + context_findings(table) + model_findings(table)
+    failed = table[table["status"] == "error"]
+    if len(failed):
+        out.append(
+            f"{len(failed)} configuration(s) failed: "
+            + "; ".join(f"{r['key']} ({r['error']})" for _, r in failed.iterrows())
+            + "."
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def linear_fits(table: pd.DataFrame) -> pd.DataFrame:
+    """Straight lines of :data:`LINEAR_QUANTITIES` along each axis, per line of ok rows:
+    ``slope`` (per unit of the axis), ``intercept``, ``r2``."""
+    recs = []
+    for axis in ("batch", "seq"):
+        for fixed, g in line_groups(table, axis):
+            ok = g[g["status"] == "ok"]
+            for q in LINEAR_QUANTITIES:
+                if q not in ok:
+                    continue
+                x = ok[axis].to_numpy(dtype=np.float64)
+                y = ok[q].to_numpy(dtype=np.float64)
+                keep = np.isfinite(y)
+                if len(np.unique(x[keep])) < 2:
+                    continue
+                k, a, r2 = _linear(x[keep], y[keep])
+                line = ", ".join(f"{c}={v}" for c, v in fixed.items())
+                xs = ",".join(str(int(v)) for v in x[keep])
+                recs.append({"fit": "linear", "quantity": q, "axis": axis, "line": line,
+                             **fixed, "x_values": xs, "slope": k, "intercept": a, "r2": r2,
+                             "n": int(keep.sum())})  # fmt: skip
+    frame: pd.DataFrame = pd.DataFrame(recs)
+    return frame
+
+
+def generate_fits(table: pd.DataFrame) -> pd.DataFrame:
+    """``fits.csv`` of a generate sweep: power laws (``fit`` power) and lines."""
+    table = complete(table)
+    power = fit_table(table, POWER_QUANTITIES).assign(fit="power")
+    lin = linear_fits(table)
+    frame: pd.DataFrame = pd.concat([power, lin], ignore_index=True) if len(lin) else power
+    return frame
+
+
+def walls_table(table: pd.DataFrame) -> pd.DataFrame:
+    """``decode.csv``: per line, the measured crossover against the predicted one (along
+    batch) and the capacity wall (along batch and context)."""
+    table = complete(table)
+    recs: list[dict[str, Any]] = []
+    for axis in ("batch", "seq"):
+        for fixed, g in line_groups(table, axis):
+            ok = g[g["status"] == "ok"]
+            rec: dict[str, Any] = {"axis": axis, "line": _line_name(fixed)}
+            c = measured_crossover(ok) if axis == "batch" and len(ok) >= 2 else None
+            if c is not None:
+                rec.update({f"crossover_{k}": v for k, v in c.to_dict().items()})
+            w = capacity_wall(g, axis)
+            if w is not None:
+                rec.update({f"capacity_{k}": v for k, v in w.to_dict().items()})
+            if axis == "seq" and len(ok):
+                kv = kv_read_bandwidth(ok)
+                rec["kv_read_bw_Bps"] = kv[0] if kv else math.nan
+            recs.append(rec)
+    frame: pd.DataFrame = pd.DataFrame(recs)
+    return frame
