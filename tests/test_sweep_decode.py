@@ -210,3 +210,31 @@ def test_a_generate_row_reads_its_trace(tmp_path: Path) -> None:
     )
     assert 50 < r["decode_kernel_bw_util_pct"] < 55  # the report's 53.1, 53.1, 51.7, 51.7 %
     assert math.isnan(r["decode_measured_bw_util_pct"])
+
+
+def test_gpu_script_plan_and_summary(tmp_path: Path) -> None:
+    """benchmarks/gpu_generate_sweep.py: the issue's two axes in 15 configurations per
+    model (block size 8192), and its summary of a sweep folder."""
+    import importlib.util
+
+    from tracekit.sweep.runner import collect_command, write_table
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_generate_sweep.py"
+    spec = importlib.util.spec_from_file_location("gpu_generate_sweep", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    plan = mod.plan("gpt2-medium")
+    keys = [p.key for p in plan.points()]
+    assert len(keys) == 15 and keys[0] == "b8-s1024-bf16-sdpa"
+    assert "b256-s1024-bf16-sdpa" in keys and "b8-s8192-bf16-sdpa" in keys
+    cmd = collect_command(plan, plan.points()[-1], tmp_path, ceilings=False)
+    assert cmd[cmd.index("--block-size") + 1] == "8192" and "--with-stack" not in cmd
+    t = _table().assign(device_name="NVIDIA H100 80GB HBM3", matmul_roof_flops=PEAK,
+                        exit_code=0.0, wall_s=1.0, run_dir=None)  # fmt: skip
+    write_table(tmp_path, t.to_dict("records"))
+    text = mod.summary(tmp_path)
+    assert "copy ceiling 3.00 TB/s, bf16 matmul 600 TFLOP/s (measured), ridge 200" in text
+    assert "crossover (context 1024, bf16, sdpa): measured batch 196" in text
+    assert "predicted 200" in text and "OOM at context 8192" in text
+    assert "KV read 2.50 TB/s" in text
