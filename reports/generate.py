@@ -5,7 +5,6 @@ the terminal, the HTML page and the Markdown tables."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -13,15 +12,12 @@ import pandas as pd
 
 import tracekit.reports.fmt as fmt
 import tracekit.reports.verdict as VR
+from tracekit.reports.fmt import _ok
 from tracekit.summary import Summary
 from tracekit.summary.gendoc import bandwidth_words, gemm_words
 from tracekit.summary.generate import GenerateFacts
 
 Fmt = Callable[[Any], str]
-
-
-def _ok(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
 
 
 def title(g: GenerateFacts) -> str:

@@ -267,16 +267,22 @@ def render_section(
             "<h3>Largest configuration that fits</h3>"
             + _table_html(big, [(c, c.replace("_", " "), "") for c in big.columns])
         )
-    parts += [figure(name, plots[name], inline) for name in PLOTS if name in plots]
-    missing = [n for n in PLOTS if n not in plots]
+    parts += figures(PLOTS, plots, inline)
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def figures(names: tuple[str, ...], plots: dict[str, Path], inline: bool) -> list[str]:
+    """The drawn plots of ``names`` as ``<figure>``s, then a note naming those not drawn."""
+    parts = [figure(name, plots[name], inline) for name in names if name in plots]
+    missing = [n for n in names if n not in plots]
     if missing:
         parts.append(
             "<p class='note'>Not drawn (no data for them): "
             + ", ".join(m.replace("_", " ") for m in missing)
             + ".</p>"
         )
-    parts.append("</section>")
-    return "\n".join(parts)
+    return parts
 
 
 def figure(name: str, path: Path, inline: bool) -> str:

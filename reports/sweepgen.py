@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.reports.sweep import _save, _table_html, figure
+from tracekit.reports.sweep import _save, _table_html, figures
 from tracekit.sweep.decode import (
     capacity_wall,
     generate_findings,
@@ -75,6 +75,16 @@ def _title(fixed: dict[str, Any]) -> str:
     )
 
 
+def _axes(ax: Any, x: str, y: str, title: str, log_y: bool = True) -> None:
+    """Log₂ x axis (batch, context), log or linear y, labels and title."""
+    ax.set_xscale("log", base=2)
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(title, fontsize=10)
+
+
 def _time_vs_batch(table: pd.DataFrame, ax: Any) -> bool:
     drawn = False
     for fixed, g in line_groups(table, "batch"):
@@ -100,11 +110,7 @@ def _time_vs_batch(table: pd.DataFrame, ax: Any) -> bool:
             ax.axvline(c.predicted, color=line.get_color(), lw=1.2, ls="--",
                        label=f"predicted (GEMM ridge) {c.predicted:.0f}")  # fmt: skip
         drawn = True
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("batch")
-    ax.set_ylabel("ms")
-    ax.set_title("Decode: time per token and per step vs batch", fontsize=10)
+    _axes(ax, "batch", "ms", "Decode: time per token and per step vs batch")
     return drawn
 
 
@@ -121,11 +127,9 @@ def _utilisation_vs_batch(table: pd.DataFrame, ax: Any) -> bool:
             if col in ok and ok[col].notna().any():
                 ax.plot(ok["batch"], ok[col], style, ms=3, label=f"{what} ({name})")
                 drawn = True
-    ax.set_xscale("log", base=2)
+    _axes(ax, "batch", "% of the measured roof", "Decode: bandwidth and compute utilisation "
+          "vs batch", log_y=False)  # fmt: skip
     ax.set_ylim(0, 105)
-    ax.set_xlabel("batch")
-    ax.set_ylabel("% of the measured roof")
-    ax.set_title("Decode: bandwidth and compute utilisation vs batch", fontsize=10)
     return drawn
 
 
@@ -152,11 +156,8 @@ def _kv_vs_context(table: pd.DataFrame, ax: Any) -> bool:
         for v in g[g["status"] == "oom"]["seq"]:
             ax.axvline(float(v), color="tab:red", ls="--", lw=1, label=f"OOM at context {int(v)}")
         drawn = True
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("context (prompt + new tokens)")
-    ax.set_ylabel("GiB")
-    ax.set_title("KV cache and peak memory vs context: the capacity wall", fontsize=10)
+    _axes(ax, "context (prompt + new tokens)", "GiB",
+          "KV cache and peak memory vs context: the capacity wall")  # fmt: skip
     return drawn
 
 
@@ -171,10 +172,9 @@ def _tpot_vs_context(table: pd.DataFrame, ax: Any) -> bool:
         if ok["model_tpot_ms"].notna().any():
             ax.plot(ok["seq"], ok["model_tpot_ms"], "--", label=f"roofline ({name})")
         drawn = True
-    ax.set_xlabel("context (prompt + new tokens)")
-    ax.set_ylabel("time per decode step [ms]")
+    _axes(ax, "context (prompt + new tokens)", "time per decode step [ms]",
+          "Decode: time per step vs context (the KV cache read)", log_y=False)  # fmt: skip
     ax.set_ylim(bottom=0)
-    ax.set_title("Decode: time per step vs context (the KV cache read)", fontsize=10)
     return drawn
 
 
@@ -221,13 +221,6 @@ def render_section(table: pd.DataFrame, out_dir: Path, *, inline: bool, title: s
     fits = generate_fits(table)
     if len(fits):
         parts.append("<h3>Fits</h3>" + _table_html(fits, FIT_COLUMNS))
-    parts += [figure(name, plots[name], inline) for name in PLOTS if name in plots]
-    missing = [n for n in PLOTS if n not in plots]
-    if missing:
-        parts.append(
-            "<p class='note'>Not drawn (no data for them): "
-            + ", ".join(m.replace("_", " ") for m in missing)
-            + ".</p>"
-        )
+    parts += figures(PLOTS, plots, inline)
     parts.append("</section>")
     return "\n".join(parts)

@@ -34,6 +34,7 @@ from tensorboard.compat.proto import types_pb2 as types
 from tensorboard.plugins.text import metadata as text_metadata
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
+import tracekit.summary.generate as GEN
 from tracekit.summary import Summary
 from tracekit.summary import memory as M
 
@@ -169,19 +170,12 @@ def _step_summary(w: _Writer, sm: Summary, t: float) -> None:
             w.scalar(key, v, first, t)
 
 
-GENERATE_STEP_SCALARS = (
-    "context",
-    "tpot_ms",
-    "model_bw",
-    "model_bw_pct",
-    "kernel_bw_pct",
-    "measured_bw_pct",
-    "busy_bw_pct",
-    "model_tpot_ms",
-    "gemm_ms",
-    "attention_ms",
-    "gemm_intensity",
-    "kv_filled_bytes",
+# a generate run's per-step figures (tracekit.summary.generate.PER_STEP_COLUMNS) but the
+# ones that repeat another in other units
+GENERATE_STEP_SCALARS = tuple(
+    c
+    for c in GEN.PER_STEP_COLUMNS
+    if c not in ("step", "trace_step_ms", "kernel_bw", "measured_bw", "model_flops")
 )
 
 

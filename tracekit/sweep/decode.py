@@ -15,7 +15,8 @@ Definitions (docs/generate.md repeats them; thresholds are module constants):
   step (``tpot_ms``) is used the same way; the KV cache read grows with the batch even
   below the ridge, so that doubling comes earlier than the GEMMs' (the sentence says
   which time it used).
-* **Throughput plateau**: tokens/s grows by less than :data:`PLATEAU_GAIN` from one batch
+* **Throughput plateau**: tokens/s grows by less than ``PLATEAU_GAIN`` (the training
+  sweep's, :mod:`tracekit.sweep.findings`) from one batch
   to the next. At the plateau's batch the decode model says what a step reads: when the
   KV cache is at least :data:`KV_BOUND_PCT` % of it the plateau is the KV cache's (each
   sequence reads its own cache: batching does not amortise it), when the GEMMs have
@@ -37,31 +38,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.sweep.findings import PLATEAU_GAIN, _gib, _num, failed_findings
 from tracekit.sweep.fit import fit_table
 from tracekit.sweep.plan import config_columns
 from tracekit.sweep.rows import complete
 
 CROSSOVER_GROWTH = 2.0
-PLATEAU_GAIN = 1.10
 KV_BOUND_PCT = 50.0
 # the quantities a generate sweep fits: power laws along both axes, and straight lines
 POWER_QUANTITIES = ("tokens_per_s", "time_per_token_ms", "tpot_ms", "peak_bytes")
 LINEAR_QUANTITIES = ("tpot_ms", "peak_bytes", "kv_cache_bytes", "decode_gemm_ms")
-
-
-def _num(v: Any) -> float:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return f
-
-
-def _gib(b: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(b) >= scale:
-            return f"{b / scale:.2f} {unit}"
-    return f"{b:.0f} B"
 
 
 def _ms(v: float) -> str:
@@ -421,7 +407,7 @@ def context_findings(table: pd.DataFrame) -> list[str]:
     return out
 
 
-def model_findings(table: pd.DataFrame) -> list[str]:
+def roofline_findings(table: pd.DataFrame) -> list[str]:
     ok = table[(table["status"] == "ok")]
     r = (ok["tpot_ms"] / ok["model_tpot_ms"]).replace([np.inf, -np.inf], np.nan).dropna()
     if not len(r):
@@ -437,15 +423,8 @@ def model_findings(table: pd.DataFrame) -> list[str]:
 def generate_findings(table: pd.DataFrame) -> list[str]:
     """All findings of a generate sweep, in reading order."""
     table = complete(table)
-    out = batch_findings(table) + context_findings(table) + model_findings(table)
-    failed = table[table["status"] == "error"]
-    if len(failed):
-        out.append(
-            f"{len(failed)} configuration(s) failed: "
-            + "; ".join(f"{r['key']} ({r['error']})" for _, r in failed.iterrows())
-            + "."
-        )
-    return out
+    out = batch_findings(table) + context_findings(table) + roofline_findings(table)
+    return out + failed_findings(table[table["status"] == "error"])
 
 
 # --------------------------------------------------------------------------- tables

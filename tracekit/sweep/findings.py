@@ -346,13 +346,18 @@ def findings(table: pd.DataFrame, fits: pd.DataFrame | None = None) -> list[str]
     out += savings_findings(table)
     out += scaling_findings(fits)
     out += model_findings(table)
-    if len(failed):
-        out.append(
-            f"{len(failed)} configuration(s) failed: "
-            + "; ".join(f"{r['key']} ({r['error']})" for _, r in failed.iterrows())
-            + "."
-        )
-    return out
+    return out + failed_findings(failed)
+
+
+def failed_findings(failed: pd.DataFrame) -> list[str]:
+    """The sentence naming the failed configurations (``failed``: their rows), if any."""
+    if not len(failed):
+        return []
+    return [
+        f"{len(failed)} configuration(s) failed: "
+        + "; ".join(f"{r['key']} ({r['error']})" for _, r in failed.iterrows())
+        + "."
+    ]
 
 
 def paragraph(table: pd.DataFrame, fits: pd.DataFrame | None = None) -> str:

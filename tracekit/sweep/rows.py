@@ -424,23 +424,24 @@ def trace_columns(
 
 
 # A generate row's columns from its trace (tracekit.summary.generate over the recorded
-# decode steps): GPU time per decode step, the decode GEMMs, the kernels' bytes.
-DECODE_TRACE_COLUMNS = (
-    "decode_gpu_busy_ms",
-    "decode_gemm_ms",
-    "decode_attention_ms",
-    "decode_gemm_flops_per_step",
-    "decode_gemm_bytes_per_step",
-    "decode_gemm_intensity",
-    "decode_gemm_flops_util_pct",
-    "decode_gemm_bw_util_pct",
-    "decode_kernel_bytes_per_step",
-    "decode_kernel_bw_Bps",
-    "decode_kernel_bw_util_pct",
-    "decode_measured_bw_Bps",
-    "decode_measured_bw_util_pct",
-    "prefill_gpu_ms",
-)
+# decode steps): column -> the per-step table's mean of a column ("mean") or a figure of
+# the decode GEMMs together ("gemm").
+DECODE_TRACE: dict[str, tuple[str, str]] = {
+    "decode_gpu_busy_ms": ("mean", "gpu_busy_ms"),
+    "decode_gemm_ms": ("gemm", "ms_per_step"),
+    "decode_attention_ms": ("mean", "attention_ms"),
+    "decode_gemm_flops_per_step": ("gemm", "flops_per_step"),
+    "decode_gemm_bytes_per_step": ("gemm", "bytes_per_step"),
+    "decode_gemm_intensity": ("gemm", "intensity"),
+    "decode_gemm_flops_util_pct": ("gemm", "compute_utilisation_pct"),
+    "decode_gemm_bw_util_pct": ("gemm", "bandwidth_utilisation_pct"),
+    "decode_kernel_bytes_per_step": ("mean", "kernel_bytes"),
+    "decode_kernel_bw_Bps": ("mean", "kernel_bw"),
+    "decode_kernel_bw_util_pct": ("mean", "kernel_bw_pct"),
+    "decode_measured_bw_Bps": ("mean", "measured_bw"),
+    "decode_measured_bw_util_pct": ("mean", "measured_bw_pct"),
+}
+DECODE_TRACE_COLUMNS = (*DECODE_TRACE, "prefill_gpu_ms")
 
 
 def decode_trace_columns(trace: Any, result: Any, manifest: Any) -> dict[str, float]:
@@ -465,23 +466,9 @@ def decode_trace_columns(trace: Any, result: Any, manifest: Any) -> dict[str, fl
                 kernel_bytes=ss.per_step, roofs=roofs)  # fmt: skip
     if g is None or not g.has_gpu:
         return out
-    gm = g.gemm
-    out.update(
-        decode_gpu_busy_ms=_f(g.mean("gpu_busy_ms")),
-        decode_gemm_ms=_f(gm.get("ms_per_step")),
-        decode_attention_ms=_f(g.mean("attention_ms")),
-        decode_gemm_flops_per_step=_f(gm.get("flops_per_step")),
-        decode_gemm_bytes_per_step=_f(gm.get("bytes_per_step")),
-        decode_gemm_intensity=_f(gm.get("intensity")),
-        decode_gemm_flops_util_pct=_f(gm.get("compute_utilisation_pct")),
-        decode_gemm_bw_util_pct=_f(gm.get("bandwidth_utilisation_pct")),
-        decode_kernel_bytes_per_step=_f(g.mean("kernel_bytes")),
-        decode_kernel_bw_Bps=_f(g.mean("kernel_bw")),
-        decode_kernel_bw_util_pct=_f(g.mean("kernel_bw_pct")),
-        decode_measured_bw_Bps=_f(g.mean("measured_bw")),
-        decode_measured_bw_util_pct=_f(g.mean("measured_bw_pct")),
-        prefill_gpu_ms=g.prefill.gpu_busy_ms,
-    )
+    for col, (where, key) in DECODE_TRACE.items():
+        out[col] = _f(g.mean(key) if where == "mean" else g.gemm.get(key))
+    out["prefill_gpu_ms"] = g.prefill.gpu_busy_ms
     return out
 
 
