@@ -259,6 +259,7 @@ def memory(sm: Summary) -> RenderableType:
         ),
     )
     mf = sm.memory_facts
+    floor = "weights, KV cache" if sm.generate is not None else "weights, optimizer state"
     if mf.dynamic_peak_bytes is not None:
         per = (
             f" = {fmt.nbytes(mf.activation_bytes_per_token)} per token "
@@ -270,7 +271,7 @@ def memory(sm: Summary) -> RenderableType:
             "dynamic",
             _t(
                 f"{fmt.nbytes(mf.dynamic_peak_bytes)} above the floor of "
-                f"{fmt.nbytes(mf.floor_bytes)} (weights, optimizer state){per}"
+                f"{fmt.nbytes(mf.floor_bytes)} ({floor}){per}"
             ),
         )
     g.add_row("model", _t(VR.model_text(sm)))

@@ -184,6 +184,14 @@ def _model_error(sm: Summary) -> str:
 def model_text(sm: Summary) -> str:
     """The analytic memory model's peak beside the measured one (or why there is none)."""
     mf = sm.memory_facts
+    g = sm.generate
+    if g is not None:  # the training model does not apply; the KV cache's formula does
+        return (
+            f"KV cache 2·L·B·(prompt + new tokens)·C·b = "
+            f"{fmt.nbytes(g.memory.get('kv_cache_formula_bytes'))} (allocated "
+            f"{fmt.nbytes(g.memory.get('kv_cache_bytes'))}), weights "
+            f"{fmt.nbytes(g.memory.get('weights_bytes'))}"
+        )
     if mf.model is None:
         return f"no analytic estimate: {mf.model_note}"
     txt = (
