@@ -269,8 +269,7 @@ def _sources(sm: Summary) -> dict[str, Any]:
             else "measured with the profiler on (trace): rates are too low"
         ),
         "analytic_traffic": (
-            "modelled: tracekit.summary.decode_model (a decode step) from the run's "
-            "model config"
+            "modelled: tracekit.summary.decode_model (a decode step) from the run's model config"
             if sm.generate is not None and ss.traffic is not None
             else _traffic_source(sm)
         ),
