@@ -109,6 +109,9 @@ def missing(sm: Summary) -> RenderableType:
     return Group(*(Text(f"  missing: {m}", style="yellow") for m in sm.header.missing))
 
 
+EVIDENCE_SHOWN = 4  # verdict evidence lines on the terminal's first screen
+
+
 def verdict(sm: Summary) -> RenderableType:
     """The verdict with its evidence and lever, then the step summary's figures (one grid,
     so that wrapped lines stay in their column)."""
@@ -118,8 +121,12 @@ def verdict(sm: Summary) -> RenderableType:
     g.add_column(overflow="fold")
     g.add_row("verdict", Text(VR.verdict_line(sm), style="bold magenta"))
     if v is not None:
-        for e in v.evidence:
+        for e in v.evidence[:EVIDENCE_SHOWN]:
             g.add_row("", _t(f"· {e}"))
+        if len(v.evidence) > EVIDENCE_SHOWN:  # the first screen stays a screen
+            more = len(v.evidence) - EVIDENCE_SHOWN
+            where = "report.html and summary.json (step_summary.evidence)"
+            g.add_row("", _t(f"· {more} more in {where}"))
         if v.lever:
             g.add_row("", Text.assemble(("next lever: ", "bold"), v.lever))
     for label, text in VR.figures(sm):

@@ -433,3 +433,19 @@ def test_cpu_only_trace_says_so() -> None:
     r = classify(b.trace())
     assert len(r.kernels) == 0 and len(r.steps) == 0
     assert any("no GPU activity" in n for n in r.notes)
+
+
+def test_launch_bound_steps_share_one_note() -> None:
+    from tracekit.classify.roofline import _launch_bound_note
+
+    steps = pd.DataFrame(
+        {"step": range(12), "launch_bound": [True] * 11 + [False], "gpu_idle_pct": 91.0}
+    )
+    steps.loc[3, "gpu_idle_pct"] = 92.4
+    assert _launch_bound_note(steps, "") == (
+        "steps 0–10 (11 of 12): GPU idle 91–92% of the step's span — launch/host-bound "
+        "(the GPU waits for the CPU)"
+    )
+    two = steps.iloc[[0, 1]].assign(gpu_idle_pct=50.0)
+    assert _launch_bound_note(two, "!").startswith("steps 0, 1: GPU idle 50% of")
+    assert _launch_bound_note(steps.assign(launch_bound=False), "") is None

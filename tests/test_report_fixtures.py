@@ -49,7 +49,9 @@ def _raw_peak(trace: Path) -> int | None:
 def test_fixture_report(run: Path, tmp_path: Path) -> None:
     res = report(run, tmp_path / "out", tensorboard=tmp_path / "tb")
     out = tmp_path / "out"
-    assert {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()} == FILES
+    gen = "-gen-" in run.name  # a generate run: one more plot, its decode steps' bandwidth
+    files = FILES | ({"plots/decode_bandwidth.png"} if gen else set())
+    assert {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()} == files
     assert res.events is not None and res.plugin_trace is not None
     doc = json.loads((out / "summary.json").read_text())
     if run.name.startswith("h200-gpt2s-"):  # tracekit's own GPT (run-* are user scripts)
@@ -77,8 +79,8 @@ def test_fixture_report(run: Path, tmp_path: Path) -> None:
     if peak is not None:
         assert doc["memory"]["peak_allocated_bytes"] == peak
         dynamic = peak - doc["memory"]["floor_allocated_bytes"]
-        tokens = doc["tokens_per_step"]  # b8 x s128, or none known (the ResNet script)
-        assert tokens in (1024, None)
+        tokens = doc["tokens_per_step"]  # b8 x s128, none known (the ResNet script), or
+        assert tokens in ((8,) if gen else (1024, None))  # one new token per sequence
         per_token = doc["memory"]["activation_bytes_per_token"]
         assert per_token == (dynamic / tokens if tokens else None)
 
@@ -92,6 +94,9 @@ def test_fixture_report(run: Path, tmp_path: Path) -> None:
     for label in ("verdict", "bandwidth", "compute", "intensity", "traffic", "memory"):
         assert label in first, label
     assert doc["step_summary"]["verdict"] in lines[first.index("verdict")]
+    more = len(doc["step_summary"]["evidence"]) - terminal.EVIDENCE_SHOWN
+    assert any(f"· {more} more in report.html" in line for line in lines) == (more > 0)
+    assert sum("launch/host-bound (the GPU waits" in n for n in res.summary.notes) <= 1
 
 
 def test_stack_fixture_has_aligned_category_timeline(tmp_path: Path) -> None:

@@ -181,12 +181,25 @@ def _tables(
         analysed = analysed[scope]
     classes = class_table(analysed, n_steps(analysed))
     steps = step_table(kr, steps_in, roof, analytic_from_manifest(manifest), notes)
-    overhead = profiler_overhead(manifest)
-    for r in steps.itertuples():
-        if r.launch_bound:
-            notes.append(
-                f"step {r.step}: GPU idle {r.gpu_idle_pct:.0f}% of its span — "
-                "launch/host-bound (the GPU waits for the CPU)" + overhead
-            )
+    note = _launch_bound_note(steps, profiler_overhead(manifest))
+    if note:
+        notes.append(note)
     counters, unmatched = (measured.counters, measured.unmatched) if measured else (None, None)
     return Classification(kr, op_df, classes, steps, roof, notes, counters, unmatched)
+
+
+def _launch_bound_note(steps: pd.DataFrame, overhead: str) -> str | None:
+    """One note for every launch/host-bound step (a decode run records dozens)."""
+    lb = steps[steps["launch_bound"].astype(bool)] if len(steps) else steps
+    if not len(lb):
+        return None
+    ids, idle = lb["step"].astype(int).tolist(), lb["gpu_idle_pct"]
+    which = f"step {ids[0]}" if len(ids) == 1 else f"steps {', '.join(map(str, ids[:8]))}"
+    if len(ids) > 8:
+        which = f"steps {ids[0]}–{ids[-1]} ({len(ids)} of {len(steps)})"
+    lo, hi = f"{idle.min():.0f}", f"{idle.max():.0f}"
+    span = f"{lo}%" if lo == hi else f"{lo}–{hi}%"
+    return (
+        f"{which}: GPU idle {span} of the step's span — launch/host-bound "
+        "(the GPU waits for the CPU)" + overhead
+    )

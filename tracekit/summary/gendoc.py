@@ -82,8 +82,8 @@ def gemm_words(g: GenerateFacts) -> str:
         else:
             per_byte = 2 / DTYPE_BYTES[g.model.dtype]
             text += (
-                f", the whole step at context {ctx} at no batch (attention does {per_byte:g} "
-                "FLOP per byte of KV cache, whatever the batch)"
+                f"; the whole step at context {ctx} never does: attention does {per_byte:g} "
+                "FLOP per byte of KV cache, whatever the batch"
             )
     return text
 
