@@ -183,6 +183,30 @@ def _is_oom(e: BaseException) -> bool:
 # ------------------------------------------------------------------------ collect
 
 
+def peak_from_warmup(cfg: CollectConfig) -> bool:
+    """Whether the peak is read over the warm-up too: a CUDA graph's replay allocates
+    nothing (its tensors live in the private pool its capture, in warm-up, allocated), so
+    a peak over the timed steps alone would miss the step's activations."""
+    return cfg.cuda_graphs
+
+
+def memory_method(cfg: CollectConfig, device_type: str) -> str:
+    """How the manifest's memory metrics were measured, in words."""
+    if device_type != "cuda":
+        return "not measured on CPU (no caching-allocator counters)"
+    window = (
+        "over the warm-up (which captures the CUDA graph: its private pool holds the "
+        "step's tensors, which the replays reuse without allocating) and the timed steps"
+        if peak_from_warmup(cfg)
+        else "over the timed steps"
+    )
+    return (
+        f"peak: torch.cuda.max_memory_allocated/reserved {window} after "
+        "reset_peak_memory_stats; avg: mean of torch.cuda.memory_allocated sampled at "
+        "step start, after forward, after backward and after the optimizer step"
+    )
+
+
 def _metrics(
     cfg: CollectConfig,
     wl: Workload,
@@ -210,13 +234,7 @@ def _metrics(
         "profiled_step_time": prof,
         "profiler_overhead_pct": (float(prof["median"]) / float(step["median"]) - 1.0) * 100,
         "final_loss": final_loss,
-        "memory_method": (
-            "peak: torch.cuda.max_memory_allocated/reserved over the timed steps after "
-            "reset_peak_memory_stats; avg: mean of torch.cuda.memory_allocated sampled at "
-            "step start, after forward, after backward and after the optimizer step"
-            if wl.device.type == "cuda"
-            else "not measured on CPU (no caching-allocator counters)"
-        ),
+        "memory_method": memory_method(cfg, wl.device.type),
     }
 
 
@@ -243,6 +261,10 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
         wl = build_workload(cfg, device, wrap=wrap, data_seed=data_seed)
     n = 0  # global step counter: every phase continues the same training run
 
+    from_warmup = peak_from_warmup(cfg)
+    if device.type == "cuda" and from_warmup:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
     ui.phase("warm-up", cfg.warmup)
     run_steps(wl.step, cfg.warmup, start=n, on_step=ui.advance)
     n += cfg.warmup
@@ -250,7 +272,8 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
     ui.phase("timed steps (unprofiled)", cfg.steps)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
+        if not from_warmup:
+            torch.cuda.reset_peak_memory_stats(device)
     wl.probe.samples.clear()
     timer = StepTimer(device)
     loss = run_steps(wl.step, cfg.steps, start=n, timer=timer, on_step=ui.advance)

@@ -306,3 +306,14 @@ def test_multi_gpu_throughput_counts_every_micro_batch() -> None:
     met = merge_metrics(_cfg(gpus=2, grad_accum=3), [rank(10.0), rank(10.0)])
     assert met["tokens_per_s"] == pytest.approx(2 * 3 * 2 * 32 / 10e-3)  # ranks x K x B x T
     assert met["samples_per_s"] == pytest.approx(2 * 3 * 2 / 10e-3)
+
+
+def test_cuda_graphs_peak_covers_the_capture() -> None:
+    """A graph's replay allocates nothing: its peak is read from the warm-up (the capture)."""
+    graphs, eager = _cfg(device="cuda", cuda_graphs=True), _cfg(device="cuda")
+    assert run_mod.peak_from_warmup(graphs) and not run_mod.peak_from_warmup(eager)
+    assert "over the warm-up (which captures the CUDA graph" in run_mod.memory_method(
+        graphs, "cuda"
+    )
+    assert "over the timed steps after" in run_mod.memory_method(eager, "cuda")
+    assert run_mod.memory_method(graphs, "cpu").startswith("not measured on CPU")
