@@ -86,8 +86,9 @@ def test_fused_op_tokens() -> None:
 
 
 def test_fused_kernel_named_by_dominant_op() -> None:
-    # RMSNorm decomposed into mean/pow/rsqrt is a norm, not a reduction
-    assert C.classify_kernel_name("triton_red_fused_add_mean_mul_pow_rsqrt_0") == "layernorm"
+    # RMSNorm decomposed into mean/pow/rsqrt is a norm, not a reduction; LayerNorm has var_mean
+    assert C.classify_kernel_name("triton_red_fused_add_mean_mul_pow_rsqrt_0") == "rmsnorm"
+    assert C.classify_kernel_name("triton_red_fused_add_rsqrt_var_mean_0") == "layernorm"
     assert C.classify_kernel_name("triton_red_fused_add_sum_0") == "reduction"
     assert C.classify_kernel_name("triton_poi_fused_add_mul_0") == "elementwise"
     assert C.classify_kernel_name("triton_tem_fused_addmm_gelu_0") == "gemm"

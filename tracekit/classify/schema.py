@@ -135,6 +135,13 @@ OP_ROOFLINE: list[Column] = [
 CLASSES: list[Column] = [
     Column("class", STR, "", "Class of work; every class has a row (zeros when absent)."),
     Column(
+        "group",
+        STR,
+        "",
+        "The heading the class is shown under: 'normalization' for layernorm, rmsnorm, "
+        "batchnorm and groupnorm; else the class itself.",
+    ),
+    Column(
         "gpu_time",
         I64,
         "ns",

@@ -15,7 +15,7 @@ from tracekit.classify.classes import OpContext, id_index
 from tracekit.classify.codes import group_sums
 from tracekit.classify.columns import KernelColumns, col, out_column
 from tracekit.classify.devices import Roofline
-from tracekit.classify.families.registry import CLASSES
+from tracekit.classify.families.registry import CLASS_GROUPS, CLASSES
 from tracekit.classify.result import in_scope
 from tracekit.classify.schema import TABLES
 
@@ -212,6 +212,7 @@ def class_table(kr: pd.DataFrame, n_steps: int) -> pd.DataFrame:
     rows = [
         {
             "class": c,
+            "group": CLASS_GROUPS[c],
             "gpu_time": int(t[i]),
             "time_share_pct": 100.0 * int(t[i]) / total_t if total_t else 0.0,
             "ms_per_step": int(t[i]) / n_steps / 1e6,

@@ -14,12 +14,13 @@ import numpy as np
 import pandas as pd
 
 from tracekit.classify.codes import group_sums
+from tracekit.classify.families.registry import CLASS_GROUPS, CLASSES
 from tracekit.summary.memory import empty
 
-# The issue's order: softmax, layernorm and gemm always first, then the rest.
+# softmax, layernorm and gemm always first (and always shown), then the other classes in
+# the registry's order (tracekit.classify.families.registry.CLASSES)
 FIRST = ("softmax", "layernorm", "gemm")
-ORDER = (*FIRST, "attention", "activation", "elementwise", "reduction", "embedding", "loss",
-         "optimizer", "memcpy", "memset", "communication", "other")  # fmt: skip
+ORDER = (*FIRST, *(c for c in CLASSES if c not in FIRST))
 BOUNDS = ("memory-bound", "compute-bound")
 
 
@@ -38,7 +39,8 @@ def in_steps(kernels: pd.DataFrame, steps: list[int]) -> pd.DataFrame:
 
 
 def class_table(kernels: pd.DataFrame, n_steps: int) -> pd.DataFrame:
-    """One row per class (``class_order``; zero rows included): ``class``, ``gpu_time_ns``,
+    """One row per class (``class_order``; zero rows included): ``class``, ``group`` (the
+    heading it is shown under: ``normalization`` for the four norm classes), ``gpu_time_ns``,
     ``time_share_pct``, ``ms_per_step``, ``kernel_count``, ``flops``, ``flop_share_pct``,
     ``flops_known_pct`` (share of the class's time whose kernels have a FLOP count),
     ``memory_bound_pct`` / ``compute_bound_pct`` (of the class's time; NaN when no kernel of
@@ -69,6 +71,7 @@ def class_table(kernels: pd.DataFrame, n_steps: int) -> pd.DataFrame:
     total = float(dur.sum())
     total_flops = float(g["flops"].sum())
     out = pd.DataFrame({"class": g.index.astype(str)})
+    out["group"] = [CLASS_GROUPS.get(c, c) for c in out["class"]]
     gt = g["dur"].to_numpy(dtype=np.float64)
     out["gpu_time_ns"] = g["dur"].to_numpy(dtype=np.int64)
     out["time_share_pct"] = 100.0 * gt / total if total else np.nan

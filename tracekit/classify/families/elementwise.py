@@ -1,6 +1,6 @@
-"""Element-wise math, casts and copies, fills, dropout, masking, concatenation, layout
-transforms and random numbers: the last family, whose generic kernel rules (priority 45)
-lose to any operator rule.
+"""Element-wise math, casts and copies, fills, dropout, masking, concatenation and random
+numbers: the last family, whose generic kernel rules (priority 45) lose to any operator
+rule. (Layout transforms are their own family.)
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ RULES: tuple[Rule, ...] = (
             "_to_copy",
             "to",
             "clone",
-            "contiguous",
             "cat",
             "_cat",
             "stack",
@@ -114,10 +113,7 @@ RULES: tuple[Rule, ...] = (
             r"isnan",
             r"isinf",
             r"isfinite",
-            r"im2col",
-            r"col2im",
             "upsample\\w*",
-            "pixel_shuffle",
         ),
         "op",
         "elementwise",
@@ -137,14 +133,14 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         r"(?i)elementwise|unrolled_elementwise|vectorized_elementwise|copy_kernel|"
-        r"CatArrayBatchedCopy|fill_kernel|FillFunctor|dropout|nchwToNhwc|nhwcToNchw|"
-        r"transpose|SubTensorOp|OpTensor|Op\d?dTensor|scalePackedTensor|tensor_kernel_scalar|"
-        r"im2col|col2im|_copy_|rotary|fused_add|triu_tril|where_kernel|masked_fill|"
+        r"CatArrayBatchedCopy|fill_kernel|FillFunctor|dropout|"
+        r"SubTensorOp|OpTensor|Op\d?dTensor|scalePackedTensor|tensor_kernel_scalar|"
+        r"_copy_|rotary|fused_add|triu_tril|where_kernel|masked_fill|"
         r"distribution_elementwise|philox|bernoulli|curand|arange|upsample|pad_kernel|quant",
         "kernel",
         "elementwise",
         P_GENERIC,
-        "generic element-wise templates, copies, layout transforms, RNG, MIOpen tensor ops",
+        "generic element-wise templates, copies, RNG, MIOpen tensor ops",
     ),
 )
 
@@ -162,7 +158,7 @@ PER_ELEMENT: dict[str, float] = {
     "le": 1, "gt": 1, "ge": 1, "floor": 1, "ceil": 1, "round": 1, "remainder": 1, "fmod": 1,
     "addcmul": 3, "addcdiv": 3, "lerp": 2,
     # data movement: no arithmetic
-    "copy": 0, "_to_copy": 0, "clone": 0, "contiguous": 0, "cat": 0, "stack": 0,
+    "copy": 0, "_to_copy": 0, "clone": 0, "cat": 0, "stack": 0,
     "masked_fill": 0, "fill": 0, "zero": 0, "constant_pad_nd": 0, "index_copy": 0,
     "tril": 0, "triu": 0,
     # dropout: compare against a random number, scale
@@ -262,7 +258,6 @@ _POINTWISE = (
     "tril",
     "triu",
     "clone",
-    "contiguous",
     "constant_pad_nd",
 )
 

@@ -25,7 +25,6 @@ RULES: tuple[Rule, ...] = (
             "index",
             r"index_put_?",
             "_index_put_impl_",
-            r"index_add_?",
             "take",
             "take_along_dim",
             r"_unsafe_index\w*",

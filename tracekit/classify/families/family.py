@@ -31,6 +31,8 @@ Target = Literal["op", "kernel", "fused"]
 P_OVERRIDE = 100  # NCCL/RCCL kernels, memcpy/memset names
 P_OPTIMIZER = 90  # everything inside Optimizer.step / zero_grad
 P_FUSED_ATTENTION = 80  # everything inside a fused attention operator
+P_REGION = 60  # composite operators (rms_norm, batch_norm, contiguous, …): all work inside
+P_NAMED_KERNEL = 55  # kernel names that beat the launching op (cuDNN's NCHW↔NHWC transforms)
 P_NORMAL = 50
 P_GENERIC = 45  # generic kernel templates (elementwise_kernel, reduce_kernel)
 
@@ -54,10 +56,16 @@ class Rule:
 class ClassSpec:
     """A class of work. ``matrix``: its operators run on the matrix (tensor-core) pipes,
     so their pipe follows the dtype and the TF32 setting
-    (:func:`tracekit.classify.devices.pipe_for`); else the SIMT pipe of the dtype."""
+    (:func:`tracekit.classify.devices.pipe_for`); else the SIMT pipe of the dtype.
+    ``group``: the heading the class is shown under (``normalization`` for ``batchnorm``,
+    ``layernorm``, …; empty: the class is its own group). ``data_movement``: its kernels
+    only move data (layout transforms, copies), so a kernel of this class launched by an
+    operator of another class carries none of that operator's FLOPs (only bytes)."""
 
     name: str
     matrix: bool = False
+    group: str = ""
+    data_movement: bool = False
 
 
 def aten(*names: str) -> str:

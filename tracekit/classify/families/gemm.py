@@ -1,9 +1,8 @@
-"""GEMM: matrix products and convolutions (tensor contractions: implicit GEMM, Winograd,
-FFT), and the library kernels that run them (cuBLAS/cuBLASLt, CUTLASS, rocBLAS/Tensile,
-hipBLASLt, Composable Kernel, cuDNN, MIOpen).
+"""GEMM: matrix products (incl. the grouped GEMMs of mixture-of-experts layers), and the
+library kernels that run them (cuBLAS/cuBLASLt, CUTLASS, rocBLAS/Tensile, hipBLASLt,
+Composable Kernel). Convolutions are their own family (:mod:`.convolution`).
 
-Costs: ``2·M·N·K`` (+ ``M·N`` per bias/epilogue); convolutions
-``2·N·Cout·∏out·(Cin/groups)·∏kernel`` (+ bias), backward by its ``output_mask``.
+Costs: ``2·M·N·K`` (+ ``M·N`` per bias/epilogue).
 """
 
 from __future__ import annotations
@@ -12,37 +11,11 @@ import math
 
 from tracekit.classify.families.family import P_NORMAL, ClassSpec, Family, Rule, aten
 from tracekit.classify.families.inputs import (
-    NAN,
     SCALAR_TYPE,
     Cost,
     Inputs,
     Tensor,
     broadcast,
-    conv_out,
-)
-
-_CONV = (
-    r"conv\dd",
-    r"conv_transpose\dd",
-    "convolution",
-    "_convolution",
-    r"cudnn_convolution(?:_transpose|_relu|_add_relu)?",
-    r"miopen_(?:depthwise_)?convolution(?:_transpose)?",
-    "mkldnn_convolution",
-    r"convolution_backward\w*",
-    r"cudnn_convolution\w*_backward\w*",
-    r"_slow_conv2d_\w+",
-    r"slow_conv\w+",
-    r"_conv_depthwise2d\w*",
-    r"conv_depthwise\dd\w*",
-)
-# Also the operators whose fp32 math follows cuDNN's TF32 setting (devices.pipe_for).
-CONVOLUTION_OPS = Rule(
-    aten(*_CONV),
-    "op",
-    "gemm",
-    P_NORMAL,
-    "convolutions: tensor contractions (implicit GEMM, Winograd, FFT), counted as gemm",
 )
 
 RULES: tuple[Rule, ...] = (
@@ -75,36 +48,28 @@ RULES: tuple[Rule, ...] = (
         "matrix products (and their backward pieces: mm, bmm)",
     ),
     Rule(
-        aten(*_CONV),
-        "op",
-        "gemm",
-        P_NORMAL,
-        "convolutions: tensor contractions (implicit GEMM, Winograd, FFT), counted as gemm",
-    ),
-    Rule(
-        r"(?i)gemm|gemv|Cijk_|nvjet|xmma|cutlass_cudnn|cublas|hipblaslt|rocblas|tensile"
-        r"|splitKreduce|wvSplitK|igemm_|winograd|implicit_?gemm|scudnn|hcudnn|wgrad|dgrad"
-        r"|fprop|conv2d|conv3d|convolution|_conv_|naive_conv|fft2d|fft_|^bmm_|matmul"
-        r"|cask_cudnn|cudnn::cnn|cudnn::detail::(?:dgrad|wgrad)|epilogue::impl",
+        r"(?i)gemm|gemv|Cijk_|nvjet|xmma|cublas|hipblaslt|rocblas|tensile|splitKreduce"
+        r"|wvSplitK|^bmm_|matmul|epilogue::impl",
         "kernel",
         "gemm",
         P_NORMAL,
-        "cuBLAS(Lt)/CUTLASS/nvjet/xmma, rocBLAS/Tensile Cijk_, hipBLASLt, CK, MIOpen igemm, "
-        "cuDNN conv (implicit GEMM, Winograd, FFT) and GEMM epilogue/split-K kernels",
+        "cuBLAS(Lt)/CUTLASS/nvjet/xmma, rocBLAS/Tensile Cijk_, hipBLASLt and GEMM "
+        "epilogue/split-K kernels (convolution kernels are matched first, by the "
+        "convolution family)",
     ),
     Rule(
-        r"^(?:void )?ck(?:_tile)?::.*(?:[Gg]emm|[Cc]onv)|_ZN2ck\w*(?:[Gg]emm|[Cc]onv)",
+        r"^(?:void )?ck(?:_tile)?::.*[Gg]emm|_ZN2ck\w*[Gg]emm",
         "kernel",
         "gemm",
         P_NORMAL,
-        "Composable Kernel GEMM/convolution (demangled or mangled)",
+        "Composable Kernel GEMM (demangled or mangled)",
     ),
 )
 
 FUSED_RULES: tuple[Rule, ...] = (
-    Rule(r"^<tem>", "fused", "gemm", 100, "triton_tem_*: Inductor GEMM/conv templates"),
+    Rule(r"^<tem>", "fused", "gemm", 100, "triton_tem_*: Inductor GEMM templates"),
     Rule(
-        r"(?:^| )(?:mm|addmm|bmm|baddbmm|_scaled_mm|convolution|convolution_backward)(?: |$)",
+        r"(?:^| )(?:mm|addmm|bmm|baddbmm|_scaled_mm|_grouped_mm)(?: |$)",
         "fused",
         "gemm",
         90,
@@ -118,10 +83,9 @@ FAMILY = Family(
     rules=RULES,
     fused_rules=FUSED_RULES,
     fused_vocab=(
-        "convolution_backward",
         "_scaled_mm",
+        "_grouped_mm",
     ),
-    convolution_ops=CONVOLUTION_OPS,
 )
 
 
@@ -219,95 +183,31 @@ def _scaled_mm(name: str, x: Inputs) -> Cost | None:
     return Cost(2.0 * m * n * k, float(nbytes), a.dtype, note)
 
 
-# (stride, padding, dilation, transposed, output_padding, groups) positions per op.
-_CONV_ARGS: dict[str, tuple[int, int, int, int | None, int | None, int]] = {
-    "aten::conv1d": (3, 4, 5, None, None, 6),
-    "aten::conv2d": (3, 4, 5, None, None, 6),
-    "aten::conv3d": (3, 4, 5, None, None, 6),
-    "aten::convolution": (3, 4, 5, 6, 7, 8),
-    "aten::_convolution": (3, 4, 5, 6, 7, 8),
-    "aten::cudnn_convolution": (3, 2, 4, None, None, 5),
-    "aten::miopen_convolution": (4, 3, 5, None, None, 6),
-    "aten::mkldnn_convolution": (4, 3, 5, None, None, 6),
-}
-
-
-@FAMILY.cost(*_CONV_ARGS)
-def _conv(name: str, x: Inputs) -> Cost | None:
-    inp, w, bias = x.tensor(0), x.tensor(1), x.tensor(2)
-    if inp is None or w is None or len(w.shape) < 3 or len(inp.shape) != len(w.shape):
+@FAMILY.cost("aten::_grouped_mm", "aten::_scaled_grouped_mm")
+def _grouped_mm(name: str, x: Inputs) -> Cost | None:
+    """Grouped GEMM of mixture-of-experts layers: ``mat_a`` and ``mat_b`` 2-D or 3-D, the
+    groups given by the leading dimension of a 3-D operand or by ``offs`` along the ragged
+    dimension. FLOPs ``2·M·N·K`` summed over the groups (each row, or each K slice, belongs
+    to one group)."""
+    a, b = x.tensor(0), x.tensor(1)
+    if a is None or b is None or len(a.shape) not in (2, 3) or len(b.shape) not in (2, 3):
         return None
-    si, pi, di, ti, opi, gi = _CONV_ARGS[name]
-    nsp = len(w.shape) - 2
-    groups = x.value(gi)
-    groups = groups if isinstance(groups, int) and not isinstance(groups, bool) else 1
-    stride, dil = x.ints(si, nsp), x.ints(di, nsp)
-    padv = x.value(pi)
-    pad = [0] * nsp if padv == "valid" else x.ints(pi, nsp)
-    transposed = bool(x.flag(ti)) if ti is not None else False
-    n_b, in_sp = inp.shape[0], inp.shape[2:]
-    ksp = w.shape[2:]
-    if transposed:
-        cin, cout_g = w.shape[0], w.shape[1]
-        flops = 2.0 * n_b * math.prod(in_sp) * cin * cout_g * math.prod(ksp)
-        outp = x.ints(opi, nsp) if opi is not None else [0] * nsp
-        if stride is None or pad is None or dil is None or outp is None:
-            return Cost(flops, NAN, inp.dtype, "conv: stride/padding not recorded")
-        out_sp = [
-            (i - 1) * s - 2 * p + d * (k - 1) + o + 1
-            for i, s, p, d, k, o in zip(in_sp, stride, pad, dil, ksp, outp, strict=True)
-        ]
-        cout = cout_g * groups
-    else:
-        cout, cin_g = w.shape[0], w.shape[1]
-        if padv == "same":
-            out_sp = list(in_sp)
-        elif stride is None or pad is None or dil is None:
-            return Cost(NAN, NAN, inp.dtype, "conv: stride/padding not recorded")
-        else:
-            out_sp = [
-                conv_out(i, k, s, p, d)
-                for i, k, s, p, d in zip(in_sp, ksp, stride, pad, dil, strict=True)
-            ]
-        flops = 2.0 * n_b * cout * math.prod(out_sp) * cin_g * math.prod(ksp)
-    out_numel = n_b * cout * math.prod(out_sp)
-    if bias is not None:
-        flops += out_numel
-    nbytes = inp.nbytes + w.nbytes + (bias.nbytes if bias else 0) + out_numel * inp.itemsize
-    return Cost(flops, float(nbytes), inp.dtype)
-
-
-@FAMILY.cost("aten::convolution_backward")
-def _conv_bwd(name: str, x: Inputs) -> Cost | None:
-    g, inp, w = x.tensor(0), x.tensor(1), x.tensor(2)
-    if g is None or inp is None or w is None or len(w.shape) < 3:
-        return None
-    transposed = bool(x.flag(7))
-    mask = x.value(10)
-    m = [bool(v) for v in mask] if isinstance(mask, list) and len(mask) == 3 else [True] * 3
-    if transposed:
-        conv = (
-            2.0
-            * inp.shape[0]
-            * math.prod(inp.shape[2:])
-            * w.shape[0]
-            * w.shape[1]
-            * math.prod(w.shape[2:])
-        )
-    else:
-        conv = (
-            2.0
-            * g.shape[0]
-            * g.shape[1]
-            * math.prod(g.shape[2:])
-            * w.shape[1]
-            * math.prod(w.shape[2:])
-        )
-    flops = conv * (m[0] + m[1]) + (g.numel if m[2] else 0)
-    reads = g.nbytes + (w.nbytes if m[0] else 0) + (inp.nbytes if m[1] else 0)
-    cout = g.shape[1]
-    writes = (
-        (inp.nbytes if m[0] else 0) + (w.nbytes if m[1] else 0) + (cout * g.itemsize if m[2] else 0)
-    )
-    note = "" if isinstance(mask, list) else "output_mask not recorded: all grads assumed"
-    return Cost(flops, float(reads + writes), g.dtype, note)
+    offs = x.tensor(2)
+    if len(a.shape) == 2 and len(b.shape) == 3:  # tokens [M, K] · experts [G, K, N]
+        flops, out = 2.0 * a.shape[0] * a.shape[1] * b.shape[2], a.shape[0] * b.shape[2]
+    elif len(a.shape) == 3 and len(b.shape) == 3:  # [G, M, K] · [G, K, N]
+        flops = 2.0 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
+        out = a.shape[0] * a.shape[1] * b.shape[2]
+    elif len(a.shape) == 3:  # [G, M, K] · [K, N_total]
+        flops, out = 2.0 * a.shape[1] * a.shape[2] * b.shape[1], a.shape[1] * b.shape[1]
+    else:  # [M, K_total] · [K_total, N] -> [G, M, N] (weight gradients)
+        if offs is None or len(offs.shape) != 1:
+            return None
+        flops = 2.0 * a.shape[0] * a.shape[1] * b.shape[1]
+        out = offs.shape[0] * a.shape[0] * b.shape[1]
+    note = ""
+    out_size = a.itemsize
+    if name == "aten::_scaled_grouped_mm":  # fp8 operands, bf16 output unless recorded
+        out_size, note = 2, "output dtype not recorded: bf16 (2 B) assumed"
+    nbytes = a.nbytes + b.nbytes + (offs.nbytes if offs else 0) + out * out_size
+    return Cost(flops, float(nbytes), a.dtype, note)

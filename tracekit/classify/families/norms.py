@@ -1,102 +1,203 @@
-"""Normalisations (layer, RMS, group, batch, instance), forward and backward: the
-``layernorm`` class.
+"""Normalisations, forward and backward: four classes shown under one heading,
+``normalization`` — ``layernorm``, ``rmsnorm``, ``batchnorm`` and ``groupnorm`` (with
+instance norm and local response norm).
 """
 
 from __future__ import annotations
 
 import math
 
-from tracekit.classify.families.family import P_NORMAL, ClassSpec, Family, Rule, aten
+from tracekit.classify.families.family import (
+    P_NORMAL,
+    P_REGION,
+    ClassSpec,
+    Family,
+    Rule,
+    aten,
+)
 from tracekit.classify.families.inputs import (
     Cost,
     Inputs,
     Tensor,
 )
 
+G = "normalization"  # the heading of the four norm classes in class tables
+_LAYER, _RMS, _BATCH, _GROUP = "layernorm", "rmsnorm", "batchnorm", "groupnorm"
+
 RULES: tuple[Rule, ...] = (
+    # composite entry points claim everything they run (an RMSNorm decomposed into
+    # pow/mean/rsqrt/mul, a cast inside batch_norm): regions, like fused attention
+    Rule(
+        aten("rms_norm", "_fused_rms_norm"),
+        "op",
+        _RMS,
+        P_REGION,
+        "RMSNorm (composite on some backends: its pow/mean/rsqrt/mul are RMSNorm)",
+    ),
+    Rule(aten("layer_norm"), "op", _LAYER, P_REGION, "LayerNorm"),
+    Rule(
+        aten("batch_norm", "_batch_norm_impl_index", r"_batch_norm_with_update\w*"),
+        "op",
+        _BATCH,
+        P_REGION,
+        "BatchNorm (whichever of the cuDNN, MIOpen or native kernels it runs)",
+    ),
+    Rule(
+        aten("group_norm", "instance_norm", "local_response_norm"),
+        "op",
+        _GROUP,
+        P_REGION,
+        "GroupNorm; instance norm (a group per channel, run by batch-norm kernels) and "
+        "local response norm (per sample, across a window of channels)",
+    ),
+    Rule(
+        aten("native_layer_norm", "native_layer_norm_backward"),
+        "op",
+        _LAYER,
+        P_NORMAL,
+        "LayerNorm forward and backward",
+    ),
+    Rule(
+        aten("_fused_rms_norm_backward", r"rms_norm_backward"),
+        "op",
+        _RMS,
+        P_NORMAL,
+        "RMSNorm backward",
+    ),
     Rule(
         aten(
-            "layer_norm",
-            "native_layer_norm",
-            "native_layer_norm_backward",
-            "rms_norm",
-            "_fused_rms_norm",
-            "_fused_rms_norm_backward",
-            "group_norm",
-            "native_group_norm",
-            "native_group_norm_backward",
-            "batch_norm",
             "native_batch_norm",
             "native_batch_norm_backward",
-            "_batch_norm_impl_index",
             "_batch_norm_impl_index_backward",
             "cudnn_batch_norm",
             "cudnn_batch_norm_backward",
             "miopen_batch_norm",
             "miopen_batch_norm_backward",
             r"_native_batch_norm_legit\w*",
-            r"_batch_norm_with_update\w*",
             "_batch_norm_no_update",
             r"batch_norm_\w+",
-            "instance_norm",
-            "local_response_norm",
         ),
         "op",
-        "layernorm",
+        _BATCH,
         P_NORMAL,
-        "normalisations (layer, RMS, group, batch, instance), forward and backward",
+        "BatchNorm forward and backward (incl. SyncBatchNorm's batch_norm_gather_stats…)",
     ),
     Rule(
-        r"^(?:NativeLayerNorm|LayerNorm|NativeGroupNorm|NativeBatchNorm|CudnnBatchNorm"
-        r"|MiopenBatchNorm|FusedRmsNorm|RmsNorm)Backward\d*$",
+        aten("native_group_norm", "native_group_norm_backward"),
         "op",
-        "layernorm",
+        _GROUP,
+        P_NORMAL,
+        "GroupNorm forward and backward",
+    ),
+    Rule(r"^(?:NativeLayerNorm|LayerNorm)Backward\d*$", "op", _LAYER, P_NORMAL, "autograd nodes"),
+    Rule(r"^(?:FusedRmsNorm|RmsNorm)Backward\d*$", "op", _RMS, P_NORMAL, "autograd nodes"),
+    Rule(
+        r"^(?:NativeBatchNorm|CudnnBatchNorm|MiopenBatchNorm|BatchNormWithUpdate)Backward\d*$",
+        "op",
+        _BATCH,
         P_NORMAL,
         "autograd nodes",
     ),
+    Rule(r"^NativeGroupNormBackward\d*$", "op", _GROUP, P_NORMAL, "autograd nodes"),
+    # kernel names, the fallback without operators: the most specific first
     Rule(
-        r"(?i)layer_?norm|rms_?norm|group_?norm|batch_?norm|instance_?norm|\bbn_|::bn_"
-        r"|GammaBetaBackward|RowwiseMoments|ComputeInternalGradients|ComputeFusedParams"
-        r"|ComputeBackwardFusedParams|cuComputePartGradGammaBeta|cuComputeGradGammaBeta"
-        r"|cuApply(?:Layer|RMS)Norm|welford|MIOpenBatchNorm|LRN",
+        r"(?i)rms_?norm|cuApplyRMSNorm|RMSNorm",
         "kernel",
-        "layernorm",
+        _RMS,
         P_NORMAL,
-        "PyTorch/apex layer_norm & batch_norm kernels (incl. GammaBetaBackward), cuDNN bn_*, "
-        "MIOpen batch norm, CK/vLLM RMSNorm",
+        "RMSNorm kernels (PyTorch _fused_rms_norm, apex, vLLM, CK tile Rmsnorm2d)",
+    ),
+    Rule(
+        r"(?i)batch_?norm|\bbn_|::bn_|MIOpenBatchNorm",
+        "kernel",
+        _BATCH,
+        P_NORMAL,
+        "BatchNorm kernels (PyTorch batch_norm_*, cuDNN bn_fw/bn_bw, MIOpen)",
+    ),
+    Rule(
+        r"(?i)group_?norm|instance_?norm|ComputeInternalGradients|ComputeFusedParams"
+        r"|ComputeBackwardFusedParams|RowwiseMomentsCUDAKernel<[^,<>]+>\("
+        r"|GammaBetaBackwardCUDAKernel[12]<[^,<>]+>\(|LRN",
+        "kernel",
+        _GROUP,
+        P_NORMAL,
+        "GroupNorm kernels (PyTorch group_norm_kernel.cu: one template argument where the "
+        "LayerNorm kernels of the same name have two), MIOpen LRN",
+    ),
+    Rule(
+        r"(?i)layer_?norm|GammaBetaBackward|RowwiseMoments|cuComputePartGradGammaBeta"
+        r"|cuComputeGradGammaBeta|cuApplyLayerNorm|welford",
+        "kernel",
+        _LAYER,
+        P_NORMAL,
+        "LayerNorm kernels (PyTorch, apex incl. GammaBetaBackward, Welford statistics)",
     ),
 )
 
 FUSED_RULES: tuple[Rule, ...] = (
     Rule(
-        r"(?:^| )(?:native_layer_norm(?:_backward)?|layer_norm|native_group_norm(?:_backward)?"
-        r"|native_batch_norm(?:_backward)?|_native_batch_norm_legit\w*|rms_norm|_fused_rms_norm"
-        r"(?:_backward)?)(?: |$)",
+        r"(?:^| )(?:native_layer_norm(?:_backward)?|layer_norm)(?: |$)",
         "fused",
-        "layernorm",
+        _LAYER,
         75,
-        "normalisations",
+        "LayerNorm",
     ),
     Rule(
-        r"^(?=.*(?:^| )rsqrt(?: |$))(?=.*(?:^| )(?:mean|var_mean)(?: |$))",
+        r"(?:^| )(?:rms_norm|_fused_rms_norm(?:_backward)?)(?: |$)",
         "fused",
-        "layernorm",
+        _RMS,
         75,
-        "decomposed norm: a mean/var_mean with rsqrt is an RMSNorm/LayerNorm",
+        "RMSNorm",
+    ),
+    Rule(
+        r"(?:^| )(?:native_batch_norm(?:_backward)?|_native_batch_norm_legit\w*"
+        r"|batch_norm\w*)(?: |$)",
+        "fused",
+        _BATCH,
+        75,
+        "BatchNorm",
+    ),
+    Rule(
+        r"(?:^| )(?:native_group_norm(?:_backward)?|group_norm)(?: |$)",
+        "fused",
+        _GROUP,
+        75,
+        "GroupNorm",
+    ),
+    Rule(
+        r"^(?=.*(?:^| )rsqrt(?: |$))(?=.*(?:^| )var_mean(?: |$))",
+        "fused",
+        _LAYER,
+        74,
+        "decomposed LayerNorm: a var_mean with rsqrt",
+    ),
+    Rule(
+        r"^(?=.*(?:^| )rsqrt(?: |$))(?=.*(?:^| )mean(?: |$))",
+        "fused",
+        _RMS,
+        74,
+        "decomposed RMSNorm: a mean (of squares) with rsqrt, no var_mean",
     ),
 )
 
 # FLOPs per element (a transcendental counts 1). Documented in docs/classify.md.
 PER_ELEMENT: dict[str, float] = {
     # layer/batch/group norm: mean 1, variance 3, normalise 2, affine 2; backward
-    # dx 10, dgamma 2, dbeta 1; RMSNorm: square 1, sum 1, normalise 1, affine 1
+    # dx 10, dgamma 2, dbeta 1; RMSNorm: square 1, sum 1, normalise 1, affine 1; backward
+    # dx 5 (dy·g, the row's dot with x, the scaled sum), dgamma 2
     "norm": 6, "norm_affine": 2, "norm_backward_dx": 10, "norm_backward_dgamma": 2,
-    "norm_backward_dbeta": 1, "rms_norm": 3, "rms_norm_affine": 1, "rms_norm_backward": 7,
+    "norm_backward_dbeta": 1, "rms_norm": 3, "rms_norm_affine": 1, "rms_norm_backward_dx": 5,
+    "rms_norm_backward_dgamma": 2,
 }  # fmt: skip
 
 FAMILY = Family(
-    "norms",
-    classes=(ClassSpec("layernorm"),),
+    "normalization",
+    classes=(
+        ClassSpec(_LAYER, group=G),
+        ClassSpec(_RMS, group=G),
+        ClassSpec(_BATCH, group=G),
+        ClassSpec(_GROUP, group=G),
+    ),
     rules=RULES,
     fused_rules=FUSED_RULES,
     fused_vocab=(
@@ -113,6 +214,8 @@ FAMILY = Family(
         "rms_norm",
         "_fused_rms_norm",
         "_fused_rms_norm_backward",
+        "_batch_norm_with_update",
+        "batch_norm_backward",
     ),
     per_element=PER_ELEMENT,
 )
@@ -177,6 +280,8 @@ def _layer_norm_bwd(name: str, x: Inputs) -> Cost | None:
     "aten::_native_batch_norm_legit_functional",
     "aten::_native_batch_norm_legit_no_training",
     "aten::_batch_norm_with_update",
+    "aten::_batch_norm_with_update_functional",
+    "aten::_batch_norm_no_update",
 )
 def _batch_norm(name: str, x: Inputs) -> Cost | None:
     t, w, b = x.tensor(0), x.tensor(1), x.tensor(2)
@@ -189,12 +294,15 @@ def _batch_norm(name: str, x: Inputs) -> Cost | None:
     "aten::native_batch_norm_backward",
     "aten::cudnn_batch_norm_backward",
     "aten::miopen_batch_norm_backward",
+    "aten::batch_norm_backward",
 )
 def _batch_norm_bwd(name: str, x: Inputs) -> Cost | None:
+    """The native and ``batch_norm_backward`` ops take ``(grad_out, input, …)`` with an
+    ``output_mask`` at 9; cuDNN's and MIOpen's ``(input, grad_out, …)`` compute all three."""
     a, b = x.tensor(0), x.tensor(1)
     if a is None or b is None or len(a.shape) < 2:
         return None
-    if name == "aten::native_batch_norm_backward":
+    if name in ("aten::native_batch_norm_backward", "aten::batch_norm_backward"):
         mask, note = _mask3(x, 9)
     else:
         mask, note = [True, True, True], ""
@@ -234,8 +342,24 @@ def _rms_norm(name: str, x: Inputs) -> Cost | None:
 
 @FAMILY.cost("aten::_fused_rms_norm_backward")
 def _rms_norm_bwd(name: str, x: Inputs) -> Cost | None:
-    g, t, w = x.tensor(0), x.tensor(1), x.tensor(4)
+    """``_fused_rms_norm_backward(grad_out, input, normalized_shape, rstd, weight,
+    output_mask)``."""
+    g, t, rstd, w = x.tensor(0), x.tensor(1), x.tensor(3), x.tensor(4)
     if g is None or t is None:
         return None
-    flops = PER_ELEMENT["rms_norm_backward"] * g.numel
-    return Cost(flops, float(g.nbytes * 3 + (2 * w.nbytes if w else 0)), g.dtype)
+    v = x.value(5)
+    mask, note = (
+        ([bool(a) for a in v], "")
+        if isinstance(v, list) and len(v) == 2
+        else (
+            [True, True],
+            "output_mask not recorded: both grads assumed",
+        )
+    )
+    flops = (
+        PER_ELEMENT["rms_norm_backward_dx"] * g.numel * mask[0]
+        + PER_ELEMENT["rms_norm_backward_dgamma"] * g.numel * mask[1]
+    )
+    reads = g.nbytes + t.nbytes + (rstd.nbytes if rstd else 0) + (w.nbytes if w else 0)
+    writes = g.nbytes * mask[0] + (w.nbytes if w else 0) * mask[1]
+    return Cost(flops, float(reads + writes), g.dtype, note)

@@ -19,13 +19,17 @@ from tracekit.classify.families import (
     activation,
     attention,
     communication,
+    convolution,
     copies,
     elementwise,
     embedding,
     gemm,
+    layout,
     loss,
+    moe,
     norms,
     optimizer,
+    pooling,
     reduction,
     softmax,
 )
@@ -36,9 +40,13 @@ FAMILIES: tuple[Family, ...] = (
     copies.FAMILY,
     optimizer.FAMILY,
     attention.FAMILY,
+    moe.FAMILY,
+    layout.FAMILY,
+    convolution.FAMILY,
     gemm.FAMILY,
     softmax.FAMILY,
     norms.FAMILY,
+    pooling.FAMILY,
     activation.FAMILY,
     loss.FAMILY,
     embedding.FAMILY,
@@ -49,13 +57,20 @@ FAMILIES: tuple[Family, ...] = (
 # The order of the class tables (classes.parquet, reports); ``other`` (no rule) last.
 CLASSES: tuple[str, ...] = (
     "gemm",
+    "convolution",
     "attention",
     "softmax",
     "layernorm",
+    "rmsnorm",
+    "batchnorm",
+    "groupnorm",
     "activation",
+    "pooling",
     "elementwise",
+    "layout",
     "reduction",
     "embedding",
+    "moe",
     "loss",
     "optimizer",
     "memcpy",
@@ -66,6 +81,13 @@ CLASSES: tuple[str, ...] = (
 
 CLASS_SPECS: dict[str, ClassSpec] = {c.name: c for f in FAMILIES for c in f.classes}
 MATRIX_CLASSES: frozenset[str] = frozenset(c.name for c in CLASS_SPECS.values() if c.matrix)
+# The heading each class is shown under (``normalization`` for its four kinds; else itself).
+CLASS_GROUPS: dict[str, str] = {c: (CLASS_SPECS[c].group if c in CLASS_SPECS else "") or c
+                                for c in CLASSES}  # fmt: skip
+# Classes that only move data: they take no FLOPs of another class's operator.
+DATA_MOVEMENT_CLASSES: frozenset[str] = frozenset(
+    c.name for c in CLASS_SPECS.values() if c.data_movement
+)
 
 RULES: tuple[Rule, ...] = tuple(r for f in FAMILIES for r in f.rules)
 # Fused rules decide by priority alone (stable: equal priorities in family order).
