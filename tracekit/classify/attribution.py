@@ -24,11 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tracekit.classify.classes import OpContext, op_context
+from tracekit.classify.classes import OpContext, match_op, op_context
 from tracekit.classify.codes import text
 from tracekit.classify.columns import KernelColumns, take
 from tracekit.classify.costs import OpCosts, model_op_costs, op_cost
 from tracekit.classify.families.inputs import LIST_SIZES_UNKNOWN
+from tracekit.classify.families.registry import DATA_MOVEMENT_CLASSES
+from tracekit.classify.params import MTA_CHUNK, ParamLists, trace_params
 
 NAN = math.nan
 MAX_COST_HOPS = 6  # how far up the operator tree a kernel looks for its cost operator
@@ -97,7 +99,6 @@ _ELEM_RE = re.compile(
     r"OpaqueType<(\d+)u?>|(?:Functor|Metadata)\w*<(float|double|c10::BFloat16|c10::Half)\b"
 )
 _ELEM_BYTES = {"float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2}
-MTA_CHUNK = 65536  # elements per block of PyTorch's multi_tensor_apply (kChunkSize)
 _ONE_PER_GROUP = ("aten::_foreach_addcdiv_", "aten::_foreach_lerp_", "aten::_fused_adamw_",
                   "aten::_fused_adam_")  # fmt: skip
 
@@ -128,10 +129,9 @@ def _refine_lists(
     """Tensor-list ops (optimizer steps, cat): the profiler records no dtype for lists and
     drops the shapes of long ones. Take the element size from the ops' kernels' template
     arguments (``OpaqueType<2u>``, ``BinaryOpListAlphaFunctor<float, …>``); give optimizer
-    lists without shapes the model's parameter count where that is what they hold: inside
-    ``Optimizer.step``, one parameter group (one addcdiv/lerp/fused-AdamW call per step),
-    and multi_tensor_apply kernels that ran enough 64 Ki-element blocks to cover it.
-    Updates ``cost`` in place."""
+    lists without shapes a size (:func:`_list_size`): the manifest's parameter count, else
+    the parameter sizes the trace's AccumulateGrad calls show
+    (:mod:`tracekit.classify.params`). Updates ``cost`` in place."""
     note_arr = cost.cost_note
     cand = np.zeros(len(note_arr), dtype=bool)
     has = np.flatnonzero(cost.has_model)
@@ -149,7 +149,10 @@ def _refine_lists(
         by_op.setdefault(kp, []).append(nm)
     blocks = np.zeros(len(ops))
     np.add.at(blocks, kpos[sel], grid[sel])  # in kernel order, like a running sum
-    one_group = bool(n_params) and _one_param_group(ops)
+    mta = np.array(["multi_tensor_apply" in str(nm) for nm in names[sel]], dtype=bool)
+    mta_blocks = np.zeros(len(ops))
+    np.add.at(mta_blocks, kpos[sel][mta], grid[sel][mta])
+    lists = ListSizes(n_params if n_params and _one_param_group(ops) else None, trace_params(ops))
     idx = np.array(sorted(by_op), dtype=np.int64)
     rec = {
         c: dict(zip(idx.tolist(), ops[c].iloc[idx].astype(object).tolist(), strict=True))
@@ -160,18 +163,14 @@ def _refine_lists(
     upd_i: list[int] = []
     upd: list[tuple[float, float, str]] = []
     for i, kn in by_op.items():
-        size = _element_size(kn)
-        numel = None
-        if (
-            n_params
-            and one_group
-            and str(note_arr[i]).startswith(LIST_SIZES_UNKNOWN)
-            and str(ctx.rule[ctx.anc[i]]).startswith("op:^Optimizer")
-            and blocks[i] * MTA_CHUNK >= 0.5 * n_params
-        ):
-            numel = n_params
+        ksize = size = _element_size(kn)
+        numel, origin = None, ""
+        if str(note_arr[i]).startswith(LIST_SIZES_UNKNOWN):
+            in_step = str(ctx.rule[ctx.anc[i]]).startswith("op:^Optimizer")
+            numel, origin, psize = lists.size(blocks[i], mta_blocks[i], in_step)
+            size = ksize if ksize is not None or numel is None else psize
         if size is not None or numel is not None:
-            u = _list_cost(rec, i, size, numel)
+            u = _list_cost(rec, i, size, numel, origin, from_kernels=ksize is not None)
             if u is not None:
                 upd_i.append(i)
                 upd.append(u)
@@ -184,6 +183,30 @@ def _refine_lists(
         cost.cost_note[rows] = [u[2] for u in upd]
 
 
+@dataclass(frozen=True)
+class ListSizes:
+    """Where an optimizer list without recorded shapes gets its size: ``n_params`` (the
+    manifest's parameter count, with one parameter group) or the trace's parameters."""
+
+    n_params: int | None
+    params: ParamLists | None
+
+    def size(
+        self, blocks: float, mta_blocks: float, in_step: bool
+    ) -> tuple[int | None, str, int | None]:
+        """Elements per list, the note saying where they came from, and the parameters'
+        element size (trace only). The manifest's count applies inside ``Optimizer.step``
+        to lists whose kernels ran enough 64 Ki-element blocks to cover it; the trace's
+        candidates to lists whose multi_tensor_apply kernels ran exactly their blocks."""
+        if self.n_params and in_step and blocks * MTA_CHUNK >= 0.5 * self.n_params:
+            return self.n_params, " (the model's parameter count, from the manifest)", None
+        if self.params is not None and int(mta_blocks) in self.params.by_blocks:
+            numel, what = self.params.by_blocks[int(mta_blocks)]
+            note = f" (sizes of the {what} from the trace's AccumulateGrad calls)"
+            return numel, note, self.params.itemsize
+        return None, "", None
+
+
 def _one_param_group(ops: pd.DataFrame) -> bool:
     """Whether the optimizer ran one parameter group: at most one addcdiv/lerp/fused-AdamW
     call of each kind per step."""
@@ -194,10 +217,17 @@ def _one_param_group(ops: pd.DataFrame) -> bool:
 
 
 def _list_cost(
-    rec: dict[str, dict[int, object]], i: int, size: int | None, numel: int | None
+    rec: dict[str, dict[int, object]],
+    i: int,
+    size: int | None,
+    numel: int | None,
+    origin: str,
+    *,
+    from_kernels: bool,
 ) -> tuple[float, float, str] | None:
-    """FLOPs, bytes and note of list op ``i`` modelled again with the element size from its
-    kernels' names and/or the model's parameter count per list (None: still unknown)."""
+    """FLOPs, bytes and note of list op ``i`` modelled again with the element size (from its
+    kernels' names, or the parameters' dtype) and/or the elements per list (None: still
+    unknown)."""
     c = op_cost(
         str(rec["name"][i]),
         text(rec["input_dims"].get(i)),
@@ -210,17 +240,19 @@ def _list_cost(
         return None
     note = c.note
     if size is not None:
+        where = "the kernel names" if from_kernels else "the parameters' dtype"
         note = note.replace(
             f"tensor-list dtype not recorded by the profiler: {size} B/element assumed",
-            f"tensor-list element size {size} B from the kernel names",
+            f"tensor-list element size {size} B from {where}",
         )
-    if numel is not None:
-        note += " (the model's parameter count, from the manifest)"
-    return c.flops, c.bytes, note
+    return c.flops, c.bytes, note + origin
 
 
-def split_by_duration(anchor: np.ndarray, dur: np.ndarray, total: np.ndarray) -> np.ndarray:
-    """Each kernel's share of its cost operator's total, by duration."""
+def split_by_duration(
+    anchor: np.ndarray, dur: np.ndarray, total: np.ndarray, takes: np.ndarray | None = None
+) -> np.ndarray:
+    """Each kernel's share of its cost operator's total, by duration. ``takes``: which
+    kernels take a share (the others get 0), unless none of the operator's does."""
     out = np.full(len(anchor), NAN)
     has = anchor >= 0
     if not has.any():
@@ -228,12 +260,33 @@ def split_by_duration(anchor: np.ndarray, dur: np.ndarray, total: np.ndarray) ->
     a = anchor[has]
     d = dur[has].astype(float)
     codes, _ = pd.factorize(a)
+    if takes is not None:
+        t = takes[has]
+        some = np.bincount(codes, weights=t.astype(float)) > 0
+        d = np.where(t | ~some[codes], d, 0.0)
+        mask = t | ~some[codes]
+    else:
+        mask = np.ones(len(d), dtype=bool)
     dsum = np.bincount(codes, weights=d)
-    cnt = np.bincount(codes).astype(float)
+    cnt = np.bincount(codes, weights=mask.astype(float))
     share = np.where(
-        dsum[codes] > 0, d / np.where(dsum[codes] > 0, dsum[codes], 1.0), 1.0 / cnt[codes]
+        dsum[codes] > 0, d / np.where(dsum[codes] > 0, dsum[codes], 1.0), mask / cnt[codes]
     )
     out[has] = total[a] * share
+    return out
+
+
+def takes_flops(kcls: np.ndarray, anchor: np.ndarray, op_names: np.ndarray) -> np.ndarray:
+    """Whether each kernel takes a share of its cost operator's FLOPs: not a data-movement
+    kernel (a layout transform) launched by an operator of another class (a convolution's
+    NCHW↔NHWC conversions carry bytes, not the convolution's FLOPs)."""
+    mover = np.isin(kcls.astype(object), list(DATA_MOVEMENT_CLASSES)) & (anchor >= 0)
+    if not mover.any():
+        return np.ones(len(anchor), dtype=bool)
+    codes, uniq = pd.factorize(pd.Series(op_names[mover], dtype=object))
+    op_cls = np.array([match_op(str(u)).cls for u in uniq], dtype=object)[codes]
+    out = np.ones(len(anchor), dtype=bool)
+    out[np.flatnonzero(mover)[op_cls != kcls[mover]]] = False
     return out
 
 
@@ -270,7 +323,8 @@ def kernel_costs(
     anchor, inner, cost = cost_ops(k.frame, ops, kcls, LIST_BYTES, n_params, ctx, k.names)
     is_copy = np.isin(k.kind, ("memcpy", "memset"))
     anchor[is_copy] = -1  # copies carry their own byte count, not a share of an op
-    flops = split_by_duration(anchor, k.dur, cost.flops)
+    op_name = take(ops.get("name"), anchor, None)
+    flops = split_by_duration(anchor, k.dur, cost.flops, takes_flops(kcls, anchor, op_name))
     nbytes = split_by_duration(anchor, k.dur, cost.bytes)
     src = take(cost.source, anchor, "none")
     src[~(np.isfinite(flops) | np.isfinite(nbytes))] = "none"
@@ -288,7 +342,7 @@ def kernel_costs(
         source=src,
         note=note,
         dtype=take(cost.dtype, anchor, None),
-        op_name=take(ops.get("name"), anchor, None),
+        op_name=op_name,
         op_id=op_id,
         is_copy=is_copy,
         host_copy=host_copy,
@@ -339,12 +393,20 @@ def cost_notes(ops: pd.DataFrame, cost: KernelCosts) -> list[str]:
     if any(x.startswith(LIST_SIZES_UNKNOWN) for x in distinct_notes):
         notes.append(
             "the profiler dropped the shapes of long tensor lists (optimizer steps): their "
-            "FLOPs and bytes are unknown unless the manifest gives the parameter count"
+            "FLOPs and bytes are unknown unless the manifest gives the parameter count or "
+            "their kernels' block counts match the parameters of the trace's AccumulateGrad "
+            "calls"
         )
-    if any(LIST_SIZES_UNKNOWN + ":" in x for x in distinct_notes):
+    if any(LIST_SIZES_UNKNOWN + ":" in x and "manifest" in x for x in distinct_notes):
         notes.append(
             "optimizer tensor lists without recorded shapes were given the model's parameter "
             "count (manifest) per list"
+        )
+    if any(LIST_SIZES_UNKNOWN + ":" in x and "AccumulateGrad" in x for x in distinct_notes):
+        notes.append(
+            "optimizer tensor lists without recorded shapes were sized from the trace: their "
+            "kernels ran the 64 Ki-element blocks of the parameters the AccumulateGrad calls "
+            "show"
         )
     if any("B/element assumed" in x for x in distinct_notes):
         notes.append(

@@ -43,12 +43,18 @@ RULES: tuple[Rule, ...] = (
         "BatchNorm (whichever of the cuDNN, MIOpen or native kernels it runs)",
     ),
     Rule(
-        aten("group_norm", "instance_norm", "local_response_norm"),
+        aten("group_norm", "local_response_norm"),
         "op",
         _GROUP,
         P_REGION,
-        "GroupNorm; instance norm (a group per channel, run by batch-norm kernels) and "
-        "local response norm (per sample, across a window of channels)",
+        "GroupNorm; local response norm (per sample, across a window of channels)",
+    ),
+    Rule(
+        aten("instance_norm"),
+        "op",
+        _GROUP,
+        P_REGION + 1,
+        "instance norm: a group per channel; above the batch_norm it runs",
     ),
     Rule(
         aten("native_layer_norm", "native_layer_norm_backward"),

@@ -73,8 +73,8 @@ FUSED_RULES: tuple[Rule, ...] = (
         r"(?:^| )(?:_low_memory_max_pool\w*|max_pool\w*|avg_pool\w*|adaptive_\w*pool\w*)(?: |$)",
         "fused",
         "pooling",
-        45,
-        "pooling (above the reductions it could be mistaken for)",
+        62,
+        "pooling (above the activation fused into it and the reductions it resembles)",
     ),
 )
 
