@@ -118,6 +118,18 @@ def test_layout_regions_pooling_and_routing() -> None:
         ("void vllm::moe::moe_align_block_size_kernel<int>(…)", "moe"),
         ("cudnn_infer_ampere_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1", "convolution"),
         ("void cudnn::fusion::compute_dot_do_o_specialized<true, 64>(…)", "other"),
+        (
+            "void at::native::(anonymous namespace)::conv_depthwise2d_forward_kernel<3, float>",
+            "convolution",
+        ),
+        (
+            "_ZN2ck16tensor_operation6device37kernel_batched_gemm_xdlops_bwd_weightINS_47Gridwise",
+            "convolution",
+        ),
+        (
+            "void at::native::(anonymous namespace)::max_pool_forward_nhwc<c10::BFloat16, float>",
+            "pooling",
+        ),
     ],
 )
 def test_kernel_names(name: str, cls: str) -> None:

@@ -61,20 +61,21 @@ RULES: tuple[Rule, ...] = (
     Rule(
         r"(?i)implicit_?gemm|implicit_convolve|_?fprop|dgrad|wgrad|scudnn|hcudnn|winograd"
         r"|fft2d|conv2d|conv3d|convolution|_conv_|naive_conv|cudnn::cnn|cask_cudnn"
-        r"|cutlass_cudnn|igemm_(?:fwd|bwd|wrw)",
+        r"|cutlass_cudnn|cutlass__\w*cudnn|igemm_(?:fwd|bwd|wrw)|conv_depthwise|DepthwiseConv",
         "kernel",
         "convolution",
         P_NORMAL,
         "cuDNN/CUTLASS convolution kernels (implicit GEMM `*_fprop_*`/`*dgrad*`/`*wgrad*`, "
         "`implicit_convolve_sgemm`, `scudnn`, Winograd, FFT), MIOpen `igemm_fwd/bwd/wrw`, "
-        "`naive_conv`",
+        "`naive_conv`, PyTorch's depthwise kernels",
     ),
     Rule(
-        r"^(?:void )?ck(?:_tile)?::.*[Cc]onv|_ZN2ck\w*[Cc]onv",
+        r"^(?:void )?ck(?:_tile)?::.*(?:[Cc]onv|bwd_weight|bwd_data)"
+        r"|_ZN2ck\w*(?:[Cc]onv|bwd_weight|bwd_data)",
         "kernel",
         "convolution",
         P_NORMAL,
-        "Composable Kernel convolution (demangled or mangled)",
+        "Composable Kernel convolution incl. its bwd_weight/bwd_data GEMMs (demangled or mangled)",
     ),
     Rule(
         r"cudnn(?!::fusion)",
