@@ -35,7 +35,7 @@ RULES: tuple[Rule, ...] = (
         "fused SDPA: every kernel inside (incl. its fills) is attention",
     ),
     Rule(
-        r"^flash_attn::|^FlashAttn\w*Func$|^ScaledDotProduct\w*AttentionBackward\d*$",
+        r"^flash_attn::|^FlashAttn\w*Func$|^ScaledDotProduct\w*Attention\w*Backward\d*$",
         "op",
         "attention",
         P_FUSED_ATTENTION,
