@@ -114,6 +114,8 @@ def test_layout_regions_pooling_and_routing() -> None:
         ("triton_red_fused_native_group_norm_0", "groupnorm"),
         ("triton_poi_fused_max_pool2d_with_indices_relu_2", "pooling"),
         ("triton_poi_fused_clone_permute_5", "layout"),
+        ("triton_tem_fused_convolution_relu_0", "convolution"),
+        ("triton_tem_fused_addmm_gelu_0", "gemm"),
         ("triton_poi_fused__to_copy_clone_5", "elementwise"),
         ("void vllm::moe::moe_align_block_size_kernel<int>(…)", "moe"),
         ("cudnn_infer_ampere_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1", "convolution"),

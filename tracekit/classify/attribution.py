@@ -4,12 +4,14 @@ FLOPs and bytes are modelled per *operator* (:mod:`tracekit.classify.costs`). A 
 carries a share of the cost of its **cost operator**: the innermost operator that
 launched it if that operator has a model, else the nearest ancestor of the same class
 that has one. Where an operator launches several kernels (a GEMM and its split-K
-reduction, a cuDNN convolution and its layout transforms) its totals are **split over
+reduction, a cuDNN convolution and its offset kernels) its totals are **split over
 its kernels in proportion to their durations**, so the kernels' shares sum to the
 operator's total and every kernel of an operator has the operator's intensity. (The
 alternative — attributing everything to the longest kernel — would give the helper
-kernels zero bytes and an undefined intensity.) memcpy/memset records carry their own
-byte count (device-to-device copies count read + write). Measured counters replace the
+kernels zero bytes and an undefined intensity.) A data-movement kernel (``layout``: a
+convolution's NCHW↔NHWC transform) takes bytes but no FLOPs of another class's
+operator. memcpy/memset records carry their own byte count (device-to-device copies
+count read + write). Measured counters replace the
 modelled numbers kernel by kernel (:mod:`tracekit.classify.measured`), with the modelled
 ones kept alongside.
 """

@@ -1,6 +1,6 @@
-"""Op families: one module per family of operators and kernels (GEMM and convolution,
-attention, softmax, normalisation, activation, loss, embedding, reduction, element-wise,
-optimizer, copies, communication).
+"""Op families: one module per family of operators and kernels (GEMM, convolution,
+attention, softmax, normalisation, pooling, activation, loss, embedding, MoE routing,
+layout, reduction, element-wise, optimizer, copies, communication).
 
 A family module declares everything tracekit knows about its family, as data:
 

@@ -92,8 +92,9 @@ FUSED_RULES: tuple[Rule, ...] = (
         r"(?:^| )(?:convolution|convolution_backward)(?: |$)",
         "fused",
         "convolution",
-        95,
-        "a convolution fused with its epilogue (Inductor conv templates name it)",
+        101,
+        "a convolution fused with its epilogue, incl. Inductor's conv templates "
+        "(triton_tem_fused_convolution_*, above the GEMM templates' rule)",
     ),
 )
 
