@@ -84,6 +84,13 @@ def _op_classes(run: Path) -> dict[str, set[str]]:
     return out
 
 
+def _assert_op_classes(run: Path, want: dict[str, str]) -> dict[str, set[str]]:
+    got = _op_classes(run)
+    for op, cls in want.items():
+        assert got[op] == {cls}, op
+    return got
+
+
 # ------------------------------------------------------------------ the scripts
 
 
@@ -149,21 +156,22 @@ def test_cnn_with_batch_norm(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert m["config"]["samples_per_step"] == 8 and m["inputs"]["shape"] == [8, 3, 16, 16]
     names = {e.get("name") for e in _trace_events(out, m)}
     assert {"aten::convolution", "aten::max_pool2d", "aten::batch_norm"} <= names
-    cls = _op_classes(out)
-    for op, want in {
-        "aten::mkldnn_convolution": "convolution",
-        "aten::convolution_backward": "convolution",
-        "aten::native_batch_norm": "batchnorm",
-        "aten::native_batch_norm_backward": "batchnorm",
-        "aten::max_pool2d_with_indices": "pooling",
-        "aten::max_pool2d_with_indices_backward": "pooling",
-        "aten::mean": "pooling",  # AdaptiveAvgPool2d(1) runs a mean
-        "aten::clamp_min": "activation",  # inside relu
-        "aten::addmm": "gemm",
-        "aten::_log_softmax": "softmax",
-        "aten::nll_loss_forward": "loss",
-    }.items():
-        assert cls[op] == {want}, op
+    cls = _assert_op_classes(
+        out,
+        {
+            "aten::mkldnn_convolution": "convolution",
+            "aten::convolution_backward": "convolution",
+            "aten::native_batch_norm": "batchnorm",
+            "aten::native_batch_norm_backward": "batchnorm",
+            "aten::max_pool2d_with_indices": "pooling",
+            "aten::max_pool2d_with_indices_backward": "pooling",
+            "aten::mean": "pooling",  # AdaptiveAvgPool2d(1) runs a mean
+            "aten::clamp_min": "activation",  # inside relu
+            "aten::addmm": "gemm",
+            "aten::_log_softmax": "softmax",
+            "aten::nll_loss_forward": "loss",
+        },
+    )
     assert "layernorm" not in set().union(*cls.values())
 
 
@@ -193,23 +201,24 @@ def test_transformer_with_rmsnorm_swiglu(
     assert met["model_flops_per_s"] == pytest.approx(6 * 24736 * 64 / step_s)
     names = {e.get("name") for e in _trace_events(out, m)}
     assert {"aten::scaled_dot_product_attention", "aten::rsqrt", "aten::silu"} <= names
-    cls = _op_classes(out)
-    for op, want in {
-        "aten::_scaled_dot_product_flash_attention_for_cpu": "attention",
-        "aten::_scaled_dot_product_flash_attention_for_cpu_backward": "attention",
-        "aten::silu": "activation",
-        "aten::silu_backward": "activation",
-        "aten::mm": "gemm",
-        "aten::embedding": "embedding",
-        "aten::embedding_dense_backward": "embedding",
-        "aten::contiguous": "layout",  # y.transpose(1, 2).reshape(...)
-        "aten::lerp_": "optimizer",
-        # a hand-written RMSNorm (x * rsqrt(mean(x²) + eps)) has no norm operator: its
-        # pieces are element-wise and a reduction (nn.RMSNorm's aten::rms_norm is rmsnorm)
-        "aten::rsqrt": "elementwise",
-        "aten::mean": "reduction",
-    }.items():
-        assert cls[op] == {want}, op
+    _assert_op_classes(
+        out,
+        {
+            "aten::_scaled_dot_product_flash_attention_for_cpu": "attention",
+            "aten::_scaled_dot_product_flash_attention_for_cpu_backward": "attention",
+            "aten::silu": "activation",
+            "aten::silu_backward": "activation",
+            "aten::mm": "gemm",
+            "aten::embedding": "embedding",
+            "aten::embedding_dense_backward": "embedding",
+            "aten::contiguous": "layout",  # y.transpose(1, 2).reshape(...)
+            "aten::lerp_": "optimizer",
+            # a hand-written RMSNorm (x * rsqrt(mean(x²) + eps)) has no norm operator: its
+            # pieces are element-wise and a reduction (nn.RMSNorm's aten::rms_norm is rmsnorm)
+            "aten::rsqrt": "elementwise",
+            "aten::mean": "reduction",
+        },
+    )
 
 
 def test_gradient_accumulation_step_is_the_optimizer_step(
