@@ -44,9 +44,23 @@ The peak is the largest of four moments (``phases``):
 * ``attention_backward`` (naive only): the last block's attention backward, its MLP's
   and the head's tensors freed: softmax's backward output (4·BHTT) next to the gradient
   of the attention matrix (a·BHTT, cast to fp32 under autocast: 4·BHTT);
-* ``optimizer``: gradients (4P) + AdamW's ``_foreach_sqrt`` temporary (4P on CUDA,
-  where AdamW runs foreach; on CPU the single-tensor loop holds two temporaries of the
-  largest parameter).
+* ``optimizer``: gradients (4P) + AdamW's temporaries: ``_foreach_sqrt``'s 4P for the
+  foreach implementation (torch's choice on CUDA), two temporaries of the largest parameter
+  for the per-parameter loop (torch's choice on CPU), none for the fused kernel.
+
+The training levers of ``tracekit collect`` (``StepOptions``):
+
+* ``checkpoint`` (activation checkpointing per block, non-reentrant): a block saves only
+  its input, the fp32 residual (4·NC), and under autocast no weight copies (they are cast
+  again when the block is recomputed); the head and the loss save what they save without
+  it. One more moment, ``block_backward``: the last block recomputed in the backward — every
+  block input, the embedding's fp32 gradient (4·VC), the residual's gradient (4·NC), the
+  block's saved tensors and autocast weight copies, its weight gradients and (naive) the
+  attention backward's two fp32 T² temporaries.
+* ``grad_accum`` > 1 and ``cuda_graphs``: the gradients (4P) exist at every moment (they
+  accumulate over the micro-batches; a replayed graph writes them in place and
+  ``zero_grad`` never frees them); the model counts one micro-batch's activations.
+* ``optimizer``: which AdamW implementation (above).
 
 Each moment also holds the static memory: parameters (4P, fp32 master weights), AdamW
 state (2 × 4P, steady state after the first step), the causal-mask buffers of naive
@@ -68,7 +82,7 @@ written by the forward and read by the backward. A floor: tensors that are not s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tracekit.errors import UsageError
@@ -152,6 +166,48 @@ class ModelShape:
         return self.n_layer * (3 * C * C + C * C + 2 * C * hid) + self.vocab_size * C
 
 
+OPTIMIZERS = ("adamw", "adamw-foreach", "adamw-fused")
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """The training levers of ``tracekit collect`` that change what a step holds."""
+
+    checkpoint: bool = False
+    optimizer: str | None = None  # OPTIMIZERS; None: torch's choice (foreach on CUDA)
+    grad_accum: int = 1
+    cuda_graphs: bool = False
+
+    def __post_init__(self) -> None:
+        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
+            raise UsageError(
+                f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}"
+            )
+        if isinstance(self.grad_accum, bool) or int(self.grad_accum) < 1:
+            raise UsageError(f"grad_accum must be >= 1, got {self.grad_accum!r}")
+
+    def implementation(self, device: str) -> str:
+        """The AdamW implementation that runs: the option, else torch's choice."""
+        if self.optimizer is not None:
+            return self.optimizer
+        return "adamw-foreach" if device == "cuda" else "adamw"
+
+    @property
+    def grads_held(self) -> bool:
+        """Gradients exist before the backward (accumulated, or kept by a CUDA graph)."""
+        return self.grad_accum > 1 or self.cuda_graphs
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]) -> StepOptions:
+        """From a manifest's ``config`` (absent keys: the defaults)."""
+        return cls(
+            checkpoint=bool(cfg.get("checkpoint") or False),
+            optimizer=cfg.get("optimizer") or None,
+            grad_accum=int(cfg.get("grad_accum") or 1),
+            cuda_graphs=bool(cfg.get("cuda_graphs") or False),
+        )
+
+
 @dataclass(frozen=True)
 class MemoryEstimate:
     """Bytes of one training step; ``peak`` = the largest phase."""
@@ -170,6 +226,7 @@ class MemoryEstimate:
     peak: int
     categories: dict[str, int]  # at the peak phase: CATEGORIES
     kv_cache_inference: int
+    options: StepOptions = field(default_factory=StepOptions)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -245,11 +302,14 @@ def _check(dtype: str, attention: str, batch: int, seq: int) -> None:
         raise UsageError(f"batch and seq must be >= 1, got {batch}, {seq}")
 
 
-def _held(shape: ModelShape, batch: int, seq: int, dtype: str, attention: str) -> _Held:
+def _held(
+    shape: ModelShape, batch: int, seq: int, dtype: str, attention: str, checkpoint: bool = False
+) -> _Held:
     a = DTYPE_BYTES[dtype]
     N, C, V, L = batch * seq, shape.n_embd, shape.vocab_size, shape.n_layer
     P = shape.n_params()
     per_layer, t2 = block_saved(shape, batch, seq, dtype, attention)
+    kept = FP32 * N * C if checkpoint else per_layer  # a checkpointed block keeps its input
     # cross_entropy = log_softmax + nll_loss. log_softmax runs at the activation dtype and
     # saves its output; under autocast nll_loss (an fp32 op) saves an fp32 copy of it.
     loss_saved = a * N * V + (FP32 * N * V if a != FP32 else 0)
@@ -260,25 +320,33 @@ def _held(shape: ModelShape, batch: int, seq: int, dtype: str, attention: str) -
         params=FP32 * P,
         grads=FP32 * P,
         optim=2 * FP32 * P,
-        autocast=a * shape.linear_weights() if a != FP32 else 0,
+        autocast=(a * (V * C if checkpoint else shape.linear_weights())) if a != FP32 else 0,
         per_layer=per_layer,
         t2=t2,
         loss_saved=loss_saved,
         head_saved=head_saved,
-        saved=L * per_layer + head_saved + loss_saved,
+        saved=L * kept + head_saved + loss_saved,
         logits=a * N * V,
         buffers=masks + tokens,
     )
 
 
 def _phases(
-    shape: ModelShape, h: _Held, batch: int, seq: int, dtype: str, attention: str, device: str
+    shape: ModelShape,
+    h: _Held,
+    batch: int,
+    seq: int,
+    dtype: str,
+    attention: str,
+    device: str,
+    opts: StepOptions,
 ) -> dict[str, int]:
     """Bytes held at each moment of the step that can be the peak."""
     a = DTYPE_BYTES[dtype]
     N, C, V, L = batch * seq, shape.n_embd, shape.vocab_size, shape.n_layer
     P = shape.n_params()
-    act = h.at_backward
+    held_grads = FP32 * P if opts.grads_held else 0  # accumulated or kept by a graph
+    act = h.at_backward + held_grads
     fwd_end = act + h.logits  # logits are freed once the loss exists
     # nll_loss_backward's gradient (fp32); in fp32 log_softmax's backward then allocates
     # the logits' gradient while it and the saved output are alive.
@@ -290,7 +358,8 @@ def _phases(
     head_cast = (a * V * C + FP32 * V * C + a * N * C) if a != FP32 else 0
     head_transient = max(head_mm, head_cast)
     head_bwd = act - h.loss_saved + head_transient
-    opt_tmp = FP32 * P if device == "cuda" else 2 * FP32 * shape.largest_param()
+    impl = opts.implementation(device)
+    opt_tmp = {"adamw-foreach": FP32 * P, "adamw": 2 * FP32 * shape.largest_param()}.get(impl, 0)
     optimizer = h.static + h.grads + opt_tmp
     phases = {
         "forward_end": fwd_end,
@@ -298,22 +367,45 @@ def _phases(
         "head_backward": head_bwd,
         "optimizer": optimizer,
     }
-    if attention == "naive":
+    bhtt = batch * shape.n_head * seq * seq
+    attn_transient = 2 * FP32 * bhtt if attention == "naive" else 0
+    block_params = (P - V * C - shape.block_size * C) // L
+    # gradients at the last block's backward: the embedding's (from lm_head) and the block's
+    grads = held_grads or FP32 * V * C + FP32 * block_params
+    # what a block's MLP saves (ln_2 input and stats, its output, c_fc and GELU outputs):
+    # freed by the time its attention runs backward
+    mlp_saved = (FP32 + 10 * a) * N * C + 2 * FP32 * N
+    if opts.checkpoint:
+        # The last block recomputed: every block input, the residual's gradient, the block's
+        # saved tensors and (autocast) its weight copies, all held through its backward;
+        # naive: with an attention-matrix gradient (fp32; its low-precision original under
+        # autocast). Measured on CPU (tiny, fp32): within 0.1 % of the timeline's peak.
+        recomputed = h.per_layer + (a * block_params if a != FP32 else 0)
+        base = h.static + L * FP32 * N * C + FP32 * N * C + _block_backward_grads(shape, opts)
+        t2_grad = (FP32 + (a if a != FP32 else 0)) * bhtt if attention == "naive" else 0
+        phases["block_backward"] = base + recomputed + t2_grad
+    elif attention == "naive":
         # The last block's attention backward: its MLP and c_proj tensors are freed by then,
         # the head's too; the embedding's fp32 grad and the block's grads are held. Softmax's
         # backward output (4·BHTT) exists next to the gradient of the attention matrix
         # (a·BHTT, cast to an fp32 copy under autocast: 4·BHTT).
-        bhtt = batch * shape.n_head * seq * seq
-        attn_transient = 2 * FP32 * bhtt
-        mlp_saved = (FP32 + 10 * a) * N * C + 2 * FP32 * N
-        block_grads = FP32 * (P - V * C - shape.block_size * C) // L
-        held = act - h.loss_saved - h.head_saved - mlp_saved
-        phases["attention_backward"] = held + FP32 * V * C + block_grads + attn_transient
+        held = h.at_backward - h.loss_saved - h.head_saved - mlp_saved
+        phases["attention_backward"] = held + grads + attn_transient
     return phases
 
 
+def _block_backward_grads(shape: ModelShape, opts: StepOptions) -> int:
+    """Gradients at the recomputed last block's attention backward: all of them when they
+    are held, else the embedding's (lm_head's backward) and the block's MLP and ln_2's."""
+    if opts.grads_held:
+        return FP32 * shape.n_params()
+    C, hid, b = shape.n_embd, shape.mlp_hidden, int(shape.bias)
+    mlp = 2 * C * hid + b * (hid + C) + (1 + b) * C
+    return FP32 * (shape.vocab_size * C + mlp)
+
+
 def _categories(
-    shape: ModelShape, h: _Held, phases: dict[str, int], peak_phase: str
+    shape: ModelShape, h: _Held, phases: dict[str, int], peak_phase: str, opts: StepOptions
 ) -> dict[str, int]:
     """The peak phase's bytes split into CATEGORIES."""
     if peak_phase == "optimizer":
@@ -326,13 +418,22 @@ def _categories(
         )
     C, V, L = shape.n_embd, shape.vocab_size, shape.n_layer
     P = shape.n_params()
-    held = {
-        "forward_end": h.saved + h.autocast,
-        "loss_backward": h.saved + h.autocast,
-        "head_backward": h.saved - h.loss_saved + h.autocast,
-        "attention_backward": h.saved - h.loss_saved - h.head_saved + h.autocast,
-    }[peak_phase]
-    g = FP32 * V * C + FP32 * (P - V * C) // max(1, L) if peak_phase == "attention_backward" else 0
+    if peak_phase == "block_backward":
+        g = _block_backward_grads(shape, opts)
+        held = phases[peak_phase] - h.static - g  # block inputs, the recomputed block
+    else:
+        held = {
+            "forward_end": h.saved + h.autocast,
+            "loss_backward": h.saved + h.autocast,
+            "head_backward": h.saved - h.loss_saved + h.autocast,
+            "attention_backward": h.saved - h.loss_saved - h.head_saved + h.autocast,
+        }[peak_phase]
+        if opts.grads_held:
+            g = h.grads
+        elif peak_phase == "attention_backward":
+            g = FP32 * V * C + FP32 * (P - V * C) // max(1, L)
+        else:
+            g = 0
     return dict(
         parameters=h.params,
         gradients=g,
@@ -350,14 +451,17 @@ def estimate(
     dtype: str = "fp32",
     attention: str = "naive",
     device: str = "cuda",
+    options: StepOptions | None = None,
 ) -> MemoryEstimate:
-    """The analytic memory of one steady-state training step (see the module docstring)."""
+    """The analytic memory of one steady-state training step (see the module docstring);
+    ``options``: the training levers the step runs with."""
     shape = model if isinstance(model, ModelShape) else ModelShape.from_mapping(model)
     _check(dtype, attention, batch, seq)
-    h = _held(shape, batch, seq, dtype, attention)
-    phases = _phases(shape, h, batch, seq, dtype, attention, device)
+    opts = options or StepOptions()
+    h = _held(shape, batch, seq, dtype, attention, opts.checkpoint)
+    phases = _phases(shape, h, batch, seq, dtype, attention, device, opts)
     peak_phase = max(phases, key=lambda k: phases[k])
-    cats = _categories(shape, h, phases, peak_phase)
+    cats = _categories(shape, h, phases, peak_phase, opts)
     assert sum(cats.values()) == phases[peak_phase], (cats, phases)
     return MemoryEstimate(
         parameters=h.params,
@@ -374,6 +478,7 @@ def estimate(
         peak=phases[peak_phase],
         categories=cats,
         kv_cache_inference=kv_cache_bytes(shape, batch=batch, seq=seq, dtype=dtype),
+        options=opts,
     )
 
 
@@ -475,6 +580,7 @@ def from_manifest(manifest: Mapping[str, Any] | None) -> tuple[MemoryEstimate | 
             dtype=str(cfg.get("dtype") or "fp32"),
             attention=str(cfg.get("attention") or model.get("attention") or "naive"),
             device=str(cfg.get("device") or "cuda"),
+            options=StepOptions.from_config(cfg),
         )
     except (KeyError, TypeError, ValueError, UsageError) as e:
         return None, f"the analytic model does not apply to this run's config ({e})"
@@ -482,11 +588,9 @@ def from_manifest(manifest: Mapping[str, Any] | None) -> tuple[MemoryEstimate | 
         "torch.compile changes what is saved for backward: the model counts eager mode"
         if cfg.get("compile")
         else "",
-        "--checkpoint keeps only each block's input: the model counts every block's saved tensors"
-        if cfg.get("checkpoint")
+        "the model counts one micro-batch's activations (the gradients at every moment)"
+        if int(cfg.get("grad_accum") or 1) > 1
         else "",
-        "the model counts one micro-batch and gradients from the backward on"
-        if int(cfg.get("grad_accum") or 1) > 1 or cfg.get("cuda_graphs")
-        else "",
+        "the CUDA graph's private memory pool is not modelled" if cfg.get("cuda_graphs") else "",
     ]
     return est, "; ".join(c for c in caveats if c)

@@ -20,6 +20,7 @@ from tracekit.summary.memory_model import (
     CATEGORIES,
     TIMELINE_CATEGORIES,
     TIMELINE_TO_CATEGORY,
+    StepOptions,
     estimate,
 )
 from tracekit.sweep.plan import Point
@@ -394,6 +395,7 @@ def model_columns(point: Point, m: Mapping[str, Any], peak: float) -> dict[str, 
         dtype=point.dtype,
         attention=point.attention,
         device=(m.get("device") or {}).get("type") or "cuda",
+        options=StepOptions.from_config(config),  # the levers the run used
     )
     row: dict[str, Any] = {"model_peak_bytes": float(est.peak), "model_peak_phase": est.peak_phase}
     for c in CATEGORIES:
