@@ -238,6 +238,17 @@ def _metrics(
     }
 
 
+def _test_fault(model: torch.nn.Module) -> None:
+    """The multi-GPU runs' test hook (``TRACEKIT_TEST_FAULT``, ``collectors/rank.py``) in
+    one process, as rank 0: how tests make a run fail or run out of memory."""
+    if os.environ.get("TRACEKIT_TEST_FAULT"):
+        from tracekit.collectors.rank import _fault_hook
+
+        hook = _fault_hook(0)
+        if hook is not None:
+            hook(model)
+
+
 def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Display,
               manifest: dict[str, Any], *, prefix: str = "",
               wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
@@ -257,6 +268,7 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
     ui.phase("building model" + (" (torch.compile happens in warm-up)" if cfg.compile else ""))
     if wrap is None and data_seed is None:  # one process: the call tests substitute
         wl = build_workload(cfg, device)
+        _test_fault(wl.model)
     else:
         wl = build_workload(cfg, device, wrap=wrap, data_seed=data_seed)
     n = 0  # global step counter: every phase continues the same training run

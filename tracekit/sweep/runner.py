@@ -266,10 +266,11 @@ def run_sweep(
     *,
     resume: bool = False,
     quiet: bool = False,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | Callable[[Point], Mapping[str, str]] | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> pd.DataFrame:
-    """Run every configuration of ``plan`` into ``out_dir``; returns the sweep table."""
+    """Run every configuration of ``plan`` into ``out_dir``; returns the sweep table.
+    ``env``: the subprocesses' environment, or a function giving it per point."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"-o {out_dir} exists and is not a folder")
@@ -305,7 +306,7 @@ def run_sweep(
                 out_dir,
                 measure_ceilings=measure,
                 ceilings=_ceilings_for(ceilings, point),
-                env=env,
+                env=env(point) if callable(env) else env,
             )
             if measured:
                 ceilings[_ceiling_key(point)] = measured
