@@ -28,6 +28,11 @@ STAGES: dict[str, tuple[str, set[str]]] = {
         "tracekit.sweep",
         {"tracekit.parse", "tracekit.classify", "tracekit.summary"},
     ),
+    # advise predicts from the summary stage and measures through sweep
+    "tracekit/advise": (
+        "tracekit.advise",
+        {"tracekit.parse", "tracekit.classify", "tracekit.summary", "tracekit.sweep"},
+    ),
     "tracekit/compare": (
         "tracekit.compare",
         {"tracekit.parse", "tracekit.classify", "tracekit.summary", "tracekit.ranks"},
@@ -41,6 +46,7 @@ STAGES: dict[str, tuple[str, set[str]]] = {
             "tracekit.ranks",
             "tracekit.sweep",
             "tracekit.compare",
+            "tracekit.advise",
         },
     ),
 }
@@ -91,7 +97,8 @@ def test_analysis_stages_never_load_torch() -> None:
         "for m in ['tracekit.parse', 'tracekit.classify', 'tracekit.xspace', 'tracekit.summary',"
         " 'tracekit.ranks', 'tracekit.ranks.cluster',"
         " 'tracekit.reports', 'tracekit.reports.plots', 'tracekit.reports.tensorboard',"
-        " 'tracekit.sweep', 'tracekit.reports.sweep', 'tracekit.compare', 'tracekit.cli']:\n"
+        " 'tracekit.sweep', 'tracekit.reports.sweep', 'tracekit.compare', 'tracekit.cli',"
+        " 'tracekit.advise.run', 'tracekit.reports.advise']:\n"
         "    try:\n"
         "        importlib.import_module(m)\n"
         "    except ModuleNotFoundError:\n"

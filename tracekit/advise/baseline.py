@@ -1,0 +1,205 @@
+"""The baseline of ``tracekit advise``: a ``tracekit collect`` training run, parsed,
+classified and summarised, with its critical path calibrated to the unprofiled step."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import tracekit.summary.critical_path as CP
+from tracekit.errors import UsageError
+from tracekit.summary.memory_model import MemoryEstimate, ModelShape, StepOptions, estimate
+from tracekit.summary.roofs import Roofs, roofs_from
+
+# Host speed-up assumed when the unprofiled step cannot calibrate it (a GPU-bound step
+# hides its host): the mean of the H200 fixtures that can be calibrated, 2.25, 2.16 and
+# 1.95 (bf16 naive, SDPA, SDPA compiled; docs/critical-path.md).
+ASSUMED_HOST_SPEEDUP = 2.1
+WHAT_IF_STEPS = 8  # at most this many profiled steps are analysed
+
+
+@dataclass
+class Baseline:
+    """Everything the predictions read."""
+
+    run_dir: Path
+    manifest: dict[str, Any]
+    config: dict[str, Any]
+    trace: Any  # tracekit.parse.Trace
+    cls: Any  # tracekit.classify.Classification
+    summary: Any  # tracekit.summary.Summary
+    cp: CP.CriticalPath
+    host_speedup: float
+    host_basis: str  # 'calibrated', 'assumed' or 'none' (the trace is not slower)
+    step_ms: float  # unprofiled median (manifest)
+    tokens: int  # per step (all micro-batches)
+    peak_bytes: float  # measured peak (NaN: unknown)
+    peak_source: str
+    shape: ModelShape
+    roofs: Roofs
+    kernels: pd.DataFrame  # classified kernels, one row per row of trace.kernels
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def device(self) -> str:
+        return str(self.config.get("device") or "cuda")
+
+    @property
+    def gpu(self) -> bool:
+        """The trace has GPU activity (else the step's work is all host time)."""
+        return bool(len(self.trace.kernels))
+
+    @property
+    def verdict(self) -> str | None:
+        v = getattr(self.summary, "verdict", None)
+        return None if v is None else str(v.verdict)
+
+    def model(self, cfg: dict[str, Any] | None = None) -> MemoryEstimate | None:
+        """The analytic memory of ``cfg`` (default: the baseline's config)."""
+        c = cfg if cfg is not None else self.config
+        try:
+            return estimate(
+                self.shape,
+                batch=int(c["batch"]),
+                seq=int(c["seq"]),
+                dtype=str(c.get("dtype") or "fp32"),
+                attention=str(c.get("attention") or "naive"),
+                device=self.device,
+                options=StepOptions.from_config(c),
+            )
+        except (KeyError, ValueError, UsageError):
+            return None
+
+    @property
+    def n_steps(self) -> int:
+        return max(1, len(self.cp.steps))
+
+
+def read_manifest(run: Path) -> dict[str, Any]:
+    """The manifest of a ``tracekit collect`` training run, or a one-line error."""
+    run = Path(run)
+    if not run.is_dir():
+        raise UsageError(
+            f"{run}: not a run folder (tracekit advise takes a `tracekit collect` run)"
+        )
+    path = run / "manifest.json"
+    if not path.is_file():
+        raise UsageError(
+            f"{run}: no manifest.json (tracekit advise takes a `tracekit collect` run)"
+        )
+    try:
+        man = json.loads(path.read_text())
+    except ValueError as e:
+        raise UsageError(f"{path}: not JSON ({e})") from None
+    cfg = man.get("config") if isinstance(man, dict) else None
+    if not isinstance(cfg, dict) or "preset" not in cfg or "model" not in cfg:
+        raise UsageError(
+            f"{run}: not a `tracekit collect` run (its manifest has no preset and model "
+            "config): advise measures levers by re-running the workload, which it owns only "
+            "for collect runs; for `tracekit run` scripts see docs/advise.md"
+        )
+    if (cfg.get("workload") or "train") != "train":
+        raise UsageError(f"{run}: a generate run: advise ranks training levers (collect's "
+                         "default workload)")  # fmt: skip
+    if man.get("status", "ok") != "ok":
+        raise UsageError(f"{run}: the run did not finish (status {man.get('status')!r}): "
+                         "nothing to advise on")  # fmt: skip
+    return dict(man)
+
+
+def _num(v: Any) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return f if math.isfinite(f) else math.nan
+
+
+def _peak(manifest: dict[str, Any], summary: Any) -> tuple[float, str]:
+    """The measured peak: the allocator's (CUDA, unprofiled steps), else the trace's
+    ``[memory]`` events (CPU)."""
+    peak = _num((manifest.get("metrics") or {}).get("peak_allocated_bytes"))
+    if peak == peak:
+        return peak, "allocator (torch.cuda.max_memory_allocated)"
+    mem = getattr(summary, "memory", None)
+    if mem is not None and mem.peak_allocated_bytes:
+        return float(mem.peak_allocated_bytes), f"the trace's [memory] events ({mem.device})"
+    return math.nan, "not measured"
+
+
+def aligned_kernels(trace: Any, cls: Any) -> pd.DataFrame:
+    """The classified kernels in the row order of ``trace.kernels`` (row = kernel_id)."""
+    k = cls.kernels.set_index("kernel_id").reindex(np.arange(len(trace.kernels)))
+    k["is_backward"] = False
+    op = trace.kernels["op_id"].to_numpy(np.int64)
+    ok = (op >= 0) & (op < len(trace.ops))
+    bwd = np.zeros(len(op), bool)
+    bwd[ok] = trace.ops["is_backward"].to_numpy(bool)[op[ok]]
+    k["is_backward"] = bwd
+    k["top_op_id"] = trace.kernels["top_op_id"].to_numpy(np.int64)
+    out: pd.DataFrame = k
+    return out
+
+
+def analyse(run: Path | str) -> Baseline:
+    """Parse, classify and summarise the run; its critical path calibrated to the
+    unprofiled step time of the manifest."""
+    from tracekit.classify import classify
+    from tracekit.parse import load
+    from tracekit.summary import summarize
+
+    run = Path(run)
+    man = read_manifest(run)
+    cfg = dict(man["config"])
+    trace = load(run)
+    cls = classify(trace, manifest=man)
+    sm = summarize(trace, cls)
+    step_ms = _num(((man.get("metrics") or {}).get("step_time_ms") or {}).get("median"))
+    if not step_ms > 0:
+        raise UsageError(f"{run}: the manifest has no unprofiled step time (metrics.step_time_ms)")
+    cp = sm.critical_path
+    notes: list[str] = []
+    if cp is None:  # a CPU run: the step's graph is its threads
+        steps = [int(s) for s in trace.steps["step"] if s >= 0][:WHAT_IF_STEPS]
+        cp = CP.analyse(trace, cls, steps=steps, scenarios=[])
+        cp.measured_ms = step_ms
+        cp.host_speedup = CP.calibrate_host(cp, step_ms) if cp.steps else None
+    if not cp.steps:
+        raise UsageError(f"{run}: no profiled step in the trace: nothing to predict from")
+    k = cp.host_speedup
+    basis = "calibrated" if k is not None and k > 1.0 else "none"
+    if k is None:
+        k, basis = ASSUMED_HOST_SPEEDUP, "assumed"
+        notes.append(
+            f"the unprofiled step ({step_ms:.2f} ms) cannot calibrate the host: the traced step "
+            f"is GPU-bound; the host is taken to run {ASSUMED_HOST_SPEEDUP:g}x faster without "
+            "the profiler (the calibrated H200 fixtures: 1.95-2.25x)"
+        )
+    peak, source = _peak(man, sm)
+    shape = ModelShape.from_mapping(cfg["model"])
+    micro = int(cfg.get("grad_accum") or 1)
+    return Baseline(
+        run_dir=run,
+        manifest=man,
+        config=cfg,
+        trace=trace,
+        cls=cls,
+        summary=sm,
+        cp=cp,
+        host_speedup=float(k),
+        host_basis=basis,
+        step_ms=step_ms,
+        tokens=int(cfg["batch"]) * int(cfg["seq"]) * micro * int(cfg.get("gpus") or 1),
+        peak_bytes=peak,
+        peak_source=source,
+        shape=shape,
+        roofs=roofs_from(cls.device),
+        kernels=aligned_kernels(trace, cls),
+        notes=notes,
+    )

@@ -1,0 +1,198 @@
+"""``tracekit advise RUN``: predict each lever's effect on a ``tracekit collect`` run, then
+measure it (the baseline again, each lever alone, the best combination: rows of one
+sweep), and rank the levers by the objective with prediction and measurement side by
+side (docs/advise.md)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+import tracekit.advise.levers as L
+import tracekit.advise.measure as MS
+import tracekit.advise.table as TB
+from tracekit.advise.baseline import Baseline, analyse
+from tracekit.advise.predict import Prediction, predict, predict_all
+from tracekit.errors import UsageError
+from tracekit.io import atomic_write_bytes, atomic_write_json
+from tracekit.sweep.plan import Point
+
+JSON, CSV = "advise.json", "advise.csv"
+
+
+@dataclass(frozen=True)
+class AdviseOptions:
+    levers: tuple[str, ...] = L.ORDER
+    objective: str = "time"
+    factor: int = 2  # batch and grad-accum multiplier
+    steps: int = 10
+    warmup: int = 3
+    timeout_s: float = 600.0
+    predict_only: bool = False
+    resume: bool = False
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        if self.objective not in MS.OBJECTIVES:
+            raise UsageError(
+                f"--objective must be one of {', '.join(MS.OBJECTIVES)}, got {self.objective!r}"
+            )
+        if isinstance(self.factor, bool) or self.factor < 2:
+            raise UsageError(f"--factor must be an integer >= 2, got {self.factor!r}")
+
+
+@dataclass
+class Advice:
+    doc: dict[str, Any]  # advise.json
+    table: pd.DataFrame  # ranked
+    out: Path | None
+    files: list[Path] = field(default_factory=list)
+
+
+def default_out(run: Path) -> Path:
+    """``<run>-advise`` beside the run folder."""
+    run = Path(run)
+    return run.parent / f"{run.name}-advise"
+
+
+def verdict_of(run_dir: Path) -> str | None:
+    """The verdict of a measured row's run (None where there is none: a CPU run)."""
+    from tracekit.classify import classify
+    from tracekit.parse import load
+    from tracekit.summary import summarize
+
+    try:
+        t = load(run_dir)
+        sm = summarize(t, classify(t, manifest=t.manifest))
+    except Exception:  # a run we cannot read has no verdict
+        return None
+    return None if sm.verdict is None else str(sm.verdict.verdict)
+
+
+def baseline_block(b: Baseline, measured: Mapping[str, Any] | None) -> dict[str, Any]:
+    v = b.summary.verdict
+    cfg = b.config
+    return {
+        "run_dir": str(b.run_dir),
+        "config": {k: cfg.get(k) for k in ("preset", "device", "batch", "seq", "dtype",
+                                            "attention", "compile", "checkpoint", "optimizer",
+                                            "grad_accum", "cuda_graphs", "gpus", "layers")},
+        "optimizer": L.optimizer_of(cfg),
+        "step_ms": b.step_ms,
+        "tokens": b.tokens,
+        "tokens_per_s": b.tokens / (b.step_ms / 1e3),
+        "peak_bytes": b.peak_bytes if math.isfinite(b.peak_bytes) else None,
+        "peak_source": b.peak_source,
+        "verdict": None if v is None else v.verdict,
+        "next_lever": None if v is None else v.lever,
+        "critical_path_bound": b.cp.summary.bound,
+        "host_speedup": b.host_speedup,
+        "host_basis": b.host_basis,
+        "remeasured_step_ms": (measured or {}).get("step_time_ms"),
+        "remeasured_peak_bytes": (measured or {}).get("peak_bytes"),
+        "notes": list(b.notes),
+    }  # fmt: skip
+
+
+def advise(
+    run: Path | str,
+    out: Path | str | None = None,
+    opts: AdviseOptions | None = None,
+    *,
+    env: Mapping[str, str] | Callable[[Point], Mapping[str, str]] | None = None,
+) -> Advice:
+    """Predict, then (unless ``opts.predict_only``) measure and rank; writes
+    ``advise.json`` and ``advise.csv`` beside the sweep's files in ``out``."""
+    opts = opts or AdviseOptions()
+    b = analyse(Path(run))
+    preds = predict_all(b, opts.levers, opts.factor)
+    notes = list(b.notes)
+    base_pred = {"step_ms": b.step_ms, "peak_bytes": b.peak_bytes}
+    if opts.predict_only:
+        rows = [TB.row(p, "lever", None, None, base_pred, (b.verdict, None)) for p in preds]
+        table = TB.rank(pd.DataFrame(rows, columns=list(TB.COLUMNS)), opts.objective, False)
+        doc = TB.document(run=str(run), objective=opts.objective, table=table,
+                          baseline=baseline_block(b, None), combination=None, notes=notes,
+                          predicted_only=True)  # fmt: skip
+        return Advice(doc, table, None)
+    dest = Path(out) if out is not None else default_out(Path(run))
+    mopts = MS.MeasureOptions(opts.steps, opts.warmup, opts.timeout_s, opts.factor)
+    points = MS.points_for(b, opts.levers, opts.factor)
+    sweep = MS.run(b, points, dest, mopts, resume=opts.resume, quiet=opts.quiet, env=env)
+    by_key = _by_key(sweep)
+    base = by_key.get(points[MS.BASELINE].key)
+    if base is None or base.get("status") != "ok":
+        notes.append("the baseline's re-run failed: measured ratios are missing")
+        base = None
+    gains = {
+        n: MS.gain(by_key[p.key], base, opts.objective)
+        for n, p in points.items()
+        if n != MS.BASELINE and base is not None and by_key.get(p.key, {}).get("status") == "ok"
+    }
+    chosen, dropped = MS.choose(gains)
+    notes += [f"{d} left out of the combination: {why} ({k} gained more)" for k, d, why in dropped]
+    combo: Prediction | None = None
+    if len(chosen) >= 2:
+        combo = predict(b, chosen, opts.factor)
+        cpoint = L.point(L.combine([L.LEVERS[n] for n in chosen], b.config, opts.factor))
+        sweep = MS.run(b, {**points, "combination": cpoint}, dest, mopts, resume=True,
+                       quiet=opts.quiet, env=env)  # fmt: skip
+        by_key = _by_key(sweep)
+    verdicts = {k: verdict_of(dest / str(r["run_dir"])) for k, r in by_key.items()
+                if r.get("status") == "ok" and r.get("run_dir")}  # fmt: skip
+    rows = []
+    for p in preds:
+        meas = by_key.get(points[p.lever].key) if p.lever in points else None
+        key = str((meas or {}).get("key"))
+        rows.append(TB.row(p, "lever", meas, base, base_pred, (b.verdict, verdicts.get(key))))
+    if combo is not None:
+        meas = by_key.get(cpoint.key)
+        rows.append(TB.row(combo, "combination", meas, base, base_pred,
+                           (b.verdict, verdicts.get(cpoint.key))))  # fmt: skip
+    table = TB.rank(pd.DataFrame(rows, columns=list(TB.COLUMNS)), opts.objective)
+    combination = _combination(chosen, dropped, gains, combo, table, opts.objective)
+    doc = TB.document(run=str(run), objective=opts.objective, table=table,
+                      baseline=baseline_block(b, base), combination=combination, notes=notes,
+                      predicted_only=False)  # fmt: skip
+    atomic_write_json(dest / JSON, doc)
+    atomic_write_bytes(dest / CSV, table.to_csv(index=False).encode())
+    return Advice(doc, table, dest, [dest / JSON, dest / CSV])
+
+
+def _by_key(sweep: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    return {
+        str(r["key"]): {str(k): v for k, v in r.items()} for r in sweep.to_dict(orient="records")
+    }
+
+
+def _combination(
+    chosen: list[str],
+    dropped: list[tuple[str, str, str]],
+    gains: Mapping[str, float],
+    combo: Prediction | None,
+    table: pd.DataFrame,
+    objective: str,
+) -> dict[str, Any]:
+    """The best combination found, and how it was chosen."""
+    doc: dict[str, Any] = {
+        "method": "greedy: every lever whose measured gain on the objective exceeds "
+        f"{100 * MS.MIN_GAIN:g} %, best first, one of each group of alternatives",
+        "objective": objective,
+        "gains": {k: v for k, v in gains.items() if math.isfinite(v)},
+        "levers": chosen,
+        "dropped": [{"kept": k, "dropped": d, "why": w} for k, d, w in dropped],
+    }
+    if not chosen:
+        doc["result"] = "no lever improved the objective: the baseline stays"
+    elif combo is None:
+        doc["result"] = f"only {chosen[0]} improved the objective: it is the best combination"
+    else:
+        r = table[table["kind"] == "combination"]
+        doc["result"] = "measured" if len(r) and r.iloc[0]["status"] == "ok" else "failed"
+        doc["row"] = combo.lever
+    return doc

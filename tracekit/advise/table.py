@@ -1,0 +1,131 @@
+"""The ranked table of ``tracekit advise``: each lever's prediction beside its measurement
+(pure: predictions and sweep rows in, a frame out), and ``advise.json``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracekit.advise.predict import Prediction
+
+FORMAT, VERSION = "tracekit.advise", 1
+COLUMNS = (
+    "rank", "lever", "title", "kind", "status", "error",
+    "step_ms", "step_ratio", "delta_ms", "tokens_per_s", "tokens_ratio",
+    "peak_bytes", "peak_delta_bytes",
+    "pred_step_ms", "pred_step_ratio", "step_error_pct", "pred_tokens_per_s",
+    "pred_peak_bytes", "pred_peak_delta_bytes", "peak_error_pct",
+    "addresses", "targets_verdict", "verdict_before", "verdict_after",
+    "time_evidence", "memory_evidence", "key", "run_dir",
+)  # fmt: skip
+# objective -> (measured column, predicted column, ascending)
+RANK_BY = {
+    "time": ("step_ms", "pred_step_ms", True),
+    "memory": ("peak_bytes", "pred_peak_bytes", True),
+    "tokens-per-s": ("tokens_per_s", "pred_tokens_per_s", False),
+}
+
+
+def _f(v: Any) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return f if math.isfinite(f) else math.nan
+
+
+def _pct(pred: float, meas: float) -> float:
+    return 100.0 * (pred - meas) / meas if meas == meas and meas != 0 and pred == pred else math.nan
+
+
+def row(
+    p: Prediction,
+    kind: str,
+    measured: Mapping[str, Any] | None,
+    base: Mapping[str, Any] | None,
+    base_pred: Mapping[str, float],
+    verdicts: tuple[str | None, str | None],
+) -> dict[str, Any]:
+    """One line of the table. ``measured``: its sweep row (None: not run); ``base``: the
+    re-measured baseline's sweep row; ``base_pred``: the baseline figures predictions are
+    relative to when nothing was measured (``step_ms``, ``peak_bytes``)."""
+    status = "skipped" if p.skipped else ("not run" if measured is None else measured["status"])
+    out: dict[str, Any] = {c: math.nan for c in COLUMNS}
+    out.update(
+        lever=p.lever, title=p.title, kind=kind, status=status,
+        error=p.skipped if p.skipped else (measured or {}).get("error"),
+        addresses=", ".join(p.addresses), targets_verdict=p.targets_verdict,
+        verdict_before=verdicts[0], verdict_after=verdicts[1],
+        time_evidence=p.time_evidence, memory_evidence=p.memory_evidence,
+        key=(measured or {}).get("key"), run_dir=(measured or {}).get("run_dir"), rank=None,
+    )  # fmt: skip
+    b_ms = _f((base or {}).get("step_time_ms"))
+    b_peak = _f((base or {}).get("peak_bytes"))
+    b_tps = _f((base or {}).get("tokens_per_s"))
+    ok = measured is not None and measured.get("status") == "ok"
+    if ok:
+        assert measured is not None
+        ms, peak, tps = (
+            _f(measured.get(c)) for c in ("step_time_ms", "peak_bytes", "tokens_per_s")
+        )
+        out.update(step_ms=ms, step_ratio=ms / b_ms, delta_ms=ms - b_ms, tokens_per_s=tps,
+                   tokens_ratio=tps / b_tps, peak_bytes=peak,
+                   peak_delta_bytes=peak - b_peak)  # fmt: skip
+    # predictions relative to the measured baseline row when there is one
+    ref_ms = b_ms if b_ms == b_ms else _f(base_pred.get("step_ms"))
+    ref_peak = b_peak if b_peak == b_peak else _f(base_pred.get("peak_bytes"))
+    pred_ms = ref_ms * p.step_ratio
+    out.update(
+        pred_step_ratio=p.step_ratio, pred_step_ms=pred_ms,
+        pred_tokens_per_s=p.tokens / (pred_ms / 1e3) if pred_ms > 0 else math.nan,
+        pred_peak_delta_bytes=p.peak_delta_bytes, pred_peak_bytes=ref_peak + p.peak_delta_bytes,
+    )  # fmt: skip
+    if ok:
+        out["step_error_pct"] = _pct(pred_ms, out["step_ms"])
+        out["peak_error_pct"] = _pct(out["pred_peak_bytes"], out["peak_bytes"])
+    return out
+
+
+def rank(df: pd.DataFrame, objective: str, measured: bool = True) -> pd.DataFrame:
+    """Rows ordered by the objective: measured (``measured``; rows that failed or did not
+    run are last, unranked), else predicted."""
+    meas, pred, asc = RANK_BY[objective]
+    key = df[meas if measured else pred].astype(float)
+    has = key.notna().to_numpy()
+    order = np.argsort(np.where(has, key.to_numpy() * (1 if asc else -1), np.inf), kind="stable")
+    out: pd.DataFrame = df.iloc[order].reset_index(drop=True)
+    ranked = has[order]
+    out["rank"] = pd.array([i + 1 if r else None for i, r in enumerate(ranked)], dtype="Int64")
+    return out
+
+
+def document(
+    *,
+    run: str,
+    objective: str,
+    baseline: Mapping[str, Any],
+    table: pd.DataFrame,
+    combination: Mapping[str, Any] | None,
+    notes: Sequence[str],
+    predicted_only: bool,
+) -> dict[str, Any]:
+    """``advise.json``."""
+    rows = [
+        {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+        for r in table.astype(object).where(table.notna(), None).to_dict(orient="records")
+    ]
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "run": run,
+        "objective": objective,
+        "predicted_only": predicted_only,
+        "baseline": dict(baseline),
+        "levers": rows,
+        "combination": dict(combination) if combination is not None else None,
+        "notes": list(notes),
+    }
