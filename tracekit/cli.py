@@ -400,6 +400,73 @@ def sweep(
 
 
 @app.command()
+def advise(
+    run: Annotated[Path, typer.Argument(help="A `tracekit collect` training run folder.")],
+    levers: Annotated[
+        str | None,
+        typer.Option(
+            help="Levers to try, comma-separated (default: all): sdpa, bf16, compile, "
+            "adamw-fused, checkpoint, cuda-graphs, batch, grad-accum."
+        ),
+    ] = None,
+    objective: Annotated[
+        str, typer.Option(help="Rank by: time (step time), memory (peak), tokens-per-s.")
+    ] = "time",
+    factor: Annotated[
+        int, typer.Option(help="The batch and grad-accum levers multiply by this.")
+    ] = 2,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", "--predict-only", help="Print the predictions; run nothing."),
+    ] = False,
+    steps: Annotated[int, typer.Option(help="Timed steps per measured run.")] = 10,
+    warmup: Annotated[int, typer.Option(help="Warm-up steps per measured run (>= 1).")] = 3,
+    timeout: Annotated[float, typer.Option(help="Seconds allowed per measured run.")] = 600.0,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue in -o, skipping the rows already done.")
+    ] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option("-o", "--out", help="Output folder (default: RUN-advise/ beside RUN)."),
+    ] = None,
+    format: Annotated[
+        str, typer.Option("--format", help="Terminal output: 'text' (tables) or 'json'.")
+    ] = "text",
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress display.")] = False,
+) -> None:
+    """Rank the optimisation levers for a run: predict each one's step time and peak memory
+    from the run's critical path and memory model, then measure it (the baseline again,
+    each lever alone, the best combination: rows of one sweep)."""
+    if format not in ("text", "json"):
+        raise UsageError(f"--format must be 'text' or 'json', not {format!r}")
+    from tracekit.advise.levers import parse_levers
+    from tracekit.advise.run import AdviseOptions
+    from tracekit.advise.run import advise as run_advise
+
+    opts = AdviseOptions(
+        levers=tuple(parse_levers(levers)), objective=objective, factor=factor, steps=steps,
+        warmup=warmup, timeout_s=timeout, predict_only=dry_run, resume=resume, quiet=quiet,
+    )  # fmt: skip
+    result = run_advise(run, out, opts)
+    files: list[str] = []
+    if result.out is not None:
+        from tracekit.reports.advise import write_outputs
+
+        written = write_outputs(result.doc, result.table, result.out)
+        files = [f"wrote {p}" for p in [*result.files, *written]]
+    if format == "json":
+        import json
+
+        typer.echo(json.dumps(result.doc, indent=2))
+        return
+    from rich.console import Console
+
+    from tracekit.reports.advise import render
+
+    render(result.doc, result.table, Console(), files)
+
+
+@app.command()
 def classify(
     trace: Annotated[
         Path, typer.Argument(help="Trace file, run folder, or a `tracekit parse` folder.")

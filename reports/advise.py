@@ -1,0 +1,306 @@
+"""``tracekit advise``'s outputs: the ranked table in the terminal (80 columns), one HTML
+page, a Markdown table and scalars for TensorBoard (``tracekit.advise.run.Advice`` in)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+import tracekit.reports.fmt as fmt
+import tracekit.reports.html as H
+from tracekit.io import atomic_write_text
+
+REPORT = "report"
+HTML = "advise.html"
+TENSORBOARD = "tensorboard"
+MIB = 2**20
+
+
+def _ok(v: Any) -> bool:
+    try:
+        return v is not None and math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def ratio(v: Any) -> str:
+    return f"{float(v):.2f}" if _ok(v) else fmt.DASH
+
+
+def signed(v: Any, digits: int = 1) -> str:
+    return f"{float(v):+.{digits}f}" if _ok(v) else fmt.DASH
+
+
+def mib(v: Any) -> str:
+    return f"{float(v) / MIB:+,.0f}" if _ok(v) else fmt.DASH
+
+
+def tps(v: Any) -> str:
+    return f"{float(v):,.0f}" if _ok(v) else fmt.DASH
+
+
+def short(verdict: Any) -> str:
+    """'launch/host-bound' -> 'launch/host'."""
+    return str(verdict).removesuffix("-bound") if verdict else "n/a"
+
+
+def bottleneck(r: Mapping[str, Any]) -> str:
+    """What the lever addresses against the baseline's verdict, and the verdict after."""
+    before, after = r.get("verdict_before"), r.get("verdict_after")
+    hit = "✓" if r.get("targets_verdict") else "·"
+    text = f"{hit} {short(before)}"
+    if after:
+        text += f" → {short(after)}"
+    return text
+
+
+def _rank(v: Any) -> str:
+    return "–" if v is None or pd.isna(v) else str(int(v))
+
+
+def _ms(v: Any) -> str:
+    return f"{float(v):.2f}" if _ok(v) else fmt.DASH
+
+
+def _table(title: str, cols: list[tuple[str, str]]) -> Table:
+    t = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
+              pad_edge=False, show_edge=False, padding=(0, 1, 0, 0))  # fmt: skip
+    for name, justify in cols:
+        t.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    return t
+
+
+def header(doc: Mapping[str, Any]) -> RenderableType:
+    b = doc["baseline"]
+    cfg = " ".join(f"{k}={v}" for k, v in b["config"].items() if v not in (None, False))
+    g = Table.grid(padding=(0, 1))
+    g.add_column(style="bold", no_wrap=True)
+    g.add_column(overflow="fold")
+    g.add_row("config", Text(f"{cfg} optimizer={b['optimizer']}"))
+    g.add_row("step", Text(f"{_ms(b['step_ms'])} ms, {tps(b['tokens_per_s'])} tokens/s, peak "
+                           f"{fmt.nbytes(b['peak_bytes'])} ({b['peak_source']})"))  # fmt: skip
+    g.add_row("verdict", Text(f"{b['verdict'] or 'n/a (no GPU activity)'}"))
+    path = (
+        f"{b['critical_path_bound']}-bound critical path; host x{b['host_speedup']:.2f} "
+        f"without the profiler ({b['host_basis']})"
+    )
+    g.add_row("path", Text(path))
+    if b.get("remeasured_step_ms") is not None:
+        g.add_row("re-run", Text(f"{_ms(b['remeasured_step_ms'])} ms, peak "
+                                 f"{fmt.nbytes(b.get('remeasured_peak_bytes'))}"))  # fmt: skip
+    title = f"tracekit advise: {doc['run']} (objective: {doc['objective']})"
+    return Group(Text(title, style="bold"), g)
+
+
+def _cells(r: Mapping[str, Any], pred: bool) -> list[str]:
+    if r["status"] not in ("ok", "not run"):
+        n = 4 if pred else 7
+        return [str(r["status"])] + [fmt.DASH] * (n - 1)
+    if pred:
+        return [_ms(r["pred_step_ms"]), ratio(r["pred_step_ratio"]), tps(r["pred_tokens_per_s"]),
+                mib(r["pred_peak_delta_bytes"])]  # fmt: skip
+    return [_ms(r["step_ms"]), ratio(r["step_ratio"]), tps(r["tokens_per_s"]),
+            mib(r["peak_delta_bytes"]), ratio(r["pred_step_ratio"]), signed(r["step_error_pct"]),
+            signed(r["peak_error_pct"])]  # fmt: skip
+
+
+LEGEND = (
+    "ms: step time; x: against the re-measured baseline; Δ MiB: peak memory change; "
+    "pred x: predicted; err %, mem %: (predicted - measured) / measured step time, peak"
+)
+
+
+def ranked(doc: Mapping[str, Any], table: pd.DataFrame) -> RenderableType:
+    """Rank, lever, measured step time and x, tokens/s, peak change, predicted x and the
+    predictions' errors (predicted-only: the predictions); then why rows have none."""
+    pred = bool(doc["predicted_only"])
+    cols = [("#", "right"), ("lever", "left")]
+    if pred:
+        cols += [("pred ms", "right"), ("x", "right"), ("tokens/s", "right"), ("Δ MiB", "right")]
+    else:
+        cols += [("ms", "right"), ("x", "right"), ("tokens/s", "right"), ("Δ MiB", "right"),
+                 ("pred x", "right"), ("err %", "right"), ("mem %", "right")]  # fmt: skip
+    t = _table(f"levers ranked by {doc['objective']}", cols)
+    why: list[Text] = []
+    for r in table.to_dict(orient="records"):
+        name = "combination" if r["kind"] == "combination" else str(r["lever"])
+        t.add_row(_rank(r["rank"]), Text(name, no_wrap=True, overflow="ellipsis"), *_cells(r, pred))
+        if r["status"] not in ("ok", "not run"):
+            why.append(Text(f"  {name}: {r['status']}: {r.get('error') or ''}", style="yellow"))
+        elif not _ok(r["pred_step_ratio"]):
+            why.append(Text(f"  {name}: no time prediction: {r['time_evidence']}", style="dim"))
+    legend = Text(LEGEND.replace("; x: against the re-measured baseline", "") if pred else LEGEND,
+                  style="dim")  # fmt: skip
+    return Group(t, *why, legend)
+
+
+def why(table: pd.DataFrame) -> Table:
+    """What each lever addresses, the baseline's verdict (✓: among them) and the lever
+    run's verdict."""
+    t = _table("bottlenecks (✓: the lever addresses the baseline's verdict)",
+               [("lever", "left"), ("verdict", "left")])  # fmt: skip
+    t.add_column("addresses", overflow="fold")
+    for r in table.to_dict(orient="records"):
+        if r["status"] == "skipped":
+            continue
+        t.add_row(Text(str(r["lever"]), no_wrap=True, overflow="ellipsis"), bottleneck(r),
+                  Text(str(r["addresses"])))  # fmt: skip
+    return t
+
+
+def combination(doc: Mapping[str, Any], table: pd.DataFrame) -> RenderableType:
+    c = doc.get("combination")
+    if not c:
+        return Text("")
+    lines = [Text("best combination (greedy on measured gains)", style="bold")]
+    r = table[table["kind"] == "combination"]
+    if len(r):
+        x = r.iloc[0]
+        lines.append(Text(
+            f"  {x['lever']}: {_ms(x['step_ms'])} ms (x{ratio(x['step_ratio'])}), "
+            f"{tps(x['tokens_per_s'])} tokens/s, peak Δ {mib(x['peak_delta_bytes'])} MiB; "
+            f"predicted x{ratio(x['pred_step_ratio'])} ({signed(x['step_error_pct'])} %)"
+        ))  # fmt: skip
+        if x["status"] != "ok":
+            lines.append(Text(f"  {x['status']}: {x.get('error') or ''}", style="yellow"))
+    else:
+        lines.append(Text(f"  {c['result']}"))
+    return Group(*lines)
+
+
+def evidence(table: pd.DataFrame) -> RenderableType:
+    lines = [Text("how each prediction was made", style="bold")]
+    for r in table.to_dict(orient="records"):
+        if r["status"] == "skipped":
+            continue
+        lines.append(Text(f"  {r['lever']}: time: {r['time_evidence']}"))
+        lines.append(Text(f"    memory: {r['memory_evidence']}"))
+    return Group(*lines)
+
+
+def render(doc: Mapping[str, Any], table: pd.DataFrame, console: Console,
+           outputs: list[str] | None = None) -> None:  # fmt: skip
+    """Everything ``tracekit advise`` prints."""
+    parts: list[RenderableType] = [header(doc), ranked(doc, table), why(table)]
+    if not doc["predicted_only"]:
+        parts.append(combination(doc, table))
+    parts.append(evidence(table))
+    parts += [Text(f"note: {n}", style="yellow") for n in doc.get("notes") or []]
+    for p in parts:
+        console.print(p)
+        console.print()
+    for o in outputs or []:
+        console.print(Text(o, style="green"))
+
+
+# ---------------------------------------------------------------------------- HTML
+
+_COLS: list[tuple[str, str, str, Callable[[Any], str]]] = [
+    ("#", "", "rank", _rank), ("lever", "l", "lever", str), ("status", "l", "status", str),
+    ("step ms", "", "step_ms", _ms), ("x", "", "step_ratio", ratio),
+    ("tokens/s", "", "tokens_per_s", tps), ("peak Δ MiB", "", "peak_delta_bytes", mib),
+    ("predicted ms", "", "pred_step_ms", _ms), ("predicted x", "", "pred_step_ratio", ratio),
+    ("time error %", "", "step_error_pct", signed),
+    ("predicted peak Δ MiB", "", "pred_peak_delta_bytes", mib),
+    ("peak error %", "", "peak_error_pct", signed), ("addresses", "l", "addresses", str),
+    ("verdict before", "l", "verdict_before", short),
+    ("verdict after", "l", "verdict_after", short),
+]  # fmt: skip
+
+
+def render_html(doc: Mapping[str, Any], table: pd.DataFrame) -> str:
+    """One self-contained page."""
+    e = H.esc
+    b = doc["baseline"]
+    kv = {
+        "run": doc["run"],
+        "objective": doc["objective"],
+        "config": " ".join(f"{k}={v}" for k, v in b["config"].items() if v not in (None, False)),
+        "step": f"{_ms(b['step_ms'])} ms, {tps(b['tokens_per_s'])} tokens/s, peak "
+        f"{fmt.nbytes(b['peak_bytes'])} ({b['peak_source']})",
+        "verdict": f"{b['verdict'] or 'n/a'}; next lever: {b['next_lever'] or 'n/a'}",
+        "critical path": f"{b['critical_path_bound']}-bound; host x{b['host_speedup']:.2f} "
+        f"without the profiler ({b['host_basis']})",
+    }
+    rows = "".join(
+        "<tr>" + "".join(f'<td class="{c}">{e(f(r.get(k)))}</td>' for _, c, k, f in _COLS) + "</tr>"
+        for r in table.to_dict(orient="records")
+    )
+    head = "".join(f'<th class="{c}">{e(h)}</th>' for h, c, _, _ in _COLS)
+    ev = "".join(
+        f"<li><b>{e(r['lever'])}</b>: {e(r['error'] if r['status'] == 'skipped' else '')}"
+        f"{'' if r['status'] == 'skipped' else 'time: ' + e(r['time_evidence'])}"
+        f"{'' if r['status'] == 'skipped' else '<br>memory: ' + e(r['memory_evidence'])}</li>"
+        for r in table.to_dict(orient="records")
+    )
+    combo = doc.get("combination") or {}
+    notes = "".join(f'<div class="warn">{e(n)}</div>' for n in doc.get("notes") or [])
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'>"
+        f"<meta http-equiv='Content-Security-Policy' content=\"{H.CSP}\">"
+        f"<title>tracekit advise: {e(doc['run'])}</title><style>{H.CSS}</style></head><body>"
+        f"<h1>tracekit advise</h1>{H._kv(kv)}"
+        f"<h2>Levers ranked by {e(doc['objective'])}</h2>"
+        f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody>"
+        f"</table></div>"
+        f"<h2>Best combination</h2><p>{e(combo.get('result', 'not measured (predictions only)'))}"
+        f"</p><p class='note'>{e(combo.get('method', ''))}</p>"
+        f"<h2>How each prediction was made</h2><ul>{ev}</ul>{notes}</body></html>"
+    )
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The ranked table as Markdown (TensorBoard's TEXT tab)."""
+    head = "| " + " | ".join(h for h, _, _, _ in _COLS) + " |"
+    sep = "| " + " | ".join("---" for _ in _COLS) + " |"
+    body = [
+        "| " + " | ".join(f(r.get(k)).replace("|", "/") for _, _, k, f in _COLS) + " |"
+        for r in table.to_dict(orient="records")
+    ]
+    return "\n".join([head, sep, *body])
+
+
+SCALARS = ("step_ms", "step_ratio", "tokens_per_s", "peak_bytes", "pred_step_ms",
+           "pred_step_ratio", "pred_tokens_per_s", "pred_peak_bytes", "step_error_pct",
+           "peak_error_pct")  # fmt: skip
+
+
+def write_tensorboard(table: pd.DataFrame, logdir: Path) -> list[Path]:
+    """A run per lever (``advise/<lever>``: its measured and predicted scalars, step 0) and
+    the ranked table as text (run ``advise``)."""
+    from tracekit.reports.tensorboard import write_event_file
+
+    wall = time.time()
+    out: list[Path] = []
+    for r in table.to_dict(orient="records"):
+        name = str(r["lever"]).replace("+", "_")
+
+        def fill(w: Any, r: dict[str, Any] = r) -> None:
+            for k in SCALARS:
+                if _ok(r.get(k)):
+                    w.scalar(f"advise/{k}", float(r[k]), 0, wall)
+
+        out.append(write_event_file(Path(logdir) / name, fill))
+    text = markdown(table)
+    out.append(
+        write_event_file(Path(logdir) / "advise", lambda w: w.text("advise/ranked", text, 0, wall))
+    )
+    return out
+
+
+def write_outputs(doc: Mapping[str, Any], table: pd.DataFrame, out: Path) -> list[Path]:
+    """``report/advise.html`` and the TensorBoard logdir in ``out``."""
+    html_path = Path(out) / REPORT / HTML
+    html_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(html_path, render_html(doc, table))
+    write_tensorboard(table, Path(out) / TENSORBOARD)
+    return [html_path, Path(out) / TENSORBOARD]
