@@ -1,0 +1,162 @@
+"""tracekit advise measuring on CPU: the tiny fixture run as the baseline, one lever that
+runs, one that runs out of memory (the collector's test hook), one that needs CUDA; the
+outputs, resume, the combination and Ctrl-C (the last two on a stand-in sweep)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import tracekit.advise.measure as MS
+from tracekit.advise.run import AdviseOptions, advise
+from tracekit.sweep.plan import Point
+from tracekit.sweep.runner import default_env
+
+RUN = Path(__file__).resolve().parents[1] / "fixtures" / "cpu-tiny-fp32-naive"
+OPTS = AdviseOptions(levers=("adamw-fused", "checkpoint", "cuda-graphs"), steps=1, warmup=1,
+                     timeout_s=300, quiet=True)  # fmt: skip
+
+
+def env_for(point: Point) -> dict[str, str]:
+    """Every run as the sweep runs it; the checkpoint lever's runs out of memory."""
+    env = default_env()
+    if "+checkpoint" in point.key:
+        env["TRACEKIT_TEST_FAULT"] = "*:0:oom"
+    return env
+
+
+@pytest.fixture(scope="module")
+def advised(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    from tracekit.reports.advise import write_outputs
+
+    out = tmp_path_factory.mktemp("advise") / "a"
+    a = advise(RUN, out, OPTS, env=env_for)
+    write_outputs(a.doc, a.table, out)
+    return a, out
+
+
+def _rows(table: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    return {str(r["lever"]): r for r in table.to_dict(orient="records")}
+
+
+def test_measured_predicted_failed_and_skipped_rows(advised: tuple[Any, Path]) -> None:
+    a, _ = advised
+    rows = _rows(a.table)
+    base = a.doc["baseline"]
+    assert base["remeasured_step_ms"] > 0 and base["remeasured_peak_bytes"] > 0
+    fused = rows["adamw-fused"]
+    assert fused["status"] == "ok" and fused["rank"] == 1
+    assert fused["step_ms"] > 0 and fused["tokens_per_s"] > 0 and fused["peak_bytes"] > 0
+    assert fused["step_ratio"] == pytest.approx(fused["step_ms"] / base["remeasured_step_ms"])
+    # the prediction, on the re-measured baseline, beside the measurement
+    assert fused["pred_step_ratio"] == pytest.approx(0.9021, abs=5e-5)
+    assert fused["pred_step_ms"] == pytest.approx(base["remeasured_step_ms"] * 0.9021, rel=1e-4)
+    err = 100 * (fused["pred_step_ms"] - fused["step_ms"]) / fused["step_ms"]
+    assert fused["step_error_pct"] == pytest.approx(err)
+    assert fused["pred_peak_bytes"] == base["remeasured_peak_bytes"]  # fused: no change modelled
+    assert fused["verdict_before"] is None  # a CPU run has no GPU verdict
+    ck = rows["checkpoint"]
+    assert ck["status"] == "oom" and "out of memory" in ck["error"] and pd.isna(ck["rank"])
+    assert ck["pred_step_ratio"] == pytest.approx(1.0545, abs=5e-5)  # predicted all the same
+    assert math.isnan(ck["step_ms"])
+    cg = rows["cuda-graphs"]
+    assert cg["status"] == "skipped" and cg["error"] == "needs CUDA (the baseline runs on cpu)"
+    assert a.doc["combination"]["levers"] in ([], ["adamw-fused"])  # CPU timings: either
+
+
+def test_outputs(advised: tuple[Any, Path]) -> None:
+    a, out = advised
+    doc = json.loads((out / "advise.json").read_text())
+    assert doc["format"] == "tracekit.advise" and doc["version"] == 1
+    assert set(doc) == {"format", "version", "run", "objective", "predicted_only", "baseline",
+                        "levers", "combination", "notes"}  # fmt: skip
+    assert {"config", "step_ms", "verdict", "host_speedup", "host_basis", "peak_bytes",
+            "remeasured_step_ms"} <= set(doc["baseline"])  # fmt: skip
+    assert [r["lever"] for r in doc["levers"]] == a.table["lever"].tolist()
+    csv = pd.read_csv(out / "advise.csv")
+    assert csv["lever"].tolist() == a.table["lever"].tolist()
+    sweep = pd.read_parquet(out / "sweep.parquet")
+    key = "b8-s128-fp32-naive"
+    assert sweep["key"].tolist() == [key, f"{key}+optimizer=adamw-fused", f"{key}+checkpoint"]
+    assert sweep["status"].tolist() == ["ok", "ok", "oom"]
+    html = (out / "report" / "advise.html").read_text()
+    assert "adamw-fused" in html and "Content-Security-Policy" in html
+    assert any((out / "tensorboard" / "adamw-fused").iterdir())
+    assert any((out / "tensorboard" / "advise").iterdir())
+
+
+def test_resume_runs_nothing_again(advised: tuple[Any, Path]) -> None:
+    from tracekit.errors import UsageError
+
+    a, out = advised
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/manifest.json")}
+    again = advise(RUN, out, dataclasses.replace(OPTS, resume=True), env=env_for)
+    assert {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/manifest.json")} == stamps
+    assert _rows(again.table)["checkpoint"]["status"] == "oom"  # an oom row is done
+    assert again.table["lever"].tolist() == a.table["lever"].tolist()
+    with pytest.raises(UsageError, match="--resume"):
+        advise(RUN, out, OPTS, env=env_for)
+
+
+class FakeSweep:
+    """Stands in for the sweep: each point's row from ``results`` (keyed by lever
+    options), recording what it was asked to run."""
+
+    def __init__(self, results: Mapping[str, tuple[float, float]]) -> None:
+        self.results = results
+        self.calls: list[list[str]] = []
+
+    def __call__(
+        self, b: Any, points: Mapping[str, Point], out: Path, opts: Any, **kw: Any
+    ) -> pd.DataFrame:
+        self.calls.append(list(points))
+        rows = []
+        for name, p in points.items():
+            ms, peak = self.results[name]
+            tokens = p.batch * p.seq * (2 if "grad-accum" in p.key else 1)
+            rows.append({"key": p.key, "status": "ok", "error": None, "run_dir": None,
+                         "step_time_ms": ms, "peak_bytes": peak,
+                         "tokens_per_s": tokens / ms * 1e3})  # fmt: skip
+        return pd.DataFrame(rows)
+
+
+def test_best_combination_is_greedy_and_measured(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake = FakeSweep({"baseline": (100.0, 1e9), "sdpa": (80.0, 0.9e9), "adamw-fused": (90.0, 1e9),
+                      "checkpoint": (130.0, 0.5e9), "grad-accum": (190.0, 1.1e9),
+                      "combination": (70.0, 0.9e9)})  # fmt: skip
+    monkeypatch.setattr(MS, "run", fake)
+    opts = dataclasses.replace(OPTS, levers=("sdpa", "adamw-fused", "checkpoint", "grad-accum"))
+    a = advise(RUN, tmp_path / "o", opts)
+    assert fake.calls == [["baseline", "sdpa", "adamw-fused", "checkpoint", "grad-accum"],
+                          ["baseline", "sdpa", "adamw-fused", "checkpoint", "grad-accum",
+                           "combination"]]  # fmt: skip
+    combo = a.doc["combination"]
+    assert combo["levers"] == ["sdpa", "adamw-fused"] and combo["result"] == "measured"
+    assert combo["gains"] == {"sdpa": 1.25, "adamw-fused": 100 / 90, "checkpoint": 100 / 130,
+                              "grad-accum": 100 / 190}  # fmt: skip
+    rows = _rows(a.table)
+    c = rows["sdpa+adamw-fused"]
+    assert (c["kind"], c["rank"], c["step_ms"], c["step_ratio"]) == ("combination", 1, 70.0, 0.7)
+    assert c["pred_step_ratio"] < rows["sdpa"]["pred_step_ratio"]
+    assert a.table["lever"].tolist()[:3] == ["sdpa+adamw-fused", "sdpa", "adamw-fused"]
+    mem = advise(RUN, tmp_path / "m", dataclasses.replace(opts, objective="memory"))
+    assert mem.doc["combination"]["levers"] == ["checkpoint", "sdpa"]  # peak: 0.5 and 0.9 GB
+
+
+def test_interrupt_exits_130(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from tracekit.cli import main
+
+    def interrupted(*a: Any, **k: Any) -> pd.DataFrame:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(MS, "run", interrupted)
+    assert main(["advise", str(RUN), "--levers", "sdpa", "-o", str(tmp_path / "o"), "-q"]) == 130
