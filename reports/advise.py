@@ -79,13 +79,23 @@ def _table(title: str, cols: list[tuple[str, str]]) -> Table:
     return t
 
 
+def config_text(b: Mapping[str, Any]) -> str:
+    """The baseline's config without defaults (no grad-accum, one GPU), then its optimizer."""
+    defaults = {"grad_accum": 1, "gpus": 1}
+    cfg = [
+        f"{k}={v}"
+        for k, v in b["config"].items()
+        if k != "optimizer" and v not in (None, False) and defaults.get(k) != v
+    ]
+    return " ".join([*cfg, f"optimizer={b['optimizer']}"])
+
+
 def header(doc: Mapping[str, Any]) -> RenderableType:
     b = doc["baseline"]
-    cfg = " ".join(f"{k}={v}" for k, v in b["config"].items() if v not in (None, False))
     g = Table.grid(padding=(0, 1))
     g.add_column(style="bold", no_wrap=True)
     g.add_column(overflow="fold")
-    g.add_row("config", Text(f"{cfg} optimizer={b['optimizer']}"))
+    g.add_row("config", Text(config_text(b)))
     g.add_row("step", Text(f"{_ms(b['step_ms'])} ms, {tps(b['tokens_per_s'])} tokens/s, peak "
                            f"{fmt.nbytes(b['peak_bytes'])} ({b['peak_source']})"))  # fmt: skip
     g.add_row("verdict", Text(f"{b['verdict'] or 'n/a (no GPU activity)'}"))
@@ -224,7 +234,7 @@ def render_html(doc: Mapping[str, Any], table: pd.DataFrame) -> str:
     kv = {
         "run": doc["run"],
         "objective": doc["objective"],
-        "config": " ".join(f"{k}={v}" for k, v in b["config"].items() if v not in (None, False)),
+        "config": config_text(b),
         "step": f"{_ms(b['step_ms'])} ms, {tps(b['tokens_per_s'])} tokens/s, peak "
         f"{fmt.nbytes(b['peak_bytes'])} ({b['peak_source']})",
         "verdict": f"{b['verdict'] or 'n/a'}; next lever: {b['next_lever'] or 'n/a'}",
