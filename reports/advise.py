@@ -113,18 +113,19 @@ def header(doc: Mapping[str, Any]) -> RenderableType:
 
 def _cells(r: Mapping[str, Any], pred: bool) -> list[str]:
     if r["status"] not in ("ok", "not run"):
-        n = 4 if pred else 7
+        n = 4 if pred else 8
         return [str(r["status"])] + [fmt.DASH] * (n - 1)
     if pred:
         return [_ms(r["pred_step_ms"]), ratio(r["pred_step_ratio"]), tps(r["pred_tokens_per_s"]),
                 mib(r["pred_peak_delta_bytes"])]  # fmt: skip
-    return [_ms(r["step_ms"]), ratio(r["step_ratio"]), tps(r["tokens_per_s"]),
+    return [_ms(r["step_ms"]), signed(r["delta_ms"], 2), ratio(r["step_ratio"]),
+            tps(r["tokens_per_s"]),
             mib(r["peak_delta_bytes"]), ratio(r["pred_step_ratio"]), signed(r["step_error_pct"]),
             signed(r["peak_error_pct"])]  # fmt: skip
 
 
 LEGEND = (
-    "ms: step time; x: against the re-measured baseline; Δ MiB: peak memory change; "
+    "ms: step time; Δ ms, x: against the re-measured baseline; Δ MiB: peak memory change; "
     "pred x: predicted; err %, mem %: (predicted - measured) / measured step time, peak"
 )
 
@@ -137,7 +138,8 @@ def ranked(doc: Mapping[str, Any], table: pd.DataFrame) -> RenderableType:
     if pred:
         cols += [("pred ms", "right"), ("x", "right"), ("tokens/s", "right"), ("Δ MiB", "right")]
     else:
-        cols += [("ms", "right"), ("x", "right"), ("tokens/s", "right"), ("Δ MiB", "right"),
+        cols += [("ms", "right"), ("Δ ms", "right"), ("x", "right"), ("tokens/s", "right"),
+                 ("Δ MiB", "right"),
                  ("pred x", "right"), ("err %", "right"), ("mem %", "right")]  # fmt: skip
     t = _table(f"levers ranked by {doc['objective']}", cols)
     why: list[Text] = []
@@ -148,8 +150,8 @@ def ranked(doc: Mapping[str, Any], table: pd.DataFrame) -> RenderableType:
             why.append(Text(f"  {name}: {r['status']}: {r.get('error') or ''}", style="yellow"))
         elif not _ok(r["pred_step_ratio"]):
             why.append(Text(f"  {name}: no time prediction: {r['time_evidence']}", style="dim"))
-    legend = Text(LEGEND.replace("; x: against the re-measured baseline", "") if pred else LEGEND,
-                  style="dim")  # fmt: skip
+    text = LEGEND.replace("; Δ ms, x: against the re-measured baseline", "") if pred else LEGEND
+    legend = Text(text, style="dim")
     return Group(t, *why, legend)
 
 
@@ -216,7 +218,8 @@ def render(doc: Mapping[str, Any], table: pd.DataFrame, console: Console,
 
 _COLS: list[tuple[str, str, str, Callable[[Any], str]]] = [
     ("#", "", "rank", _rank), ("lever", "l", "lever", str), ("status", "l", "status", str),
-    ("step ms", "", "step_ms", _ms), ("x", "", "step_ratio", ratio),
+    ("step ms", "", "step_ms", _ms), ("Δ ms", "", "delta_ms", lambda v: signed(v, 2)),
+    ("x", "", "step_ratio", ratio),
     ("tokens/s", "", "tokens_per_s", tps), ("peak Δ MiB", "", "peak_delta_bytes", mib),
     ("predicted ms", "", "pred_step_ms", _ms), ("predicted x", "", "pred_step_ratio", ratio),
     ("time error %", "", "step_error_pct", signed),

@@ -42,6 +42,10 @@ class AdviseOptions:
             raise UsageError(
                 f"--objective must be one of {', '.join(MS.OBJECTIVES)}, got {self.objective!r}"
             )
+        unknown = [n for n in self.levers if n not in L.LEVERS]
+        if unknown or not self.levers:
+            raise UsageError(f"levers: {', '.join(unknown) or 'none given'}; choose from "
+                             f"{', '.join(L.ORDER)}")  # fmt: skip
         if isinstance(self.factor, bool) or self.factor < 2:
             raise UsageError(f"--factor must be an integer >= 2, got {self.factor!r}")
 
