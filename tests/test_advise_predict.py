@@ -296,7 +296,8 @@ def test_dry_run_prints_and_writes_nothing(
     (None, ["--factor", "1"], "--factor must be an integer >= 2"),
     ("missing", [], "not a run folder"),
     ("empty", [], "no manifest.json"),
-    ("script", [], "not a `tracekit collect` run"),
+    ("script", [], "a `tracekit run` of a script"),
+    ("other", [], "not a `tracekit collect` run"),
     ("generate", [], "a generate run"),
 ])  # fmt: skip
 def test_command_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], setup: str | None,
@@ -308,8 +309,10 @@ def test_command_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], setu
         run = tmp_path / "run"
         if setup != "missing":
             run.mkdir()
-        if setup == "script":  # a `tracekit run` manifest: a user script, no preset or model
-            (run / "manifest.json").write_text(json.dumps({"config": {"script": "train.py"}}))
+        if setup == "script":  # the tracekit run fixture's manifest
+            run = FIX / "h200-run-resnet50-b64-bf16"
+        if setup == "other":  # a manifest without a collect config
+            (run / "manifest.json").write_text(json.dumps({"config": {"steps": 3}}))
         if setup == "generate":
             cfg = {"preset": "tiny", "model": {}, "workload": "generate"}
             (run / "manifest.json").write_text(json.dumps({"config": cfg}))

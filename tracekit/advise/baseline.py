@@ -98,6 +98,12 @@ def read_manifest(run: Path) -> dict[str, Any]:
     except ValueError as e:
         raise UsageError(f"{path}: not JSON ({e})") from None
     cfg = man.get("config") if isinstance(man, dict) else None
+    if isinstance(man, dict) and man.get("workload") == "script":
+        raise UsageError(
+            f"{run}: a `tracekit run` of a script: advise measures levers by re-running the "
+            "workload with each lever as a collect flag, which it can only do for `tracekit "
+            "collect` runs (docs/advise.md, supported runs)"
+        )
     if not isinstance(cfg, dict) or "preset" not in cfg or "model" not in cfg:
         raise UsageError(
             f"{run}: not a `tracekit collect` run (its manifest has no preset and model "
