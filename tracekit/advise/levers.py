@@ -12,8 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tracekit.errors import UsageError
-from tracekit.sweep.plan import Point
+from tracekit.sweep.plan import Point, parse_choice_list
 
 Config = Mapping[str, Any]
 
@@ -112,19 +111,7 @@ ORDER = tuple(LEVERS)
 
 def parse_levers(text: str | None) -> list[str]:
     """``--levers a,b,c`` (None: all of them), validated."""
-    if text is None:
-        return list(ORDER)
-    out: list[str] = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        if part not in LEVERS:
-            raise UsageError(f"--levers: {part!r} is not one of {', '.join(ORDER)}")
-        if part not in out:
-            out.append(part)
-    if not out:
-        raise UsageError("--levers: give at least one lever")
-    return out
+    return list(ORDER) if text is None else parse_choice_list(text, "levers", ORDER)
 
 
 def skip_reason(lever: Lever, cfg: Config) -> str | None:
