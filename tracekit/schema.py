@@ -44,10 +44,19 @@ def arrow_schema(cols: list[Column]) -> pa.Schema:
 
 
 I64, I32, F64, STR, BOOL = pa.int64(), pa.int32(), pa.float64(), pa.string(), pa.bool_()
+# kernels-table kinds that compute (not copies): GPU kernels, and a CPU run's work operators
+# in its CPU view (tracekit.parse.cpuview)
+COMPUTE_KINDS = ("kernel", "cpu_op")
 
 KERNELS: list[Column] = [
     Column("kernel_id", I64, "", "Row id, in GPU start-time order."),
-    Column("kind", STR, "", "'kernel', 'memcpy' or 'memset'."),
+    Column(
+        "kind",
+        STR,
+        "",
+        "'kernel', 'memcpy' or 'memset' ('cpu_op': a CPU run's work operator, in the report's "
+        "CPU view).",
+    ),
     Column("name", STR, "", "Kernel name as the trace gives it (demangled by the profiler)."),
     Column("device", I32, "", "GPU index."),
     Column("stream", I64, "", "CUDA/HIP stream id."),

@@ -50,7 +50,9 @@ _RUN_TRACE_SUFFIXES = tuple(s for s in TRACE_SUFFIXES if s.startswith(".pt.trace
 @dataclass
 class Trace:
     """A parsed trace: the schema's tables as DataFrames, ``meta`` and, for a run
-    folder from ``tracekit collect``, its ``manifest``."""
+    folder from ``tracekit collect``, its ``manifest``. ``activity``: what the kernels
+    table holds, ``'gpu'`` (GPU activities) or ``'cpu'`` (a CPU run's work operators:
+    :func:`tracekit.parse.cpuview.cpu_view`)."""
 
     kernels: pd.DataFrame
     ops: pd.DataFrame
@@ -62,6 +64,7 @@ class Trace:
     manifest: dict[str, Any] | None = None
     run_dir: Path | None = None
     tables: Tables | None = field(default=None, repr=False)
+    activity: str = "gpu"
 
     @property
     def device_name(self) -> str | None:

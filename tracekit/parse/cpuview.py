@@ -1,0 +1,260 @@
+"""The CPU view of a CPU-only trace: its work operators stand in for GPU kernels.
+
+A run on the CPU has no GPU activity: the operators *are* the device's work (the view
+PyTorch's profiler gives with ``key_averages()``). :func:`cpu_view` returns the trace with
+a ``kernels`` table built from its **work operators** (same columns as the parsed kernels
+table, ``kind`` ``'cpu_op'``) and the ``steps`` table's GPU columns filled from them, so that
+classify and summary treat each work operator as they treat a kernel: its class from the
+operator rules, its FLOPs and bytes from its own shapes, its step from the operator.
+
+The rule (:data:`RULE`, :func:`work_ops`), on each thread's operator tree, from the root:
+
+* **wrappers** never stand in for kernels: annotations (``ProfilerStep#``,
+  ``Optimizer.step#``, ``record_function`` ranges: category ``user_annotation``) and the
+  autograd engine's frames (``autograd::engine::evaluate_function: …``, ``…Backward0``,
+  ``torch::autograd::…``); their own time is framework overhead;
+* **view and metadata operators** (:data:`METADATA_OPS`: ``aten::view``, ``aten::t``,
+  ``aten::as_strided``, ``aten::empty``, ``aten::to`` without a copy, …) move no data;
+  they belong to the operator that calls them, or are overhead;
+* every other operator is a **candidate**. The outermost candidate on a path from the
+  root that does its own work stands in for a kernel, and everything inside it is part of
+  it: it has no candidate below it (a leaf, up to views: ``aten::mm`` calling
+  ``aten::resolve_conj``), or at least :data:`OWN_SHARE` of its span is its own, outside
+  the children that hold candidates (``aten::addmm`` copying its bias with ``aten::copy_``
+  then multiplying; ``aten::native_batch_norm``). A composite operator that only
+  dispatches (``aten::linear`` → ``aten::addmm``, ``aten::cross_entropy_loss`` →
+  ``aten::_log_softmax`` …) spends little of its span on its own: its children are taken.
+
+Work operators never nest, so on each thread their intervals are disjoint: their union
+is the time the thread computes; the rest of the step is framework and Python overhead
+(and the profiler's own, which lands there too).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracekit.parse.intervals import climb_top, union_length
+
+KIND = "cpu_op"  # the kernels table's ``kind`` of a work operator
+DEVICE = -1  # the kernels table's ``device`` of a work operator (c10's CPU index)
+OWN_SHARE = 0.5
+RULE = (
+    "the outermost operator on each path that is not a wrapper (annotation, autograd "
+    "frame) nor a view/metadata op (aten::view, aten::t, aten::empty, …) and either has "
+    "no such operator below it or spends at least half its span outside them"
+)
+# Operators that move no data: views, metadata, allocation without initialisation, and
+# the no-op forms of aten::to / aten::contiguous (their copying forms call a child).
+_METADATA = (
+    "view", "_unsafe_view", "_reshape_alias", "reshape", "view_as", "as_strided",
+    "as_strided_", "t", "numpy_T", "transpose", "transpose_", "permute", "movedim", "moveaxis",
+    "swapaxes", "expand", "expand_as", "squeeze", "squeeze_", "unsqueeze", "unsqueeze_",
+    "select", "slice", "narrow", "split", "split_with_sizes", "tensor_split", "chunk", "unbind",
+    "flatten", "unflatten", "unfold", "diagonal", "alias", "detach", "detach_", "lift_fresh",
+    "resolve_conj", "resolve_neg", "conj", "_conj", "_neg_view", "view_as_real",
+    "view_as_complex", "real", "imag", "mT", "mH", "matrix_H", "adjoint", "empty", "empty_like",
+    "empty_strided", "new_empty", "new_empty_strided", "resize_", "result_type", "contiguous",
+    "to", "type_as", "item", "_local_scalar_dense", "is_nonzero", "set_", "size", "stride",
+    "dim", "_has_compatible_shallow_copy_type",
+)  # fmt: skip
+METADATA_OPS: frozenset[str] = frozenset("aten::" + n for n in _METADATA) | {"detach"}
+# Frames of the autograd engine and of torch.compile: they run work, they are not work.
+_WRAPPER = re.compile(
+    r"^autograd::engine::|^torch::autograd::|^\w*Backward\d*$|^CompiledFunction"
+    r"|^Torch-Compiled Region|^TorchDynamo"
+)
+
+
+def candidates(ops: pd.DataFrame) -> np.ndarray:
+    """Which operators may stand in for a kernel: ``cpu_op`` rows that are neither
+    wrappers nor view/metadata operators (one test per distinct name)."""
+    if not len(ops):
+        return np.zeros(0, dtype=bool)
+    codes, uniq = pd.factorize(ops["name"].astype(str), sort=False)
+    names = [str(u) for u in uniq]
+    ok = np.array([n not in METADATA_OPS and not _WRAPPER.search(n) for n in names], bool)
+    is_op = (ops["category"].astype(str) == "cpu_op").to_numpy(dtype=bool)
+    out: np.ndarray = is_op & ok[codes]
+    return out
+
+
+def _tree(ops: pd.DataFrame) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Parent row positions (-1: root) and the rows grouped by depth, shallowest first."""
+    ids = pd.Index(ops["op_id"].to_numpy(dtype=np.int64))
+    ppos = ids.get_indexer(pd.Index(ops["parent"].to_numpy(dtype=np.int64))).astype(np.int64)
+    depth = ops["depth"].to_numpy(dtype=np.int64)
+    order = np.argsort(depth, kind="stable")
+    cuts = np.flatnonzero(np.diff(depth[order])) + 1
+    return ppos, np.split(order, cuts)
+
+
+def work_ops(ops: pd.DataFrame) -> np.ndarray:
+    """Which rows of ``ops`` are work operators (see the module doc): a boolean mask."""
+    n = len(ops)
+    if not n:
+        return np.zeros(0, dtype=bool)
+    cand = candidates(ops)
+    ppos, levels = _tree(ops)
+    dur = ops["dur"].to_numpy(dtype=np.int64)
+    holds = cand.copy()  # the row is a candidate or has one below it
+    below = np.zeros(n, dtype=bool)  # a candidate below the row
+    held = np.zeros(n, dtype=np.int64)  # span of the children that hold candidates
+    for level in reversed(levels):  # deepest first: a level's rows are final when read
+        p = ppos[level]
+        sel = level[(p >= 0) & holds[level]]
+        if len(sel):
+            np.logical_or.at(holds, ppos[sel], True)
+            np.logical_or.at(below, ppos[sel], True)
+            np.add.at(held, ppos[sel], dur[sel])
+    own = dur - held
+    qualifies = cand & (~below | (own >= OWN_SHARE * dur))
+    work = np.zeros(n, dtype=bool)
+    inside = np.zeros(n, dtype=bool)  # an ancestor is a work operator
+    for level in levels:  # shallowest first
+        p = ppos[level]
+        has = p >= 0
+        inside[level[has]] = inside[p[has]] | work[p[has]]
+        work[level] = qualifies[level] & ~inside[level]
+    return work
+
+
+def cpu_activities(ops: pd.DataFrame) -> pd.DataFrame:
+    """The work operators as a kernels table (the parsed kernels table's columns, in start
+    order): ``kind`` ``'cpu_op'``, ``device`` -1, ``stream`` the thread id, ``op_id`` the
+    operator itself, ``top_op_id`` its outermost ``cpu_op`` ancestor."""
+    work = work_ops(ops)
+    rows = np.flatnonzero(work)
+    rows = rows[np.lexsort((ops["op_id"].to_numpy()[rows], ops["ts"].to_numpy()[rows]))]
+    n = len(rows)
+    top = _top_ops(ops)[rows] if n else rows
+
+    def pick(col: str, default: Any = None) -> Any:
+        if col not in ops:
+            return np.full(n, default, dtype=object)
+        return ops[col].to_numpy()[rows] if n else ops[col].to_numpy()[:0]
+
+    null_i = pd.array([pd.NA] * n, dtype="Int64")
+    frame: pd.DataFrame = pd.DataFrame(
+        {
+            "kernel_id": np.arange(n, dtype=np.int64),
+            "kind": np.full(n, KIND, dtype=object),
+            "name": pick("name"),
+            "device": np.full(n, DEVICE, dtype=np.int32),
+            "stream": pick("tid").astype(np.int64),
+            "ts": pick("ts").astype(np.int64),
+            "dur": pick("dur").astype(np.int64),
+            "correlation": np.full(n, -1, dtype=np.int64),
+            "external_id": pick("external_id", -1).astype(np.int64),
+            **{
+                c: pd.array([pd.NA] * n, dtype="Int32")
+                for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+            },
+            "registers_per_thread": pd.array([pd.NA] * n, dtype="Int32"),
+            "shared_memory": null_i,
+            "bytes": null_i.copy(),
+            "step": pick("step", -1).astype(np.int32),
+            "runtime_id": np.full(n, -1, dtype=np.int64),
+            "op_id": pick("op_id").astype(np.int64),
+            "op_name": pick("name"),
+            "op_input_dims": pick("input_dims"),
+            "op_input_types": pick("input_types"),
+            "top_op_id": ops["op_id"].to_numpy(dtype=np.int64)[top] if n else rows,
+            "top_op_name": ops["name"].to_numpy()[top] if n else pick("name"),
+            "module": pick("module"),
+        }
+    )
+    return frame
+
+
+def _top_ops(ops: pd.DataFrame) -> np.ndarray:
+    """Row position of each operator's outermost ``cpu_op`` ancestor (itself if none)."""
+    ppos, _ = _tree(ops)
+    is_op = (ops["category"].astype(str) == "cpu_op").to_numpy(dtype=bool)
+    top: np.ndarray = climb_top(ppos, is_op)
+    return top
+
+
+def cpu_steps(steps: pd.DataFrame, activities: pd.DataFrame) -> pd.DataFrame:
+    """``steps`` with its GPU columns (``gpu_ts``, ``gpu_dur``, ``gpu_busy``,
+    ``kernel_count``) computed from the work operators, as the parser computes them from
+    GPU activities: first start, span to the last end, union of the intervals (all
+    threads), count."""
+    out: pd.DataFrame = steps.copy()
+    step = activities["step"].to_numpy()
+    ts = activities["ts"].to_numpy(dtype=np.int64)
+    end = ts + activities["dur"].to_numpy(dtype=np.int64)
+    g_ts: list[Any] = []
+    g_dur: list[Any] = []
+    busy: list[int] = []
+    count: list[int] = []
+    for s in out["step"].to_numpy():
+        sel = step == s
+        count.append(int(sel.sum()))
+        busy.append(union_length(ts[sel], end[sel]) if sel.any() else 0)
+        g_ts.append(int(ts[sel].min()) if sel.any() else pd.NA)
+        g_dur.append(int(end[sel].max() - ts[sel].min()) if sel.any() else pd.NA)
+    out["gpu_ts"] = pd.array(g_ts, dtype="Int64")
+    out["gpu_dur"] = pd.array(g_dur, dtype="Int64")
+    out["gpu_busy"] = np.asarray(busy, dtype=np.int64)
+    out["kernel_count"] = np.asarray(count, dtype=np.int64)
+    return out
+
+
+def not_cpu_run(trace: Any) -> str | None:
+    """Why ``trace`` (a :class:`tracekit.parse.Trace`) cannot be read as a CPU run, or None
+    when it is one: no GPU activity, CPU operators, and no sign that the work ran on a
+    GPU (a run manifest's ``device.type`` other than ``cpu``, or CUDA/HIP runtime calls)."""
+    if len(trace.kernels):
+        return "it has GPU activity"
+    ops = trace.ops
+    if not len(ops) or not (ops["category"].astype(str) == "cpu_op").any():
+        return "a trace without GPU activity and without CPU operators: nothing to report"
+    man = trace.manifest if isinstance(trace.manifest, dict) else {}
+    dev = (man.get("device") or {}).get("type") if isinstance(man.get("device"), dict) else None
+    if dev is not None and dev != "cpu":
+        return (
+            f"the run's device is {dev!r} (manifest) but the trace has no kernel, memcpy or "
+            "memset events: the profiler recorded no GPU activity"
+        )
+    if dev is None and len(trace.runtime):
+        return (
+            f"no kernel, memcpy or memset events, yet the host made {len(trace.runtime)} "
+            "CUDA/HIP runtime calls: the GPU activity is missing from the trace"
+        )
+    return None
+
+
+def cpu_view(trace: Any) -> Any:
+    """``trace`` with the work operators as its kernels and its steps' GPU columns filled
+    from them; ``activity`` ``'cpu'``. Call it on a CPU run (:func:`not_cpu_run` is None)."""
+    acts = cpu_activities(trace.ops)
+    return replace(trace, kernels=acts, steps=cpu_steps(trace.steps, acts), activity="cpu")
+
+
+def device_label(manifest: Any) -> str:
+    """The CPU as the report names it: ``CPU (x86_64, 8 threads)`` from a run manifest's
+    ``device`` (its ``name`` and intra-op ``threads``), else ``CPU``."""
+    dev = manifest.get("device") if isinstance(manifest, dict) else None
+    if not isinstance(dev, dict):
+        return "CPU"
+    what = [str(dev["name"])] if dev.get("name") else []
+    if isinstance(dev.get("threads"), int):
+        what.append(f"{dev['threads']} thread{'s' if dev['threads'] != 1 else ''}")
+    return f"CPU ({', '.join(what)})" if what else "CPU"
+
+
+def cpu_note(trace: Any) -> str:
+    """The report's note on the rule, with the counts of this trace's CPU view."""
+    acts = trace.kernels
+    n_ops = int((trace.ops["category"].astype(str) == "cpu_op").sum())
+    threads = int(acts["stream"].nunique()) if len(acts) else 0
+    return (
+        f"CPU run: {len(acts)} work operators of {n_ops} stand in for kernels, on "
+        f"{threads} thread(s) (rule: {RULE}); see docs/report.md#cpu-runs"
+    )
