@@ -21,6 +21,7 @@ Each stage appends its plain-sentence notes to the list the result carries.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from tracekit.classify.measured import Counters, Measured, apply_measured, join_
 from tracekit.classify.profiler_flops import run_profiler_flops, with_profiler_flops
 from tracekit.classify.result import Classification, in_scope, n_steps
 from tracekit.classify.tables import class_table, kernel_table, op_roofline, step_table
+from tracekit.parse.cpuview import cpu_note, device_label
 
 
 def classify(
@@ -71,10 +73,21 @@ def classify(
     kernels, ops, manifest = _inputs(trace, manifest)
     notes: list[str] = []
     k = KernelColumns.of(kernels)
-    if not k.n:
+    cpu = getattr(trace, "activity", "gpu") == "cpu"  # a CPU run's work operators as kernels
+    if cpu:
+        notes.append(cpu_note(trace))
+    elif not k.n:
         notes.append("no GPU activity in the trace (a CPU-only run?): nothing to classify")
     # 1. roof
     roof = _roof(k, trace, manifest, peak_tflops, bandwidth_gbs, tf32, notes)
+    if cpu:
+        roof = cpu_roof(roof, manifest)
+        if not roof.known:
+            notes.append(
+                "no roofline for this CPU: CPUs are not in the spec table and the run has no "
+                "measured ceilings (tracekit run and collect measure them unless "
+                "--no-ceilings); give --peak-tflops and --bandwidth"
+            )
     # 2. classes
     ctx, cls = _classes(k, ops, notes)
     # 3. costs: torch's own FLOP estimates where the collector kept them, else the models
@@ -90,7 +103,9 @@ def classify(
     b = kernel_bounds(cost, pipe, k.dur, roof)
     # 6. tables
     kr = kernel_table(k, cls, cost, pipe, b, roof)
-    return _tables(kr, ops, getattr(trace, "steps", None), roof, ctx, manifest, measured, notes)
+    return _tables(
+        kr, ops, getattr(trace, "steps", None), roof, ctx, manifest, measured, notes, cpu
+    )
 
 
 def _inputs(
@@ -138,6 +153,13 @@ def _roof(
     return roof
 
 
+def cpu_roof(roof: Roofline, manifest: Mapping[str, Any] | None) -> Roofline:
+    """A CPU run's roofline: the CPU named from the manifest, and its measured copy
+    bandwidth called what it is (the ceilings copy a buffer in host memory)."""
+    src = roof.bandwidth_source.replace("device-to-device copy", "host memory copy")
+    return replace(roof, device_name=device_label(manifest), bandwidth_source=src)
+
+
 def _classes(
     k: KernelColumns, ops: pd.DataFrame, notes: list[str]
 ) -> tuple[OpContext | None, dict[str, np.ndarray]]:
@@ -172,8 +194,10 @@ def _tables(
     manifest: Mapping[str, Any] | None,
     measured: Measured | None,
     notes: list[str],
+    cpu: bool = False,
 ) -> Classification:
-    """The operator, class and step tables from the kernel rows, and the result."""
+    """The operator, class and step tables from the kernel rows, and the result (``cpu``: a
+    CPU run, where the time outside the work operators is not a GPU waiting for launches)."""
     scope = in_scope(kr)
     op_df = op_roofline(kr, ops, roof, ctx)
     analysed = kr[["class", "dur", "flops", "bytes", "bound", "step"]]
@@ -181,6 +205,8 @@ def _tables(
         analysed = analysed[scope]
     classes = class_table(analysed, n_steps(analysed))
     steps = step_table(kr, steps_in, roof, analytic_from_manifest(manifest), notes)
+    if cpu and len(steps):
+        steps["launch_bound"] = False
     note = _launch_bound_note(steps, profiler_overhead(manifest))
     if note:
         notes.append(note)

@@ -18,6 +18,7 @@ from tracekit.classify.devices import Roofline
 from tracekit.classify.families.registry import CLASS_GROUPS, CLASSES
 from tracekit.classify.result import in_scope
 from tracekit.classify.schema import TABLES
+from tracekit.schema import COMPUTE_KINDS
 
 NAN = math.nan
 
@@ -264,7 +265,7 @@ def step_table(
         "dur": kr["dur"].to_numpy(np.int64)[sel],
         "flops": kr["flops"].to_numpy(float)[sel],
         "bytes": kr["bytes"].to_numpy(float)[sel],
-        "is_kernel": (kr["kind"] == "kernel").to_numpy()[sel],
+        "is_kernel": kr["kind"].isin(COMPUTE_KINDS).to_numpy()[sel],
         **{b: (kr["bound"] == b).to_numpy()[sel] for b in BOUNDS},
     }
     given = _given(steps_in)
