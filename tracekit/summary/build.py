@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 import tracekit.summary.classes as C
+import tracekit.summary.cpu as CPU
 import tracekit.summary.critical_path as CP
 import tracekit.summary.gendoc as GD
 import tracekit.summary.generate as GEN
@@ -25,6 +26,7 @@ import tracekit.summary.memory_model as MM
 import tracekit.summary.steps as S
 import tracekit.summary.stepsummary as SS
 import tracekit.summary.verdict as V
+from tracekit.parse.cpuview import device_label
 from tracekit.summary.decode_model import DecodeModel, DecodeTraffic
 from tracekit.summary.document import (
     SUMMARY_FORMAT,
@@ -146,6 +148,8 @@ def _header(trace: Any, steps: list[int], table: pd.DataFrame) -> Header:
     missing = [f"{k} off: {OPTION_COST[k]}" for k in OPTION_COST if not options.get(k, False)]
     device = trace.device_name if hasattr(trace, "device_name") else None
     device = device or _get(man, "device", "name")
+    if _is_cpu(trace):
+        device = device_label(man)
     n_params = _get(man, "model", "n_params")
     return Header(
         title=title,
@@ -266,7 +270,12 @@ def trace_facts(trace: Any) -> TraceFacts:
     table = S.step_table(trace.steps)
     n = max(1, len(steps))
     header = _header(trace, steps, table)
-    launch = S.launch_check(table, trace.kernels, trace.runtime, header.measured_step_time_ms)
+    cpu = _is_cpu(trace)
+    launch = (
+        CPU.NO_LAUNCH
+        if cpu
+        else S.launch_check(table, trace.kernels, trace.runtime, header.measured_step_time_ms)
+    )
 
     # memory: the trace's [memory] events, else the run's unprofiled measurement
     window_end = None
@@ -305,7 +314,14 @@ def trace_facts(trace: Any) -> TraceFacts:
         input_wait_ns=V.input_wait_ns(spans, trace.kernels),
         notes=cat_notes,
         kv=kv_growth(trace.manifest, steps, starts, mem_tl),
+        device_kind="cpu" if cpu else "gpu",
+        cpu=CPU.utilisation(trace.kernels, table, trace.manifest) if cpu else None,
     )
+
+
+def _is_cpu(trace: Any) -> bool:
+    """A CPU run's view (``tracekit.parse.cpuview``): its kernels are work operators."""
+    return getattr(trace, "activity", "gpu") == "cpu"
 
 
 def summarize(
@@ -345,8 +361,10 @@ def summarize(
     notes = [str(x) for x in getattr(cls, "notes", [])]
     notes.extend(f.notes)
     total = float(k["dur"].sum())
+    cpu = f.cpu is not None
     if total == 0:
-        notes.append("no GPU activity in the analysed steps: time shares are undefined")
+        what = "work operators" if cpu else "GPU activity"
+        notes.append(f"no {what} in the analysed steps: time shares are undefined")
     dm = DecodeModel.model_of(trace.manifest)
     ss = SS.step_summary(
         k,
@@ -371,7 +389,8 @@ def summarize(
     comm = _exposed_comm(trace.manifest, exposed_comm_pct)
     bd = V.breakdown(
         f.step_table,
-        measured_step_ms=f.header.measured_step_time_ms,
+        # a CPU run's operators are lengthened by the profiler too: the profiled step
+        measured_step_ms=None if cpu else f.header.measured_step_time_ms,
         input_wait=f.input_wait_ns,
         exposed_comm=V.exposed_comm_ns(cls.kernels[["class", "ts", "dur", "step"]]),
         exposed_comm_pct=comm,
@@ -387,12 +406,12 @@ def summarize(
         flop_sources=_flop_sources(k),
         step_summary=ss,
         breakdown=bd,
-        verdict=_verdict(trace, bd, _evidence(f, k, ss, bound, roofs), gen)
+        verdict=_verdict(trace, bd, _evidence(f, k, ss, bound, roofs), gen, f.cpu)
         if bd and total
         else None,
-        notes=notes,
+        notes=[*notes, CPU.CRITICAL_PATH_NOTE] if cpu else notes,
         warnings=[f.launch.message] if f.launch.message else [],
-        critical_path=CP.for_report(trace, cls, steps),
+        critical_path=None if cpu else CP.for_report(trace, cls, steps),
         generate=gen,
     )
     sm.summary = summary_json(sm, top_operators=top_operators, top_kernels=top_kernels)
@@ -400,9 +419,13 @@ def summarize(
 
 
 def _verdict(
-    trace: Any, bd: V.Breakdown, ev: V.Evidence, gen: GEN.GenerateFacts | None
+    trace: Any,
+    bd: V.Breakdown,
+    ev: V.Evidence,
+    gen: GEN.GenerateFacts | None,
+    cpu: CPU.CpuUtilisation | None,
 ) -> V.Verdict:
-    v = V.decide(bd, ev)
+    v = V.decide(bd, ev) if cpu is None else CPU.decide(bd, ev, cpu)
     if (trace.steps["name"] == WHOLE_TRACE).all():  # the parser's one step of a trace without
         v = replace(v, evidence=[*v.evidence, NO_STEPS])  # ProfilerStep markers
     return GD.decode_verdict(v, gen) if gen is not None else v

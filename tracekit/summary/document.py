@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+import tracekit.summary.cpu as CPU
 import tracekit.summary.critical_path as CP
 from tracekit.summary.classes import OPERATOR_COLUMNS
 from tracekit.summary.facts import Summary
@@ -65,7 +66,10 @@ def summary_json(
         "notes": sm.notes,
         "critical_path": CP.summary_block(sm.critical_path),
         "generate": generate_json(sm.generate, sm.kv, sm.roofs.bandwidth_source),
+        "cpu": sm.cpu.to_dict() if sm.cpu is not None else None,
     }
+    if sm.cpu is not None:
+        doc["sources"].update(CPU.SOURCES)
     return _clean(doc)  # type: ignore[no-any-return]
 
 
@@ -78,6 +82,7 @@ def _run(sm: Summary) -> dict[str, Any]:
         "version": SUMMARY_VERSION,
         "title": h.title,
         "trace": h.source,
+        "device_kind": sm.device_kind,
         "device": {
             "name": h.device or roofs.device,
             "peak_flops": roofs.peaks,

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+import tracekit.summary.cpu as CPU
 import tracekit.summary.critical_path as CP
 import tracekit.summary.generate as GEN
 import tracekit.summary.memory as M
@@ -80,6 +81,8 @@ class TraceFacts:
     input_wait_ns: dict[int, int]  # per step: GPU idle while the host loads input
     notes: list[str] = field(default_factory=list)
     kv: KVGrowth | None = None  # a generate run's KV cache over its decode steps
+    device_kind: str = "gpu"  # 'cpu': a CPU run, its work operators stand in for kernels
+    cpu: CPU.CpuUtilisation | None = None  # a CPU run's operator busy time per thread
 
 
 @dataclass(kw_only=True)

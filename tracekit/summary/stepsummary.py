@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.schema import COMPUTE_KINDS
 from tracekit.summary.decode_model import DecodeTraffic
 from tracekit.summary.memory_model import Traffic
 from tracekit.summary.roofs import Roofs
@@ -126,7 +127,7 @@ def _columns(k: pd.DataFrame, peaks: dict[str, float]) -> _Columns:
         model=model,
         is_meas=is_meas,
         at_peak=at_peak,
-        is_kernel=(k["kind"] == "kernel").to_numpy(dtype=bool) if "kind" in k else nan < 0,
+        is_kernel=k["kind"].isin(COMPUTE_KINDS).to_numpy(dtype=bool) if "kind" in k else nan < 0,
     )
 
 
@@ -291,7 +292,7 @@ def memory_bound_roof_pct(k: pd.DataFrame, bandwidth: float | None) -> float | N
     (how close the kernels that the bandwidth limits come to it)."""
     if not bandwidth or "bound" not in k or "bytes" not in k:
         return None
-    m = ((k["bound"] == "memory-bound") & (k["kind"] == "kernel")).to_numpy()
+    m = ((k["bound"] == "memory-bound") & k["kind"].isin(COMPUTE_KINDS)).to_numpy()
     nbytes = k["bytes"].to_numpy(dtype=np.float64)[m]
     dur = k["dur"].to_numpy(dtype=np.float64)[m]
     ok = np.isfinite(nbytes)
