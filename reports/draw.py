@@ -115,18 +115,19 @@ def time_share(d: dict[str, Any]) -> bytes:
     """``classes``, ``order``, ``time_share_pct`` and ``flop_share_pct`` (arrays, NaN:
     none), ``ms_per_step`` (label text per class)."""
     classes = d["classes"]
+    time, summed = d.get("time", "GPU time"), d.get("summed", "GPU activity time")
     fig = Figure(figsize=(9, 0.42 * max(4, len(classes)) + 1.2))
     fig.subplots_adjust(left=0.15, right=0.97, top=0.9, bottom=0.12)
     share, flop_share = d["time_share_pct"], d["flop_share_pct"]
     if not len(classes) or not np.isfinite(share).any():
-        return message(fig, "GPU time per class", "no GPU activity in the analysed steps")
+        return message(fig, f"{time} per class", f"no {summed} in the analysed steps")
     ax = fig.add_subplot()
     y = np.arange(len(classes))
     has_flops = bool(np.nansum(flop_share) > 0)
     h = 0.4 if has_flops else 0.7
     t = np.nan_to_num(share)
     colors = [class_color(c, d["order"]) for c in classes]
-    ax.barh(y - (h / 2 if has_flops else 0), t, height=h, color=colors, label="GPU time")
+    ax.barh(y - (h / 2 if has_flops else 0), t, height=h, color=colors, label=time)
     if has_flops:
         f = np.nan_to_num(flop_share)
         ax.barh(y + h / 2, f, height=h, color=colors, alpha=0.45, hatch="//", edgecolor="0.3",
@@ -143,8 +144,8 @@ def time_share(d: dict[str, Any]) -> bytes:
     ax.invert_yaxis()
     top = max(float(t.max()), float(np.nanmax(flop_share)) if has_flops else 0.0)
     ax.set_xlim(0, max(100.0, top * 1.2))
-    ax.set_xlabel("% of summed GPU activity time" + (" / % of FLOPs" if has_flops else ""))
-    ax.set_title("GPU time per class" + (" vs FLOPs" if has_flops else ""))
+    ax.set_xlabel(f"% of summed {summed}" + (" / % of FLOPs" if has_flops else ""))
+    ax.set_title(f"{time} per class" + (" vs FLOPs" if has_flops else ""))
     if has_flops:
         ax.legend(loc="lower right")
     ax.grid(axis="x", alpha=0.3)
@@ -182,7 +183,8 @@ def roofline(d: dict[str, Any]) -> bytes:
     ax.set_xlim(lo, hi)
     ax.set_xlabel("arithmetic intensity [FLOP/byte]")
     ax.set_ylabel("attained [FLOP/s]")
-    ax.set_title(plain(f"Roofline, {d['device']} (points: operators, area ∝ GPU time)"))
+    area = d.get("time", "GPU time")
+    ax.set_title(plain(f"Roofline, {d['device']} (points: operators, area ∝ {area})"))
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", ncols=2)
     return png(fig)

@@ -3,9 +3,31 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 DASH = "–"
+
+
+@dataclass(frozen=True)
+class Words:
+    """What a report calls the device's work: GPU kernels, or a CPU run's work operators
+    (``Summary.device_kind``, docs/report.md "CPU runs")."""
+
+    time: str  # the time the class table shares out
+    activity: str  # the summed activity behind it
+    kernels: str
+    kernel: str
+    summed: str  # what the time shares are shares of
+
+
+GPU_WORDS = Words("GPU time", "GPU activity", "kernels", "kernel", "GPU activity time")
+CPU_WORDS = Words("CPU time", "operator work", "work operators", "operator", "work-operator time")
+
+
+def words(sm: Any) -> Words:
+    """:data:`CPU_WORDS` for a CPU run's summary, else :data:`GPU_WORDS`."""
+    return CPU_WORDS if getattr(sm, "device_kind", "gpu") == "cpu" else GPU_WORDS
 
 
 def _ok(v: Any) -> bool:

@@ -177,10 +177,18 @@ def _bar(p: Any) -> str:
     return f'<span class="bar" style="width:{w * 2:.1f}px"></span>'
 
 
+# what the class table's time is the sum of
+_SHARED = {
+    "kernels": "GPU activity time (kernels + memcpy + memset)",
+    "work operators": "work-operator time (a CPU run: docs/report.md, CPU runs)",
+}
+
+
 def classes(sm: Summary, plots: Mapping[str, bytes]) -> str:
     cl = sm.classes
+    w = fmt.words(sm)
     head = (
-        "<tr><th class='l'>class</th><th>ms/step</th><th>GPU time</th><th></th>"
+        f"<tr><th class='l'>class</th><th>ms/step</th><th>{w.time}</th><th></th>"
         "<th>FLOPs</th><th>FLOPs/step</th><th>time with FLOP count</th>"
         "<th>memory-bound</th><th>compute-bound</th><th>activities</th></tr>"
     )
@@ -201,16 +209,16 @@ def classes(sm: Summary, plots: Mapping[str, bytes]) -> str:
     src = ", ".join(f"{k} {fmt.pct(v, 0)}" for k, v in sm.flop_sources.items())
     return "\n".join(
         [
-            "<h2>GPU time and FLOPs per class</h2>",
-            "<p class='muted'>Share of summed GPU activity time (kernels + memcpy + memset) over "
+            f"<h2>{w.time} and FLOPs per class</h2>",
+            f"<p class='muted'>Share of summed {_SHARED[w.kernels]} over "
             "the analysed steps; FLOP share of the FLOPs counted. In BERT, tensor contractions "
             "were 99.8 % of FLOPs but 61 % of runtime (Ivanov et al., <i>Data Movement Is All "
             "You Need</i>, MLSys 2021).</p>",
             f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>",
-            f"<p>GPU time by bound: {esc(bound)}</p>",
-            "<p class='note'>FLOP counts by source, as share of GPU time: "
+            f"<p>{w.time} by bound: {esc(bound)}</p>",
+            f"<p class='note'>FLOP counts by source, as share of {w.time}: "
             f"{esc(src or 'none')}</p>",
-            _img(plots["time_share"], "GPU time and FLOP share per class")
+            _img(plots["time_share"], f"{w.time} and FLOP share per class")
             if "time_share" in plots
             else "",
         ]
@@ -251,13 +259,14 @@ def _roofs(sm: Summary) -> str:
 
 
 def roofline(sm: Summary, plots: Mapping[str, bytes], n: int = 25) -> str:
+    w = fmt.words(sm)
     cols: list[Col] = [
         ("operator", "name", _s),
         ("class", "l", _s),
         ("input shapes", "shape", fmt.shapes),
         ("calls", "", fmt.count),
         ("ms/step", "", fmt.ms),
-        ("GPU time", "", fmt.pct),
+        (w.time, "", fmt.pct),
         ("FLOPs", "", lambda v: fmt.si(v, "FLOP")),
         ("bytes", "", fmt.nbytes),
         ("FLOP/byte", "", fmt.intensity),
@@ -273,7 +282,7 @@ def roofline(sm: Summary, plots: Mapping[str, bytes], n: int = 25) -> str:
         [
             "<h2>Roofline</h2>",
             _roofs(sm),
-            f"<p>Top {n} operators by GPU time (grouped by name, class and input shapes).</p>",
+            f"<p>Top {n} operators by {w.time} (grouped by name, class and input shapes).</p>",
             _table(sm.operators.head(n), cols, fields, "wide"),
             _img(plots["roofline"], "roofline plot") if "roofline" in plots else "",
         ]
@@ -398,19 +407,62 @@ def gpu(sm: Summary) -> str:
     )
 
 
+def cpu(sm: Summary) -> str:
+    """A CPU run's utilisation: operator work against the step, per step and per thread."""
+    cu = sm.cpu
+    assert cu is not None
+    items = {
+        "operators busy": f"{fmt.pct(cu.busy_pct)} of step time (union of the work "
+        "operators, all threads; with the profiler)",
+        "framework overhead": f"{fmt.pct(cu.overhead_pct)} of step time (Python, dispatcher, "
+        "autograd engine, the profiler's own bookkeeping)",
+        "profiler overhead": (
+            f"the profiler lengthened the step {fmt.pct(cu.profiler_overhead_pct, 0)} (manifest)"
+            if cu.profiler_overhead_pct is not None
+            else "no unprofiled step time (run folder manifest) available"
+        ),
+        "work operators per step": f"{cu.ops_per_step:.0f}",
+        "median work operator": fmt.us(cu.median_op_us),
+        "intra-op threads": str(cu.intra_op_threads) if cu.intra_op_threads else "unknown",
+    }
+    steps: list[Col] = [
+        ("step", "", _s),
+        ("step time", "", fmt.ms),
+        ("operators busy", "", fmt.ms),
+        ("framework overhead", "", fmt.pct),
+        ("work operators", "", fmt.count),
+    ]
+    fields = ["step", "step_time_ms", "gpu_busy_ms", "gpu_idle_pct", "kernel_count"]
+    threads: list[Col] = [
+        ("thread", "", _s),
+        ("work operators/step", "", lambda v: fmt.num(v, 0)),
+        ("busy/step", "", fmt.ms),
+        ("busy", "", fmt.pct),
+    ]
+    return "\n".join(
+        [
+            "<h2>CPU utilisation</h2>",
+            _kv(items),
+            _table(sm.step_table.head(50), steps, fields),
+            _table(cu.threads, threads, ["tid", "ops_per_step", "busy_ms_per_step", "busy_pct"]),
+        ]
+    )
+
+
 def kernels(sm: Summary, n: int = 20) -> str:
+    w = fmt.words(sm)
     cols: list[Col] = [
-        ("kernel", "name", _s),
+        (w.kernel, "name", _s),
         ("class", "l", _s),
         ("kind", "l", _s),
         ("calls", "", fmt.count),
         ("ms/step", "", fmt.ms),
         ("mean", "", fmt.us),
-        ("GPU time", "", fmt.pct),
+        (w.time, "", fmt.pct),
     ]
     fields = ["name", "class", "kind", "calls", "ms_per_step", "mean_us", "time_share_pct"]
     return "\n".join(
-        [f"<h2>Top {n} kernels by GPU time</h2>", _table(sm.kernels.head(n), cols, fields)]
+        [f"<h2>Top {n} {w.kernels} by {w.time}</h2>", _table(sm.kernels.head(n), cols, fields)]
     )
 
 
@@ -425,7 +477,7 @@ def render(sm: Summary, plots: Mapping[str, bytes]) -> str:
             classes(sm, plots),
             roofline(sm, plots),
             memory(sm, plots),
-            gpu(sm),
+            gpu(sm) if sm.cpu is None else cpu(sm),
             kernels(sm),
             critical_path(sm),
             f"<h2>Notes</h2><ul class='note'>{notes}</ul>" if notes else "",

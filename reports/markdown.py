@@ -58,9 +58,18 @@ def summary(sm: Summary) -> str:
         ("steps analysed", ", ".join(str(s) for s in h.steps[:20])),
         ("step time (trace)", fmt.ms(h.step_time_ms)),
         ("step time (measured)", fmt.ms(h.measured_step_time_ms)),
-        ("GPU idle", fmt.pct(sm.launch.gpu_idle_pct)),
-        ("GPU idle (unprofiled step)", fmt.pct(sm.launch.gpu_idle_unprofiled_pct)),
-        ("launch-bound", "yes" if sm.launch.launch_bound else "no"),
+        *(
+            [
+                ("GPU idle", fmt.pct(sm.launch.gpu_idle_pct)),
+                ("GPU idle (unprofiled step)", fmt.pct(sm.launch.gpu_idle_unprofiled_pct)),
+                ("launch-bound", "yes" if sm.launch.launch_bound else "no"),
+            ]
+            if sm.cpu is None
+            else [
+                ("operators busy", fmt.pct(sm.cpu.busy_pct)),
+                ("framework overhead", fmt.pct(sm.cpu.overhead_pct)),
+            ]
+        ),
     ]
     if h.config:
         rows.insert(1, ("config", ", ".join(f"{k}={v}" for k, v in h.config.items())))
@@ -68,7 +77,7 @@ def summary(sm: Summary) -> str:
         rows.append(("peak allocated", fmt.nbytes(sm.memory.peak_allocated_bytes)))
         rows.append(("peak reserved", fmt.nbytes(sm.memory.peak_reserved_bytes)))
     for k, v in sm.bound.items():
-        rows.append((f"{k} GPU time", fmt.pct(v)))
+        rows.append((f"{k} {fmt.words(sm).time}", fmt.pct(v)))
     df = pd.DataFrame(rows, columns=["key", "value"])
     out = [table(df, [("", "key", _s), ("", "value", _s)])]
     if sm.verdict is not None:
@@ -86,7 +95,7 @@ def classes(sm: Summary) -> str:
         [
             ("class", "class", _s),
             ("ms/step", "ms_per_step", fmt.ms),
-            ("GPU time", "time_share_pct", fmt.pct),
+            (fmt.words(sm).time, "time_share_pct", fmt.pct),
             ("FLOPs", "flop_share_pct", fmt.pct),
             ("memory-bound", "memory_bound_pct", fmt.pct),
             ("compute-bound", "compute_bound_pct", fmt.pct),
@@ -102,7 +111,7 @@ def operators(sm: Summary, n: int = 25) -> str:
             ("class", "class", _s),
             ("shapes", "input_dims", _s),
             ("ms/step", "ms_per_step", fmt.ms),
-            ("GPU time", "time_share_pct", fmt.pct),
+            (fmt.words(sm).time, "time_share_pct", fmt.pct),
             ("FLOP/byte", "intensity", fmt.intensity),
             ("attained", "attained_flops", lambda v: fmt.si(v, "FLOP/s")),
             ("bandwidth", "attained_bw", lambda v: fmt.si(v, "B/s")),
@@ -117,11 +126,11 @@ def kernels(sm: Summary, n: int = 20) -> str:
     return table(
         sm.kernels.head(n),
         [
-            ("kernel", "name", _s),
+            (fmt.words(sm).kernel, "name", _s),
             ("class", "class", _s),
             ("calls", "calls", fmt.count),
             ("ms/step", "ms_per_step", fmt.ms),
-            ("GPU time", "time_share_pct", fmt.pct),
+            (fmt.words(sm).time, "time_share_pct", fmt.pct),
         ],
     )
 

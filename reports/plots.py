@@ -47,9 +47,11 @@ def _color(cls: str) -> tuple[float, float, float, float]:
     return _draw().class_color(cls, CLASS_ORDER)  # type: ignore[no-any-return]
 
 
-def time_share_data(cl: pd.DataFrame) -> dict[str, Any]:
-    """From ``Summary.classes``."""
+def time_share_data(cl: pd.DataFrame, words: fmt.Words = fmt.GPU_WORDS) -> dict[str, Any]:
+    """From ``Summary.classes`` (``words``: :func:`tracekit.reports.fmt.words` of the run)."""
     return {
+        "time": words.time,
+        "summed": words.summed,
         "classes": cl["class"].tolist(),
         "order": list(CLASS_ORDER),
         "time_share_pct": cl["time_share_pct"].to_numpy(dtype=float),
@@ -82,11 +84,16 @@ def roof_lines(ax: Any, roofs: Roofs, xs: np.ndarray, ls: str = "-", prefix: str
 
 
 def roofline_data(
-    operators: pd.DataFrame, roofs: Roofs, device: str | None, max_points: int = 400
+    operators: pd.DataFrame,
+    roofs: Roofs,
+    device: str | None,
+    max_points: int = 400,
+    words: fmt.Words = fmt.GPU_WORDS,
 ) -> dict[str, Any]:
     """From ``Summary.operators``, ``Summary.roofs`` and the device name of its header."""
     pts = roofline_points(operators, max_points)
     return {
+        "time": words.time,
         "intensity": pts["intensity"].to_numpy(dtype=float),
         "attained_flops": pts["attained_flops"].to_numpy(dtype=float),
         "gpu_time_ns": pts["gpu_time_ns"].to_numpy(dtype=float),
@@ -146,8 +153,10 @@ def decode_bandwidth_data(sm: Summary) -> dict[str, Any]:
 
 
 DATA: dict[str, Callable[[Summary], dict[str, Any]]] = {
-    "time_share": lambda sm: time_share_data(sm.classes),
-    "roofline": lambda sm: roofline_data(sm.operators, sm.roofs, sm.header.device),
+    "time_share": lambda sm: time_share_data(sm.classes, fmt.words(sm)),
+    "roofline": lambda sm: roofline_data(
+        sm.operators, sm.roofs, sm.header.device, words=fmt.words(sm)
+    ),
     "memory_timeline": memory_timeline_data,
     "decode_bandwidth": decode_bandwidth_data,
 }

@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+import tracekit.reports.fmt as fmt
 import tracekit.reports.html as html
 import tracekit.reports.markdown as markdown
 import tracekit.reports.plots as plots
@@ -217,16 +218,25 @@ def _run(
     trace = load(path)
     timings["parse"] = time.perf_counter() - t
     if len(trace.kernels) == 0 and not _generates(trace):  # a generate run has its prefill,
-        raise TraceError(
-            f"{trace.path}: a CPU-only trace (no kernel, memcpy or memset events): nothing "
-            "to report on the GPU; `tracekit parse` writes its CPU tables"
-        )
+        trace = _cpu_run(trace)  # and its decode steps' report says what CPU runs lack
     if plot_worker is None:  # (on one core a worker would only add its own start)
         plot_worker = len(trace.kernels) + len(trace.ops) >= WORKER_ROWS and _cores() > 1
     with plots.PlotWorker() if plot_worker else contextlib.nullcontext() as worker:
         return _analyse(
             trace, dest, target, peak_tflops, bandwidth_gbs, classification, worker, timings
         )
+
+
+def _cpu_run(trace: Trace) -> Trace:
+    """A trace without GPU activity: a CPU run's view, its work operators as the kernels
+    (docs/report.md, "CPU runs"), or a one-line error saying why it is not one."""
+    from tracekit.parse.cpuview import cpu_view, not_cpu_run
+
+    why = not_cpu_run(trace)
+    if why is not None:
+        raise TraceError(f"{trace.path}: {why}; `tracekit parse` writes its CPU tables")
+    cpu: Trace = cpu_view(trace)
+    return cpu
 
 
 def _analyse(
@@ -310,9 +320,11 @@ def _drawing(worker: plots.PlotWorker, facts: TraceFacts) -> Callable[[str, Any]
     def on_table(name: str, value: Any) -> None:
         got[name] = value
         if name == "classes":
-            worker.submit("time_share", plots.time_share_data(value))
+            worker.submit("time_share", plots.time_share_data(value, fmt.words(facts)))
         elif name == "operators":
-            data = plots.roofline_data(value, got["roofs"], facts.header.device)
+            data = plots.roofline_data(
+                value, got["roofs"], facts.header.device, words=fmt.words(facts)
+            )
             worker.submit("roofline", data)
 
     return on_table

@@ -167,8 +167,9 @@ def per_step(sm: Summary, n: int = 10) -> RenderableType:
 
 def classes(sm: Summary) -> RenderableType:
     gpu_ms = float(sm.classes["ms_per_step"].sum()) if len(sm.classes) else 0.0
+    w = fmt.words(sm)
     t = _table(
-        f"GPU time per class ({fmt.ms(gpu_ms)} of GPU activity per step)",
+        f"{w.time} per class ({fmt.ms(gpu_ms)} of {w.activity} per step)",
         [
             ("class", "left"),
             ("ms/step", "right"),
@@ -189,7 +190,7 @@ def classes(sm: Summary) -> RenderableType:
         )
     b = sm.bound
     line = " · ".join(f"{k} {fmt.pct(v)}" for k, v in b.items())
-    return Group(t, Text(f"GPU time by bound: {line}"))
+    return Group(t, Text(f"{w.time} by bound: {line}"))
 
 
 SOURCES = {
@@ -203,8 +204,9 @@ BOUNDS = {"memory-bound": "mem", "compute-bound": "cmp"}
 
 
 def operators(sm: Summary, n: int = 12) -> RenderableType:
+    w = fmt.words(sm)
     t = _table(
-        "Roofline: top operators by GPU time",
+        f"Roofline: top operators by {w.time}",
         [
             ("operator", "name"),
             ("class", "short"),
@@ -234,7 +236,7 @@ def operators(sm: Summary, n: int = 12) -> RenderableType:
             SOURCES.get(str(r.source), str(r.source)[:3]),
         )
     legend = Text(
-        "ms/st: ms per step; %: of GPU time; FLOP/B: arithmetic intensity; roof: "
+        f"ms/st: ms per step; %: of {w.time}; FLOP/B: arithmetic intensity; roof: "
         "attained share of the roof; src: FLOP count msr measured, mod modelled, "
         "prf profiler (with_flops)",
         style="dim",
@@ -352,11 +354,38 @@ def gpu(sm: Summary) -> RenderableType:
     return Group(*parts)
 
 
-def kernels(sm: Summary, n: int = 10) -> RenderableType:
+def cpu(sm: Summary) -> RenderableType:
+    """A CPU run's utilisation: operator work against the step, per thread."""
+    cu = sm.cpu
+    assert cu is not None
+    prof = (
+        f"; the profiler lengthened the step {fmt.pct(cu.profiler_overhead_pct, 0)}"
+        if cu.profiler_overhead_pct is not None
+        else ""
+    )
+    txt = (
+        f"operators busy {fmt.pct(cu.busy_pct)} of step time, framework overhead "
+        f"{fmt.pct(cu.overhead_pct)}{prof}; {cu.ops_per_step:.0f} work operators per step, "
+        f"median {fmt.us(cu.median_op_us)}"
+        + (f"; {cu.intra_op_threads} intra-op threads" if cu.intra_op_threads else "")
+    )
     t = _table(
-        "Top kernels by GPU time",
+        "Operator work per thread",
+        [("thread", "left"), ("ops/step", "right"), ("busy/step", "right"), ("busy", "right")],
+    )
+    for r in cu.threads.head(8).itertuples(index=False):
+        t.add_row(
+            _t(r.tid), f"{r.ops_per_step:.0f}", fmt.ms(r.busy_ms_per_step), fmt.pct(r.busy_pct)
+        )
+    return Group(Text("CPU utilisation", style="bold"), Text(txt), t)
+
+
+def kernels(sm: Summary, n: int = 10) -> RenderableType:
+    w = fmt.words(sm)
+    t = _table(
+        f"Top {w.kernels} by {w.time}",
         [
-            ("kernel", "name"),
+            (w.kernel, "name"),
             ("class", "left"),
             ("calls", "right"),
             ("ms/step", "right"),
@@ -395,7 +424,7 @@ def render(sm: Summary, console: Console, outputs: Iterable[str] = ()) -> None:
     console.print()
     console.print(memory(sm))
     console.print()
-    console.print(gpu(sm))
+    console.print(gpu(sm) if sm.cpu is None else cpu(sm))
     console.print()
     console.print(kernels(sm))
     if sm.critical_path is not None:

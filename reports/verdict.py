@@ -48,11 +48,20 @@ def step_words(sm: Summary) -> str:
     return f"{fmt.ms(ss.step_time_ms)} step, {how}"
 
 
+def _verdict_step(sm: Summary) -> str:
+    """The step the verdict splits: a CPU run's is the profiled one (its operators are
+    lengthened by the profiler too), whatever step the rates are over."""
+    b = sm.breakdown
+    if sm.cpu is not None and b is not None and b.basis != sm.step_summary.basis:
+        return f"{fmt.ms(b.step_ms)} step, profiled"
+    return step_words(sm)
+
+
 def verdict_line(sm: Summary) -> str:
     v = sm.verdict
     if v is None:
-        return "no verdict: no GPU activity in the analysed steps"
-    return f"{v.verdict} ({step_words(sm)})"
+        return f"no verdict: no {fmt.words(sm).summed} in the analysed steps"
+    return f"{v.verdict} ({_verdict_step(sm)})"
 
 
 def figures(sm: Summary) -> list[tuple[str, str]]:
@@ -61,6 +70,8 @@ def figures(sm: Summary) -> list[tuple[str, str]]:
     doc = sm.summary.get("step_summary", {})
     roofs = sm.roofs
     out: list[tuple[str, str]] = []
+    if _verdict_step(sm) != step_words(sm):
+        out.append(("rates", f"over the {step_words(sm)}"))
     bw = doc.get("bandwidth_used")
     if _ok(bw):
         line = f"{fmt.si(bw, 'B/s')}"
