@@ -50,13 +50,7 @@ COMPUTE_KINDS = ("kernel", "cpu_op")
 
 KERNELS: list[Column] = [
     Column("kernel_id", I64, "", "Row id, in GPU start-time order."),
-    Column(
-        "kind",
-        STR,
-        "",
-        "'kernel', 'memcpy' or 'memset' ('cpu_op': a CPU run's work operator, in the report's "
-        "CPU view).",
-    ),
+    Column("kind", STR, "", "'kernel', 'memcpy' or 'memset'."),
     Column("name", STR, "", "Kernel name as the trace gives it (demangled by the profiler)."),
     Column("device", I32, "", "GPU index."),
     Column("stream", I64, "", "CUDA/HIP stream id."),

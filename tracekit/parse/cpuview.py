@@ -7,7 +7,8 @@ table, ``kind`` ``'cpu_op'``) and the ``steps`` table's GPU columns filled from 
 classify and summary treat each work operator as they treat a kernel: its class from the
 operator rules, its FLOPs and bytes from its own shapes, its step from the operator.
 
-The rule (:data:`RULE`, :func:`work_ops`), on each thread's operator tree, from the root:
+The rule (:data:`RULE`, :func:`work_ops`) reads only the operator tree (never durations, so
+the same trace always gives the same operators):
 
 * **wrappers** never stand in for kernels: annotations (``ProfilerStep#``,
   ``Optimizer.step#``, ``record_function`` ranges: category ``user_annotation``) and the
@@ -16,14 +17,15 @@ The rule (:data:`RULE`, :func:`work_ops`), on each thread's operator tree, from 
 * **view and metadata operators** (:data:`METADATA_OPS`: ``aten::view``, ``aten::t``,
   ``aten::as_strided``, ``aten::empty``, ``aten::to`` without a copy, …) move no data;
   they belong to the operator that calls them, or are overhead;
-* every other operator is a **candidate**. The outermost candidate on a path from the
-  root that does its own work stands in for a kernel, and everything inside it is part of
-  it: it has no candidate below it (a leaf, up to views: ``aten::mm`` calling
-  ``aten::resolve_conj``), or at least :data:`OWN_SHARE` of its span is its own, outside
-  the children that hold candidates (``aten::addmm`` copying its bias with ``aten::copy_``
-  then multiplying; ``aten::native_batch_norm``). A composite operator that only
-  dispatches (``aten::linear`` → ``aten::addmm``, ``aten::cross_entropy_loss`` →
-  ``aten::_log_softmax`` …) spends little of its span on its own: its children are taken.
+* every other operator is a **candidate**, and the outermost candidate on a path from the
+  root that calls no other candidate — views and buffer **helpers** (:data:`HELPER_OPS`:
+  ``aten::copy_``, ``aten::fill_``, ``aten::zero_``, ``aten::zeros`` that fill or copy into
+  its output) aside — stands in for a kernel, with everything inside it: ``aten::mm``
+  calling ``aten::resolve_conj``, ``aten::addmm`` copying its bias with ``aten::copy_``,
+  ``aten::sum`` zeroing its output with ``aten::fill_``. A candidate that calls other
+  working operators only dispatches to them (``aten::linear`` → ``aten::addmm``,
+  ``aten::cross_entropy_loss`` → ``aten::_log_softmax``, ``aten::nll_loss_forward``): they
+  are taken, and its own time is framework overhead.
 
 Work operators never nest, so on each thread their intervals are disjoint: their union
 is the time the thread computes; the rest of the step is framework and Python overhead
@@ -33,6 +35,7 @@ is the time the thread computes; the rest of the step is framework and Python ov
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -43,11 +46,11 @@ from tracekit.parse.intervals import climb_top, union_length
 
 KIND = "cpu_op"  # the kernels table's ``kind`` of a work operator
 DEVICE = -1  # the kernels table's ``device`` of a work operator (c10's CPU index)
-OWN_SHARE = 0.5
 RULE = (
-    "the outermost operator on each path that is not a wrapper (annotation, autograd "
-    "frame) nor a view/metadata op (aten::view, aten::t, aten::empty, …) and either has "
-    "no such operator below it or spends at least half its span outside them"
+    "the outermost operator on each path that is neither a wrapper (annotation, autograd "
+    "frame) nor a view/metadata op (aten::view, aten::t, aten::empty, …) and calls no "
+    "other such operator besides buffer helpers (aten::copy_, aten::fill_, aten::zero_, "
+    "aten::zeros)"
 )
 # Operators that move no data: views, metadata, allocation without initialisation, and
 # the no-op forms of aten::to / aten::contiguous (their copying forms call a child).
@@ -64,6 +67,12 @@ _METADATA = (
     "dim", "_has_compatible_shallow_copy_type",
 )  # fmt: skip
 METADATA_OPS: frozenset[str] = frozenset("aten::" + n for n in _METADATA) | {"detach"}
+# Operators that fill or copy into a buffer for the operator that calls them: they do not
+# make their caller a dispatcher (aten::addmm copies its bias, aten::sum zeroes its output).
+HELPER_OPS: frozenset[str] = frozenset(
+    "aten::" + n
+    for n in ("copy_", "fill_", "zero_", "zeros", "zeros_like", "full", "full_like", "new_zeros")
+)
 # Frames of the autograd engine and of torch.compile: they run work, they are not work.
 _WRAPPER = re.compile(
     r"^autograd::engine::|^torch::autograd::|^\w*Backward\d*$|^CompiledFunction"
@@ -100,20 +109,15 @@ def work_ops(ops: pd.DataFrame) -> np.ndarray:
     if not n:
         return np.zeros(0, dtype=bool)
     cand = candidates(ops)
+    core = cand & ~ops["name"].isin(HELPER_OPS).to_numpy(dtype=bool)
     ppos, levels = _tree(ops)
-    dur = ops["dur"].to_numpy(dtype=np.int64)
-    holds = cand.copy()  # the row is a candidate or has one below it
-    below = np.zeros(n, dtype=bool)  # a candidate below the row
-    held = np.zeros(n, dtype=np.int64)  # span of the children that hold candidates
+    calls = np.zeros(n, dtype=bool)  # a non-helper candidate somewhere below the row
     for level in reversed(levels):  # deepest first: a level's rows are final when read
         p = ppos[level]
-        sel = level[(p >= 0) & holds[level]]
+        sel = level[(p >= 0) & (core[level] | calls[level])]
         if len(sel):
-            np.logical_or.at(holds, ppos[sel], True)
-            np.logical_or.at(below, ppos[sel], True)
-            np.add.at(held, ppos[sel], dur[sel])
-    own = dur - held
-    qualifies = cand & (~below | (own >= OWN_SHARE * dur))
+            calls[ppos[sel]] = True
+    qualifies = cand & ~calls
     work = np.zeros(n, dtype=bool)
     inside = np.zeros(n, dtype=bool)  # an ancestor is a work operator
     for level in levels:  # shallowest first
@@ -215,8 +219,8 @@ def not_cpu_run(trace: Any) -> str | None:
     ops = trace.ops
     if not len(ops) or not (ops["category"].astype(str) == "cpu_op").any():
         return "a trace without GPU activity and without CPU operators: nothing to report"
-    man = trace.manifest if isinstance(trace.manifest, dict) else {}
-    dev = (man.get("device") or {}).get("type") if isinstance(man.get("device"), dict) else None
+    man = trace.manifest if isinstance(trace.manifest, Mapping) else {}
+    dev = man.get("device", {}).get("type") if isinstance(man.get("device"), Mapping) else None
     if dev is not None and dev != "cpu":
         return (
             f"the run's device is {dev!r} (manifest) but the trace has no kernel, memcpy or "
@@ -240,8 +244,8 @@ def cpu_view(trace: Any) -> Any:
 def device_label(manifest: Any) -> str:
     """The CPU as the report names it: ``CPU (x86_64, 8 threads)`` from a run manifest's
     ``device`` (its ``name`` and intra-op ``threads``), else ``CPU``."""
-    dev = manifest.get("device") if isinstance(manifest, dict) else None
-    if not isinstance(dev, dict):
+    dev = manifest.get("device") if isinstance(manifest, Mapping) else None
+    if not isinstance(dev, Mapping):
         return "CPU"
     what = [str(dev["name"])] if dev.get("name") else []
     if isinstance(dev.get("threads"), int):

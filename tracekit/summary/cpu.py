@@ -165,7 +165,7 @@ def decide(b: V.Breakdown, e: V.Evidence, cu: CpuUtilisation) -> V.Verdict:
         text.append(_work_words(e))
     else:
         which, text, lever = _operators_bound(b, e, cu)
-    if cu.profiler_overhead_pct is not None:
+    if cu.profiler_overhead_pct is not None and cu.profiler_overhead_pct > 0:
         text.append(
             f"the profiler lengthened the step by {cu.profiler_overhead_pct:.0f} % (manifest: "
             "profiled vs unprofiled step); its bookkeeping lands mostly between operators, so "
