@@ -7,29 +7,29 @@ table, ``kind`` ``'cpu_op'``) and the ``steps`` table's GPU columns filled from 
 classify and summary treat each work operator as they treat a kernel: its class from the
 operator rules, its FLOPs and bytes from its own shapes, its step from the operator.
 
-The rule (:data:`RULE`, :func:`work_ops`) reads only the operator tree (never durations, so
-the same trace always gives the same operators):
+Each instant of a thread belongs to the innermost operator running then (as a GPU kernel
+belongs to the innermost operator that launched it); the rule (:data:`RULE`,
+:func:`work_ops`) says which operators' instants are the device's work:
 
-* **wrappers** never stand in for kernels: annotations (``ProfilerStep#``,
-  ``Optimizer.step#``, ``record_function`` ranges: category ``user_annotation``) and the
-  autograd engine's frames (``autograd::engine::evaluate_function: …``, ``…Backward0``,
-  ``torch::autograd::…``); their own time is framework overhead;
-* **view and metadata operators** (:data:`METADATA_OPS`: ``aten::view``, ``aten::t``,
-  ``aten::as_strided``, ``aten::empty``, ``aten::to`` without a copy, …) move no data;
-  they belong to the operator that calls them, or are overhead;
-* every other operator is a **candidate**, and the outermost candidate on a path from the
-  root that calls no other candidate — views and buffer **helpers** (:data:`HELPER_OPS`:
-  ``aten::copy_``, ``aten::fill_``, ``aten::zero_``, ``aten::zeros`` that fill or copy into
-  its output) aside — stands in for a kernel, with everything inside it: ``aten::mm``
-  calling ``aten::resolve_conj``, ``aten::addmm`` copying its bias with ``aten::copy_``,
-  ``aten::sum`` zeroing its output with ``aten::fill_``. A candidate that calls other
-  working operators only dispatches to them (``aten::linear`` → ``aten::addmm``,
-  ``aten::cross_entropy_loss`` → ``aten::_log_softmax``, ``aten::nll_loss_forward``): they
-  are taken, and its own time is framework overhead.
+* **wrappers** are not: annotations (``ProfilerStep#``, ``Optimizer.step#``,
+  ``record_function`` ranges: category ``user_annotation``) and the autograd engine's
+  frames (``autograd::engine::evaluate_function: …``, ``…Backward0``,
+  ``torch::autograd::…``);
+* **view and metadata operators** are not (:data:`METADATA_OPS`: ``aten::view``,
+  ``aten::t``, ``aten::as_strided``, ``aten::empty``, ``aten::to`` without a copy, …):
+  they move no data;
+* every other operator is a **work operator**, and its row carries its **self time**: its
+  span minus its children's spans (the profiler's "Self CPU"). ``aten::addmm``'s self time
+  is its GEMM, its bias copy is ``aten::copy_``'s; ``aten::mse_loss`` computes the squared
+  error itself and calls ``aten::mean``; ``aten::linear`` only dispatches to
+  ``aten::addmm``, so its self time is small.
 
-Work operators never nest, so on each thread their intervals are disjoint: their union
-is the time the thread computes; the rest of the step is framework and Python overhead
-(and the profiler's own, which lands there too).
+The rule reads only the operator tree, so the same trace always gives the same operators.
+Self time never overlaps on a thread, so the steps' busy time (``gpu_busy``) is the exact
+union of the work operators' self time over the threads; the rest of the step is framework
+and Python overhead (wrappers, views, Python between operators, and the profiler's own).
+A row starts where its operator starts and lasts its self time: exact for operators
+without children, a stand-in interval for the others.
 """
 
 from __future__ import annotations
@@ -47,10 +47,9 @@ from tracekit.parse.intervals import climb_top, union_length
 KIND = "cpu_op"  # the kernels table's ``kind`` of a work operator
 DEVICE = -1  # the kernels table's ``device`` of a work operator (c10's CPU index)
 RULE = (
-    "the outermost operator on each path that is neither a wrapper (annotation, autograd "
-    "frame) nor a view/metadata op (aten::view, aten::t, aten::empty, …) and calls no "
-    "other such operator besides buffer helpers (aten::copy_, aten::fill_, aten::zero_, "
-    "aten::zeros)"
+    "every operator that is neither a wrapper (annotation, autograd frame) nor a "
+    "view/metadata op (aten::view, aten::t, aten::empty, …), with its self time: its span "
+    "minus its children's"
 )
 # Operators that move no data: views, metadata, allocation without initialisation, and
 # the no-op forms of aten::to / aten::contiguous (their copying forms call a child).
@@ -64,15 +63,10 @@ _METADATA = (
     "view_as_complex", "real", "imag", "mT", "mH", "matrix_H", "adjoint", "empty", "empty_like",
     "empty_strided", "new_empty", "new_empty_strided", "resize_", "result_type", "contiguous",
     "to", "type_as", "item", "_local_scalar_dense", "is_nonzero", "set_", "size", "stride",
-    "dim", "_has_compatible_shallow_copy_type",
+    "dim", "_has_compatible_shallow_copy_type", "broadcast_tensors", "broadcast_to",
+    "atleast_1d", "atleast_2d", "atleast_3d", "numel", "sym_size", "sym_stride",
 )  # fmt: skip
 METADATA_OPS: frozenset[str] = frozenset("aten::" + n for n in _METADATA) | {"detach"}
-# Operators that fill or copy into a buffer for the operator that calls them: they do not
-# make their caller a dispatcher (aten::addmm copies its bias, aten::sum zeroes its output).
-HELPER_OPS: frozenset[str] = frozenset(
-    "aten::" + n
-    for n in ("copy_", "fill_", "zero_", "zeros", "zeros_like", "full", "full_like", "new_zeros")
-)
 # Frames of the autograd engine and of torch.compile: they run work, they are not work.
 _WRAPPER = re.compile(
     r"^autograd::engine::|^torch::autograd::|^\w*Backward\d*$|^CompiledFunction"
@@ -93,57 +87,60 @@ def candidates(ops: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def _tree(ops: pd.DataFrame) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Parent row positions (-1: root) and the rows grouped by depth, shallowest first."""
+def _parents(ops: pd.DataFrame) -> np.ndarray:
+    """Row position of each operator's parent (-1: a root)."""
     ids = pd.Index(ops["op_id"].to_numpy(dtype=np.int64))
-    ppos = ids.get_indexer(pd.Index(ops["parent"].to_numpy(dtype=np.int64))).astype(np.int64)
-    depth = ops["depth"].to_numpy(dtype=np.int64)
-    order = np.argsort(depth, kind="stable")
-    cuts = np.flatnonzero(np.diff(depth[order])) + 1
-    return ppos, np.split(order, cuts)
+    ppos: np.ndarray = ids.get_indexer(pd.Index(ops["parent"].to_numpy(dtype=np.int64)))
+    return ppos.astype(np.int64)
 
 
 def work_ops(ops: pd.DataFrame) -> np.ndarray:
     """Which rows of ``ops`` are work operators (see the module doc): a boolean mask."""
-    n = len(ops)
-    if not n:
-        return np.zeros(0, dtype=bool)
-    cand = candidates(ops)
-    core = cand & ~ops["name"].isin(HELPER_OPS).to_numpy(dtype=bool)
-    ppos, levels = _tree(ops)
-    calls = np.zeros(n, dtype=bool)  # a non-helper candidate somewhere below the row
-    for level in reversed(levels):  # deepest first: a level's rows are final when read
-        p = ppos[level]
-        sel = level[(p >= 0) & (core[level] | calls[level])]
-        if len(sel):
-            calls[ppos[sel]] = True
-    qualifies = cand & ~calls
-    work = np.zeros(n, dtype=bool)
-    inside = np.zeros(n, dtype=bool)  # an ancestor is a work operator
-    for level in levels:  # shallowest first
-        p = ppos[level]
-        has = p >= 0
-        inside[level[has]] = inside[p[has]] | work[p[has]]
-        work[level] = qualifies[level] & ~inside[level]
-    return work
+    return candidates(ops)
+
+
+def self_segments(ops: pd.DataFrame, rows: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The self time of the operators at positions ``rows`` as intervals: (row, start,
+    end) arrays, one entry per gap between an operator's children (empty gaps left out)."""
+    ppos = _parents(ops)
+    ts = ops["ts"].to_numpy(dtype=np.int64)
+    end = ts + ops["dur"].to_numpy(dtype=np.int64)
+    mine = np.zeros(len(ops), dtype=bool)
+    mine[rows] = True
+    kids = np.flatnonzero((ppos >= 0) & mine[np.maximum(ppos, 0)])
+    kids = kids[np.lexsort((ts[kids], ppos[kids]))]  # by parent, then start
+    par = ppos[kids]
+    first = np.ones(len(kids), dtype=bool)
+    first[1:] = par[1:] != par[:-1]
+    last = np.ones(len(kids), dtype=bool)
+    last[:-1] = par[:-1] != par[1:]
+    prev_end = np.where(first, ts[par], np.roll(end[kids], 1))
+    # before each child; after each parent's last child; childless operators whole
+    childless = rows[~np.isin(rows, par)]
+    seg_row = np.concatenate([par, par[last], childless])
+    seg_start = np.concatenate([prev_end, end[kids][last], ts[childless]])
+    seg_end = np.concatenate([ts[kids], end[par[last]], end[childless]])
+    keep = seg_end > seg_start
+    return seg_row[keep], seg_start[keep], seg_end[keep]
 
 
 def cpu_activities(ops: pd.DataFrame) -> pd.DataFrame:
     """The work operators as a kernels table (the parsed kernels table's columns, in start
-    order): ``kind`` ``'cpu_op'``, ``device`` -1, ``stream`` the thread id, ``op_id`` the
-    operator itself, ``top_op_id`` its outermost ``cpu_op`` ancestor."""
-    work = work_ops(ops)
-    rows = np.flatnonzero(work)
+    order): ``kind`` ``'cpu_op'``, ``device`` -1, ``stream`` the thread id, ``dur`` the self
+    time, ``op_id`` the operator itself, ``top_op_id`` its outermost ``cpu_op`` ancestor."""
+    rows = np.flatnonzero(work_ops(ops))
     rows = rows[np.lexsort((ops["op_id"].to_numpy()[rows], ops["ts"].to_numpy()[rows]))]
     n = len(rows)
-    top = _top_ops(ops)[rows] if n else rows
+    seg_row, seg_start, seg_end = self_segments(ops, rows)
+    own = np.zeros(len(ops), dtype=np.int64)
+    np.add.at(own, seg_row, seg_end - seg_start)
+    top = _top_ops(ops)[rows]
 
     def pick(col: str, default: Any = None) -> Any:
         if col not in ops:
             return np.full(n, default, dtype=object)
-        return ops[col].to_numpy()[rows] if n else ops[col].to_numpy()[:0]
+        return ops[col].to_numpy()[rows]
 
-    null_i = pd.array([pd.NA] * n, dtype="Int64")
     frame: pd.DataFrame = pd.DataFrame(
         {
             "kernel_id": np.arange(n, dtype=np.int64),
@@ -152,7 +149,7 @@ def cpu_activities(ops: pd.DataFrame) -> pd.DataFrame:
             "device": np.full(n, DEVICE, dtype=np.int32),
             "stream": pick("tid").astype(np.int64),
             "ts": pick("ts").astype(np.int64),
-            "dur": pick("dur").astype(np.int64),
+            "dur": own[rows],
             "correlation": np.full(n, -1, dtype=np.int64),
             "external_id": pick("external_id", -1).astype(np.int64),
             **{
@@ -160,16 +157,16 @@ def cpu_activities(ops: pd.DataFrame) -> pd.DataFrame:
                 for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
             },
             "registers_per_thread": pd.array([pd.NA] * n, dtype="Int32"),
-            "shared_memory": null_i,
-            "bytes": null_i.copy(),
+            "shared_memory": pd.array([pd.NA] * n, dtype="Int64"),
+            "bytes": pd.array([pd.NA] * n, dtype="Int64"),
             "step": pick("step", -1).astype(np.int32),
             "runtime_id": np.full(n, -1, dtype=np.int64),
             "op_id": pick("op_id").astype(np.int64),
             "op_name": pick("name"),
             "op_input_dims": pick("input_dims"),
             "op_input_types": pick("input_types"),
-            "top_op_id": ops["op_id"].to_numpy(dtype=np.int64)[top] if n else rows,
-            "top_op_name": ops["name"].to_numpy()[top] if n else pick("name"),
+            "top_op_id": ops["op_id"].to_numpy(dtype=np.int64)[top],
+            "top_op_name": ops["name"].to_numpy()[top],
             "module": pick("module"),
         }
     )
@@ -178,35 +175,37 @@ def cpu_activities(ops: pd.DataFrame) -> pd.DataFrame:
 
 def _top_ops(ops: pd.DataFrame) -> np.ndarray:
     """Row position of each operator's outermost ``cpu_op`` ancestor (itself if none)."""
-    ppos, _ = _tree(ops)
+    ppos = _parents(ops)
     is_op = (ops["category"].astype(str) == "cpu_op").to_numpy(dtype=bool)
     top: np.ndarray = climb_top(ppos, is_op)
     return top
 
 
-def cpu_steps(steps: pd.DataFrame, activities: pd.DataFrame) -> pd.DataFrame:
+def cpu_steps(steps: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
     """``steps`` with its GPU columns (``gpu_ts``, ``gpu_dur``, ``gpu_busy``,
     ``kernel_count``) computed from the work operators, as the parser computes them from
-    GPU activities: first start, span to the last end, union of the intervals (all
-    threads), count."""
+    GPU activities: first start, span to the last end, union of their self time over the
+    threads (exact: from the self segments), count."""
     out: pd.DataFrame = steps.copy()
-    step = activities["step"].to_numpy()
-    ts = activities["ts"].to_numpy(dtype=np.int64)
-    end = ts + activities["dur"].to_numpy(dtype=np.int64)
+    rows = np.flatnonzero(work_ops(ops))
+    op_step = ops["step"].to_numpy()
+    seg_row, start, end = self_segments(ops, rows)
+    seg_step = op_step[seg_row]
+    n_ops = pd.Series(op_step[rows]).value_counts()
     g_ts: list[Any] = []
     g_dur: list[Any] = []
     busy: list[int] = []
-    count: list[int] = []
     for s in out["step"].to_numpy():
-        sel = step == s
-        count.append(int(sel.sum()))
-        busy.append(union_length(ts[sel], end[sel]) if sel.any() else 0)
-        g_ts.append(int(ts[sel].min()) if sel.any() else pd.NA)
-        g_dur.append(int(end[sel].max() - ts[sel].min()) if sel.any() else pd.NA)
+        sel = seg_step == s
+        busy.append(union_length(start[sel], end[sel]) if sel.any() else 0)
+        g_ts.append(int(start[sel].min()) if sel.any() else pd.NA)
+        g_dur.append(int(end[sel].max() - start[sel].min()) if sel.any() else pd.NA)
     out["gpu_ts"] = pd.array(g_ts, dtype="Int64")
     out["gpu_dur"] = pd.array(g_dur, dtype="Int64")
     out["gpu_busy"] = np.asarray(busy, dtype=np.int64)
-    out["kernel_count"] = np.asarray(count, dtype=np.int64)
+    out["kernel_count"] = np.asarray(
+        [int(n_ops.get(s, 0)) for s in out["step"].to_numpy()], dtype=np.int64
+    )
     return out
 
 
@@ -238,7 +237,7 @@ def cpu_view(trace: Any) -> Any:
     """``trace`` with the work operators as its kernels and its steps' GPU columns filled
     from them; ``activity`` ``'cpu'``. Call it on a CPU run (:func:`not_cpu_run` is None)."""
     acts = cpu_activities(trace.ops)
-    return replace(trace, kernels=acts, steps=cpu_steps(trace.steps, acts), activity="cpu")
+    return replace(trace, kernels=acts, steps=cpu_steps(trace.steps, trace.ops), activity="cpu")
 
 
 def device_label(manifest: Any) -> str:
