@@ -3,7 +3,8 @@
 One event file per report, ``<logdir>/<run>/events.out.tfevents.<time>.<host>.<pid>.tracekit``:
 
 * scalars, x = profiler step number: ``time_share_pct/<class>``, ``gpu_ms/<class>``,
-  ``step_time_ms``, ``gpu_idle_pct``, ``tokens_per_s`` (batch × seq known),
+  ``step_time_ms``, ``gpu_idle_pct``, ``tokens_per_s`` (batch × seq known) — on a CPU run
+  ``cpu_ms/<class>`` and ``framework_overhead_pct`` for ``gpu_ms`` and ``gpu_idle_pct``,
   ``memory/peak_allocated_bytes`` and ``memory/peak_reserved_bytes`` (per step);
   ``measured/*`` (the run manifest's unprofiled figures) at the first step;
 * ``memory_timeline/allocated_bytes`` and ``memory_timeline/reserved_bytes``: the allocator
@@ -98,17 +99,21 @@ def write_events(
         first = steps[0] if steps else 0
         t = wall_time
         per = sm.class_per_step
+        # a CPU run's time is its work operators', its idle share the framework overhead
+        ms_tag, idle_tag = (
+            ("cpu_ms", "framework_overhead_pct") if sm.cpu else ("gpu_ms", "gpu_idle_pct")
+        )
         for step, row in zip(per.index.tolist(), per.to_dict("records"), strict=True):
             total = float(sum(row.values()))
             for cls, ns in row.items():
-                w.scalar(f"gpu_ms/{cls}", float(ns) / 1e6, int(step), t)
+                w.scalar(f"{ms_tag}/{cls}", float(ns) / 1e6, int(step), t)
                 if total > 0:
                     w.scalar(f"time_share_pct/{cls}", 100.0 * float(ns) / total, int(step), t)
         tokens = sm.header.tokens_per_step
         for r in sm.step_table.to_dict("records"):
             step, ms = int(r["step"]), float(r["step_time_ms"])
             w.scalar("step_time_ms", ms, step, t)
-            w.scalar("gpu_idle_pct", float(r["gpu_idle_pct"]), step, t)
+            w.scalar(idle_tag, float(r["gpu_idle_pct"]), step, t)
             if tokens and ms > 0:
                 w.scalar("tokens_per_s", tokens / (ms / 1e3), step, t)
         _step_summary(w, sm, t)

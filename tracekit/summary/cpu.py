@@ -57,6 +57,10 @@ CRITICAL_PATH_NOTE = (
 # summary.json's sources that read differently on a CPU run
 SOURCES = {
     "time_share_pct": "measured: work operators' durations in the trace (CPU run)",
+    "flop_share_pct": "FLOP counts per work operator: share of CPU operator time by source "
+    "(profiler: with_flops; modelled: tracekit from shapes; none: unknown)",
+    "bound_time_share_pct": "modelled: each work operator's arithmetic intensity against the "
+    "CPU's ridge point (its measured ceilings)",
     "step_time_ms": "measured: ProfilerStep spans in the trace (with the profiler on)",
     "gpu_idle_pct": None,
     "gpu_idle_unprofiled_pct": None,
@@ -76,8 +80,11 @@ class CpuUtilisation:
     intra_op_threads: int | None  # the run's torch.get_num_threads() (manifest)
     profiler_overhead_pct: float | None  # profiled vs unprofiled step (manifest)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, breakdown: V.Breakdown | None = None) -> dict[str, Any]:
+        """summary.json's ``cpu`` block (``breakdown``: the step the verdict split)."""
         return {
+            "shares_basis": breakdown.basis if breakdown is not None else None,
+            "shares_step_ms": breakdown.step_ms if breakdown is not None else None,
             "operator_busy_pct": self.busy_pct,
             "framework_overhead_pct": self.overhead_pct,
             "work_ops_per_step": self.ops_per_step,

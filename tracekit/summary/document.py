@@ -66,7 +66,7 @@ def summary_json(
         "notes": sm.notes,
         "critical_path": CP.summary_block(sm.critical_path),
         "generate": generate_json(sm.generate, sm.kv, sm.roofs.bandwidth_source),
-        "cpu": sm.cpu.to_dict() if sm.cpu is not None else None,
+        "cpu": sm.cpu.to_dict(sm.breakdown) if sm.cpu is not None else None,
     }
     if sm.cpu is not None:
         doc["sources"].update(CPU.SOURCES)
