@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from collections import defaultdict
 from pathlib import Path
 
@@ -112,16 +113,22 @@ def test_stack_fixture_has_aligned_category_timeline(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["memory"]["categories"]
 
 
-def test_cpu_only_trace_is_a_one_line_error(
+def test_gpu_run_without_gpu_events_is_a_one_line_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A CPU run is reported on its operators (tests/test_report_cpu.py); a run on a GPU
+    whose trace lost its GPU events is an error, in one line."""
     from tracekit.cli import main
 
-    out = tmp_path / "rep"
-    cpu = ROOT / "fixtures" / "cpu-tiny-fp32-naive"
-    rc = main(["report", str(cpu), "-o", str(out), "--no-tensorboard"])
+    run, out = tmp_path / "run", tmp_path / "rep"
+    shutil.copytree(ROOT / "fixtures" / "cpu-tiny-fp32-naive", run)
+    m = json.loads((run / "manifest.json").read_text())
+    m["device"]["type"] = "cuda"
+    (run / "manifest.json").write_text(json.dumps(m))
+    rc = main(["report", str(run), "-o", str(out), "--no-tensorboard"])
     err = capsys.readouterr().err
-    assert rc == 2 and "CPU-only trace" in err and err.count("\n") == 1
+    assert rc == 2 and err.count("\n") == 1
+    assert "device is 'cuda' (manifest)" in err and "no GPU activity" in err
     assert not out.exists()
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.cpu_classes import SCRIPTS as CPU_CLASSES
 from tracekit.cli import main
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -91,6 +92,20 @@ def _assert_op_classes(run: Path, want: dict[str, str]) -> dict[str, set[str]]:
     return got
 
 
+def _report_classes(run: Path, script: str) -> None:
+    """The CPU run's report: its work operators classed as tests/cpu_classes.py says."""
+    from tracekit.reports.run import report
+
+    sm = report(run, no_tensorboard=True).summary
+    assert sm.device_kind == "cpu" and sm.summary["device_kind"] == "cpu"
+    assert sm.critical_path is None and sm.summary["cpu"]["work_ops_per_step"] > 0
+    cl = sm.classes[sm.classes["kernel_count"] > 0]
+    want = CPU_CLASSES[script]
+    assert dict(zip(cl["class"], cl["kernel_count"], strict=True)) == want["classes"]
+    ops = sm.operators.groupby("name")["class"].agg(lambda c: sorted(set(c)))
+    assert {op: ops[op] for op in want["ops"]} == {op: [c] for op, c in want["ops"].items()}
+
+
 # ------------------------------------------------------------------ the scripts
 
 
@@ -139,6 +154,7 @@ def test_mlp_run_folder_and_manifest(tmp_path: Path, capsys: pytest.CaptureFixtu
     (opt_span,) = _spans(ev, "Optimizer.step#AdamW.step")
     assert step[0] <= opt_span[0] and opt_span[1] <= step[1]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    _report_classes(out, "mlp.py")
 
 
 def test_cnn_with_batch_norm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -173,6 +189,7 @@ def test_cnn_with_batch_norm(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         },
     )
     assert "layernorm" not in set().union(*cls.values())
+    _report_classes(out, "cnn_bn.py")
 
 
 def test_transformer_with_rmsnorm_swiglu(
@@ -219,6 +236,7 @@ def test_transformer_with_rmsnorm_swiglu(
             "aten::mean": "reduction",
         },
     )
+    _report_classes(out, "transformer.py")
 
 
 def test_gradient_accumulation_step_is_the_optimizer_step(
@@ -237,6 +255,7 @@ def test_gradient_accumulation_step_is_the_optimizer_step(
     (step,) = _spans(ev, "ProfilerStep#*")
     embeds = [s for s in _spans(ev, "aten::embedding") if step[0] <= s[0] <= step[1]]
     assert len(embeds) == 4  # four micro-batches in the one profiled step
+    _report_classes(out, "grad_accum.py")
 
 
 def test_options_override_inferred_counts(
@@ -542,8 +561,8 @@ def test_dash_m_runs_a_module_as_main(
 
 
 def test_cpu_run_folder_meets_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A CPU run parses like a collect run; the report refuses CPU-only traces as it does
-    for collect's (one line, exit 2: nothing ran on a GPU)."""
+    """A CPU run parses like a collect run, and the report reads it as collect's CPU runs:
+    its work operators stand in for kernels (docs/report.md, CPU runs)."""
     from tracekit.parse import load
 
     out = tmp_path / "mlp"
@@ -551,6 +570,10 @@ def test_cpu_run_folder_meets_report(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert rc == 0 and m is not None
     t = load(out)
     assert t.manifest == m and t.steps["step"].tolist() == [1]
-    assert main(["report", str(out), "--no-tensorboard"]) == 2
-    err = capsys.readouterr().err
-    assert "CPU-only trace" in err and err.count("\n") == 1
+    assert main(["report", str(out), "--no-tensorboard"]) == 0
+    printed = capsys.readouterr().out
+    assert "CPU time per class" in printed and "CPU utilisation" in printed
+    doc = json.loads((out / "report" / "summary.json").read_text())
+    assert doc["device_kind"] == "cpu" and doc["measured_step_time_ms"] is not None
+    # no ceilings (--no-ceilings): the CPU has no roofline, and the report says so
+    assert not doc["device"]["peak_flops"] and any("no roofline" in n for n in doc["notes"])
