@@ -20,6 +20,10 @@ Conventions
 * Shapes (``input_dims`` …) are kept as the trace's JSON text, because
   operators taking tensor lists have ragged nesting that no flat Arrow type
   holds; ``tracekit.parse.shapes`` decodes them.
+* ``comms`` holds the args c10d writes on ``record_param_comms`` operators and NCCL
+  kernels (collective, message elements, dtype, process group); it is filled only for
+  traces of distributed jobs (a ``distributedInfo`` header) and joins ``kernels`` on
+  ``correlation`` and ``ops`` on ``external_id``.
 """
 
 from __future__ import annotations
@@ -152,12 +156,49 @@ RUNTIME: list[Column] = [
     Column("step", I32, "", "Step whose CPU span holds the call (-1: none)."),
 ]
 
+COMMS: list[Column] = [
+    Column("category", STR, "", "Category of the event that carried them: 'kernel' or 'cpu_op'."),
+    Column("name", STR, "", "Event name (an NCCL kernel, 'record_param_comms', ...)."),
+    Column("pid", I64, "", "Process id (of a kernel: its device's)."),
+    Column("tid", I64, "", "Thread id (of a kernel: its stream's)."),
+    Column("ts", I64, "ns", "Start, relative to the trace start."),
+    Column("dur", I64, "ns", "Duration."),
+    Column("external_id", I64, "", "Kineto 'External id' (-1: none)."),
+    Column("correlation", I64, "", "Correlation id: a kernel's `kernels.correlation` (-1: none)."),
+    Column(
+        "collective",
+        STR,
+        "",
+        "'Collective name' as c10d writes it: allreduce, "
+        "_allgather_base, reduce_scatter_tensor, broadcast, send, ...",
+    ),
+    Column("in_nelems", I64, "", "'In msg nelems': elements of the input (null: absent)."),
+    Column("out_nelems", I64, "", "'Out msg nelems': elements of the output."),
+    Column("dtype", STR, "", "'dtype' of the message (c10 name: Float, BFloat16, ...)."),
+    Column("group_size", I64, "", "'Group size': ranks in the process group."),
+    Column("pg_name", STR, "", "'Process Group Name' (the group's id, '0' = default)."),
+    Column("pg_desc", STR, "", "'Process Group Description' (default_pg, ...)."),
+    Column("pg_ranks", STR, "JSON", "'Process Group Ranks': the group's global ranks."),
+    Column("in_split", STR, "JSON", "'In split size' (all_to_all_v)."),
+    Column("out_split", STR, "JSON", "'Out split size'."),
+    Column(
+        "seq",
+        I64,
+        "",
+        "'Seq': the collective's sequence number in its group, where "
+        "the profiler writes it (null: absent).",
+    ),
+    Column("src_rank", I64, "", "'Src Rank' of a point-to-point receive (null: none)."),
+    Column("dst_rank", I64, "", "'Dst Rank' of a point-to-point send (null: none)."),
+]
+
 TABLES: dict[str, list[Column]] = {
     "kernels": KERNELS,
     "ops": OPS,
     "memory": MEMORY,
     "steps": STEPS,
     "runtime": RUNTIME,
+    "comms": COMMS,
 }
 
 ARROW: dict[str, pa.Schema] = {name: arrow_schema(cols) for name, cols in TABLES.items()}

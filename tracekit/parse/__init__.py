@@ -65,6 +65,9 @@ class Trace:
     run_dir: Path | None = None
     tables: Tables | None = field(default=None, repr=False)
     activity: str = "gpu"
+    # the collective metadata (tracekit.schema.COMMS); None only where a caller built a
+    # Trace by hand
+    comms: pd.DataFrame | None = None
 
     @property
     def device_name(self) -> str | None:
@@ -199,6 +202,7 @@ def parse_tables(
         else:
             stream = TraceStream(path, chunk=chunk, scan=scan_chunk)
             acc = Accumulator()
+            stream.comms = acc.comms
             for events in stream:
                 acc.add(events)
                 del events
@@ -252,6 +256,8 @@ def _read_dir(d: Path) -> Tables:
         )
     tabs: dict[str, pa.Table] = {}
     for name in TABLES:
+        if name == "comms" and not (d / "comms.parquet").exists():
+            continue  # tables parsed before the comms table existed: it stays empty
         try:
             tabs[name] = pq.read_table(d / f"{name}.parquet", schema=ARROW[name])
         except (OSError, pa.ArrowInvalid) as e:

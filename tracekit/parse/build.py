@@ -1,6 +1,7 @@
 """Assemble the accumulated columns into the schema's tables, one builder per table:
 ``ops`` (with nesting), ``runtime``, ``kernels``, ``memory``, ``steps``, in that order
-(each links to the ones before it; see ``tracekit.parse.link``), then ``meta``.
+(each links to the ones before it; see ``tracekit.parse.link``), ``comms`` (the collective
+metadata, ``tracekit.parse.comms``), then ``meta``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pyarrow as pa
 
 from tracekit.errors import TraceError
 from tracekit.parse.columns import Accumulator
+from tracekit.parse.comms import build_comms
 from tracekit.parse.events import (
     GPU_ANNOT,
     KERNEL,
@@ -39,6 +41,7 @@ class Tables:
     steps: pa.Table
     runtime: pa.Table
     meta: dict[str, Any] = field(default_factory=dict)
+    comms: pa.Table = field(default_factory=ARROW["comms"].empty_table)
 
     def items(self) -> list[tuple[str, pa.Table]]:
         return [
@@ -47,6 +50,7 @@ class Tables:
             ("memory", self.memory),
             ("steps", self.steps),
             ("runtime", self.runtime),
+            ("comms", self.comms),
         ]
 
 
@@ -95,6 +99,8 @@ def build(
     table = build_steps(ops.steps, gpu, max(ends))
     n_steps = table.num_rows
     ready("steps", table)
+    ready("comms", build_comms(acc.comms, t0))
+    acc.comms.clear()
     return Tables(meta=_meta(acc, header, t0, n_steps, ops, gpu), **held)
 
 

@@ -336,6 +336,7 @@ class Accumulator:
         self.metadata: list[tuple[str, Any, Any, Any]] = []  # (name, pid, tid, args.name)
         self.python_events = 0  # python_function events (with_stack), before filtering
         self.rows: dict[int, int] = {}  # kind -> rows added (kept when columns are freed)
+        self.comms: list[Any] = []  # tracekit.parse.comms.CommEvent, in file order
 
     def _put(self, kind: int, cols: dict[str, Any]) -> None:
         t = self.tables.setdefault(kind, {})
@@ -448,6 +449,7 @@ class Accumulator:
             self.rows[kind] = self.rows.get(kind, 0) + n
         self.metadata.extend(other.metadata)
         self.python_events += other.python_events
+        self.comms.extend(other.comms)
 
     def column(self, kind: int, name: str) -> Any:
         """The whole column: a numpy array or a pyarrow ChunkedArray (or None if absent)."""

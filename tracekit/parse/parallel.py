@@ -60,6 +60,7 @@ class Task:
     path: str
     data: bytes | None = None
     length: int = 0
+    comms: bool = False  # look for collective metadata (TraceStream.find_comms)
 
 
 @dataclass
@@ -83,6 +84,8 @@ def _work(task: Task) -> ChunkResult:
             data = os.pread(f.fileno(), task.length, task.offset)
     stream = TraceStream(task.path, scan=scan_chunk)
     stream.header.array_format = task.array_format
+    acc = Accumulator()
+    stream.comms, stream.find_comms = acc.comms, task.comms
     try:
         if task.final:
             events = stream._finish(data, task.offset)
@@ -91,7 +94,6 @@ def _work(task: Task) -> ChunkResult:
     except (msgspec.DecodeError, TraceError):
         return ChunkResult(task.index, ok=False)
     del data
-    acc = Accumulator()
     acc.add(events)
     n = len(events)
     del events
@@ -216,9 +218,11 @@ def parse_parallel(path: Path, chunk: int, workers: int) -> ParallelParse | None
             header.update(r.rest)
         return True
 
+    comms = "distributedInfo" in header
     with _executor(workers) as pool:
         try:
             for task in tasks:
+                task.comms = comms
                 inflight.append(pool.submit(_work, task))
                 del task
                 if not merge_until(workers):
