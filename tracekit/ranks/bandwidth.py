@@ -1,0 +1,201 @@
+"""Bus bandwidth of the collectives against the interconnect's ceiling.
+
+The ceiling comes, in this order, from
+
+1. the run's measured sweep (manifest ``ceilings.interconnect``, ``tracekit collect --gpus
+   N``): per collective kind, busbw by message size; a collective is compared with the
+   peak busbw its kind reached (a kind the sweep did not time — all-to-all, broadcast —
+   with all-reduce's peak), and the busbw the sweep measured at the nearest size is shown
+   beside it;
+2. the spec table :data:`tracekit.classify.families.communication.INTERCONNECT` (the GPU's
+   links in one direction, e.g. NVLink 4: 450 GB/s per H100/H200), for the device the
+   traces name;
+
+and is marked ``measured`` or ``spec``, like the compute roofs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import numpy as np
+import pandas as pd
+
+from tracekit.classify.families.communication import COLLECTIVES, INTERCONNECT
+
+AGG_COLUMNS = [
+    "pg", "kind", "dtype", "message_bytes", "group_size", "count", "per_step", "dur_mean_ms",
+    "transfer_mean_ms", "wait_mean_ms", "wait_pct", "time_ms_per_step", "algbw_Bps",
+    "busbw_Bps", "ceiling_Bps", "busbw_pct_of_ceiling", "measured_at_size_Bps",
+    "ceiling_source", "last_rank",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The busbw ceiling. ``peaks``: per kind, the measured peak busbw; ``sweeps``: per
+    kind, (bytes, busbw) of the measured sweep; ``spec_Bps``: the spec table's figure."""
+
+    source: str  # 'measured' | 'spec'
+    busbw_Bps: float  # all-reduce's measured peak, or the spec figure
+    detail: str
+    peaks: Mapping[str, float] = field(default_factory=dict)
+    sweeps: Mapping[str, Sequence[tuple[float, float]]] = field(default_factory=dict)
+    world_size: int | None = None
+
+    def for_kind(self, kind: str) -> float:
+        return float(self.peaks.get(kind, self.busbw_Bps))
+
+    def measured_at(self, kind: str, nbytes: float) -> float | None:
+        """The sweep's busbw at the size nearest to ``nbytes`` (log scale), if measured."""
+        rows = self.sweeps.get(kind)
+        if not rows or not nbytes or nbytes != nbytes or nbytes <= 0:
+            return None
+        sizes = np.log2(np.asarray([r[0] for r in rows], dtype=np.float64))
+        i = int(np.argmin(np.abs(sizes - math.log2(nbytes))))
+        return float(rows[i][1])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "busbw_Bps": self.busbw_Bps,
+            "detail": self.detail,
+            "peak_busbw_Bps_by_kind": dict(self.peaks),
+            "world_size": self.world_size,
+        }
+
+
+def measured_ceiling(manifest: Mapping[str, Any] | None) -> Ceiling | None:
+    ic = ((manifest or {}).get("ceilings") or {}).get("interconnect")
+    if not isinstance(ic, dict) or not isinstance(ic.get("busbw_Bps"), (int, float)):
+        return None
+    peaks: dict[str, float] = {}
+    sweeps: dict[str, list[tuple[float, float]]] = {}
+    for kind, res in (ic.get("collectives") or {}).items():
+        if not isinstance(res, dict):
+            continue
+        rows = [
+            (float(r["bytes"]), float(r["busbw_Bps"]))
+            for r in res.get("sizes") or []
+            if isinstance(r, dict) and isinstance(r.get("busbw_Bps"), (int, float))
+        ]
+        if rows:
+            sweeps[kind] = rows
+            peaks[kind] = float(res.get("peak_busbw_Bps") or max(b for _, b in rows))
+    n = ic.get("world_size")
+    return Ceiling(
+        source="measured",
+        busbw_Bps=float(ic["busbw_Bps"]),
+        detail=f"measured by tracekit collect: {ic.get('backend')} on {n} ranks, "
+        f"{ic.get('dtype')}, nccl-tests convention (manifest ceilings.interconnect)",
+        peaks=peaks,
+        sweeps=sweeps,
+        world_size=int(n) if isinstance(n, int) else None,
+    )
+
+
+def spec_ceiling(device_properties: Sequence[Mapping[str, Any]]) -> Ceiling | None:
+    from tracekit.classify.devices import match_spec
+
+    for props in device_properties or []:
+        spec, _ = match_spec(props)
+        link = INTERCONNECT.get(spec.key) if spec is not None else None
+        if link is not None and spec is not None:
+            return Ceiling(
+                source="spec",
+                busbw_Bps=link.busbw_Bps,
+                detail=f"{spec.label}, {link.link}: {link.source}",
+            )
+    return None
+
+
+def ceiling(
+    manifest: Mapping[str, Any] | None, device_properties: Sequence[Mapping[str, Any]]
+) -> Ceiling | None:
+    """The measured ceiling where the run has one, else the spec table's, else None."""
+    return measured_ceiling(manifest) or spec_ceiling(device_properties)
+
+
+def _mode(s: pd.Series) -> int:
+    m = s.mode()
+    return int(m.iloc[0]) if len(m) else -1
+
+
+def aggregate(matched: pd.DataFrame, n_steps: int, ceil: Ceiling | None) -> pd.DataFrame:
+    """The collectives table: one row per (group, kind, dtype, message size), most time
+    first (:data:`AGG_COLUMNS`). busbw is the group's bus bytes over its transfer time."""
+    if not len(matched):
+        return cast(pd.DataFrame, pd.DataFrame(columns=AGG_COLUMNS))
+    m = matched.copy()
+    m["message_bytes"] = m["message_bytes"].fillna(-1.0)
+    m["dtype"] = m["dtype"].fillna("?")
+    keys = ["pg", "kind", "dtype", "message_bytes", "group_size"]
+    rows = []
+    for key, g in m.groupby(keys, sort=False, dropna=False):
+        pg, kind, dtype, nbytes, n = key
+        transfer = float(g["transfer_ns"].sum())
+        known = nbytes >= 0
+        alg = nbytes * len(g) / (transfer / 1e9) if known and transfer > 0 else math.nan
+        model = COLLECTIVES.get(str(kind))
+        bus = alg * model.factor(int(n)) if model is not None else math.nan
+        cap = ceil.for_kind(str(kind)) if ceil is not None else math.nan
+        rows.append(
+            {
+                "pg": pg,
+                "kind": kind,
+                "dtype": None if dtype == "?" else dtype,
+                "message_bytes": nbytes if known else math.nan,
+                "group_size": int(n),
+                "count": len(g),
+                "per_step": len(g) / max(1, n_steps),
+                "dur_mean_ms": float(g["dur_mean_ns"].mean()) / 1e6,
+                "transfer_mean_ms": transfer / len(g) / 1e6,
+                "wait_mean_ms": float(g["wait_mean_ns"].mean()) / 1e6,
+                "wait_pct": 100.0
+                * float(g["wait_mean_ns"].sum())
+                / max(1.0, float(g["dur_mean_ns"].sum())),
+                "time_ms_per_step": float(g["dur_mean_ns"].sum()) / 1e6 / max(1, n_steps),
+                "algbw_Bps": alg,
+                "busbw_Bps": bus,
+                "ceiling_Bps": cap,
+                "busbw_pct_of_ceiling": 100.0 * bus / cap if cap and cap == cap else math.nan,
+                "measured_at_size_Bps": (
+                    ceil.measured_at(str(kind), nbytes) if ceil is not None and known else None
+                ),
+                "ceiling_source": ceil.source if ceil is not None else None,
+                "last_rank": _mode(g["last_rank"]),
+            }
+        )
+    out = pd.DataFrame(rows, columns=AGG_COLUMNS)
+    out["measured_at_size_Bps"] = pd.to_numeric(out["measured_at_size_Bps"], errors="coerce")
+    out = out.sort_values("time_ms_per_step", ascending=False, kind="stable")
+    return cast(pd.DataFrame, out.reset_index(drop=True))
+
+
+def by_kind(matched: pd.DataFrame, ceil: Ceiling | None) -> dict[str, dict[str, Any]]:
+    """Per kind over every sized instance: total bus bytes / total transfer time, and the
+    best single collective's busbw (the headline figures)."""
+    out: dict[str, dict[str, Any]] = {}
+    sized = matched[matched["message_bytes"].notna() & (matched["transfer_ns"] > 0)]
+    for kind, g in sized.groupby("kind", sort=True):
+        model = COLLECTIVES.get(str(kind))
+        if model is None:
+            continue
+        bus_bytes = sum(
+            b * model.factor(int(n))
+            for b, n in zip(g["message_bytes"], g["group_size"], strict=True)
+        )
+        bus = bus_bytes / (float(g["transfer_ns"].sum()) / 1e9)
+        cap = ceil.for_kind(str(kind)) if ceil is not None else None
+        out[str(kind)] = {
+            "count": len(g),
+            "busbw_Bps": bus,
+            "best_busbw_Bps": float(g["busbw_Bps"].max()),
+            "ceiling_Bps": cap,
+            "busbw_pct_of_ceiling": 100.0 * bus / cap if cap else None,
+            "ceiling_source": ceil.source if ceil is not None else None,
+        }
+    return out

@@ -1,0 +1,211 @@
+"""The per-rank work: ONE rank's trace in, small results on disk out.
+
+:func:`analyse` is a pure function of one trace file (no other rank is read), so the ranks
+of a job can be analysed in any order, in separate processes or on a cluster
+(:func:`tracekit.ranks.run.map_ranks`), and the cross-rank step
+(:mod:`tracekit.ranks.reduce`) reads only what it wrote:
+
+* ``perrank.json`` — who the rank is (``distributedInfo``, host, device), its time base
+  (``trace_start_ns``: add it to the tables' times), memory peak, counts;
+* ``steps.parquet`` — per analysed step (:data:`STEP_COLUMNS`): step time, GPU busy,
+  compute, communication (kernel union and summed), exposed communication, idle;
+* ``classes.parquet`` — per class: summed kernel time and the union of its intervals;
+* ``collectives.parquet`` — its collectives (:data:`tracekit.ranks.collectives.INSTANCE_COLUMNS`);
+* ``lanes.parquet`` — its timeline coarsened for the ranks x time chart: compute,
+  exposed and overlapped communication spans.
+
+Definitions (per step, over the GPU activities launched in it; every figure is a length of
+a union of intervals, never a sum over streams): **busy** = all GPU activity; **compute** =
+every activity that is not communication (kernels, copies, memsets); **communication** =
+the communication kernels; **exposed communication** = communication not overlapped by
+compute; **idle** = step time − busy. The step time is the report's
+(``max(cpu span, gpu span)``, :func:`tracekit.summary.steps.step_table`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import pandas as pd
+
+import tracekit.summary.intervals as I
+import tracekit.summary.memory as M
+import tracekit.summary.steps as S
+from tracekit.io import atomic_write_json
+from tracekit.ranks import spans as SP
+from tracekit.ranks.collectives import COMMUNICATION, rank_collectives
+
+VERSION = "1"  # of what analyse() writes (part of the engine's cache key)
+RESULT = "perrank.json"
+LANE_POINTS = 4000  # lanes are coarsened to ~this many pixels across the analysed steps
+CLASS_COLUMNS = ["class", "kernel_ns", "union_ns", "count", "busy_ns"]
+STEP_COLUMNS = [
+    "step", "start_ns", "end_ns", "step_time_ns", "cpu_ns", "busy_ns", "compute_ns",
+    "comm_ns", "comm_sum_ns", "exposed_comm_ns", "idle_ns", "kernels", "comm_kernels",
+]  # fmt: skip
+
+
+def kernel_classes(trace: Any) -> np.ndarray:
+    """The class of every GPU activity (the classify stage's rules)."""
+    from tracekit.classify.classes import classify_kernels
+
+    if not len(trace.kernels):
+        return np.zeros(0, dtype=object)
+    return np.asarray(classify_kernels(trace.kernels, trace.ops)["class"].to_numpy(), dtype=object)
+
+
+def _spans(ts: np.ndarray, dur: np.ndarray, sel: np.ndarray) -> I.Spans:
+    return I.merge(ts[sel], ts[sel] + dur[sel])
+
+
+def step_figures(trace: Any, classes: np.ndarray) -> pd.DataFrame:
+    """Per analysed step: :data:`STEP_COLUMNS` (times relative to the trace, ns)."""
+    table = S.step_table(trace.steps)
+    k = trace.kernels
+    ts = k["ts"].to_numpy(dtype=np.int64)
+    dur = k["dur"].to_numpy(dtype=np.int64)
+    step = k["step"].to_numpy(dtype=np.int64)
+    comm = classes == COMMUNICATION
+    st = trace.steps.set_index("step")
+    rows = []
+    for s in table["step"].to_numpy(dtype=np.int64):
+        r = st.loc[int(s)]
+        gpu_ts = r["gpu_ts"]
+        start = int(r["cpu_ts"]) if gpu_ts != gpu_ts else min(int(r["cpu_ts"]), int(gpu_ts))
+        time = int(max(r["cpu_dur"], 0 if r["gpu_dur"] != r["gpu_dur"] else r["gpu_dur"]))
+        m = step == s
+        busy = _spans(ts, dur, m)
+        compute = _spans(ts, dur, m & ~comm)
+        comms = _spans(ts, dur, m & comm)
+        rows.append(
+            {
+                "step": int(s),
+                "start_ns": start,
+                "end_ns": start + time,
+                "step_time_ns": time,
+                "cpu_ns": int(r["cpu_dur"]),
+                "busy_ns": I.length(busy),
+                "compute_ns": I.length(compute),
+                "comm_ns": I.length(comms),
+                "comm_sum_ns": int(dur[m & comm].sum()),
+                "exposed_comm_ns": I.uncovered(comms, compute),
+                "idle_ns": max(0, time - I.length(busy)),
+                "kernels": int(m.sum()),
+                "comm_kernels": int((m & comm).sum()),
+            }
+        )
+    return cast(pd.DataFrame, pd.DataFrame(rows, columns=STEP_COLUMNS))
+
+
+def class_figures(trace: Any, classes: np.ndarray, steps: list[int]) -> pd.DataFrame:
+    """Per class over the analysed steps: ``class``, ``kernel_ns`` (summed durations),
+    ``union_ns`` (union of its intervals), ``count``; plus ``busy_ns`` (union of all)."""
+    k = trace.kernels
+    m = k["step"].isin(steps).to_numpy()
+    ts = k["ts"].to_numpy(dtype=np.int64)
+    dur = k["dur"].to_numpy(dtype=np.int64)
+    busy = I.length(_spans(ts, dur, m))
+    rows = []
+    for c in sorted({str(x) for x in classes[m]}):
+        sel = m & (classes == c)
+        rows.append(
+            {
+                "class": c,
+                "kernel_ns": int(dur[sel].sum()),
+                "union_ns": I.length(_spans(ts, dur, sel)),
+                "count": int(sel.sum()),
+                "busy_ns": busy,
+            }
+        )
+    return cast(pd.DataFrame, pd.DataFrame(rows, columns=CLASS_COLUMNS))
+
+
+def lanes(trace: Any, classes: np.ndarray, steps: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
+    """The rank's timeline over the analysed steps, coarsened for drawing: ``what``
+    (compute, comm_exposed, comm_overlapped), ``start_ns``, ``end_ns`` (relative)."""
+    cols = ["what", "start_ns", "end_ns"]
+    if not len(steps):
+        return cast(pd.DataFrame, pd.DataFrame(columns=cols))
+    lo, hi = int(steps["start_ns"].min()), int(steps["end_ns"].max())
+    gap = max(1, (hi - lo) // LANE_POINTS)
+    k = trace.kernels
+    ts = k["ts"].to_numpy(dtype=np.int64)
+    dur = k["dur"].to_numpy(dtype=np.int64)
+    m = k["step"].isin(steps["step"].tolist()).to_numpy()
+    comm = classes == COMMUNICATION
+    compute = _spans(ts, dur, m & ~comm)
+    if len(k):
+        comms = _spans(ts, dur, m & comm)
+    else:  # a CPU trace: its collectives' spans
+        c = coll[coll["step"].isin(steps["step"].tolist())]
+        comms = I.merge(c["ts"].to_numpy(dtype=np.int64), c["end"].to_numpy(dtype=np.int64))
+    parts = {
+        "compute": compute,
+        "comm_exposed": SP.difference(comms, compute),
+        "comm_overlapped": SP.intersect(comms, compute),
+    }
+    frames = []
+    for what, sp in parts.items():
+        s, e = SP.coarsen(sp, gap)
+        frames.append(pd.DataFrame({"what": what, "start_ns": s, "end_ns": e}))
+    return cast(pd.DataFrame, pd.concat(frames, ignore_index=True)[cols])
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+def rank_info(trace: Any, steps: pd.DataFrame, coll: pd.DataFrame) -> dict[str, Any]:
+    """``perrank.json``: who the rank is and its scalar figures."""
+    meta = trace.meta
+    info = meta.get("distributed_info") if isinstance(meta.get("distributed_info"), dict) else {}
+    mem = M.memory_stats(trace.memory) if len(trace.memory) else None
+    on_gpu = bool(len(trace.kernels))
+    n = max(1, len(steps))
+    return {
+        "version": VERSION,
+        "trace": str(trace.path),
+        "rank": info.get("rank"),
+        "world_size": info.get("world_size"),
+        "backend": info.get("backend"),
+        "distributed_info": info or None,
+        "device": trace.device_name,
+        "device_properties": meta.get("device_properties") or [],
+        "on": "gpu" if on_gpu else "cpu",
+        "trace_start_ns": int(meta.get("trace_start_ns") or 0),
+        "steps": [int(s) for s in steps["step"]],
+        "kernels": len(trace.kernels),
+        "collectives": len(coll),
+        "collectives_per_step": len(coll[coll["step"].isin(steps["step"].tolist())]) / n,
+        "memory_device": mem.device if mem else None,
+        "peak_allocated_bytes": mem.peak_allocated_bytes if mem and on_gpu else None,
+        "peak_reserved_bytes": mem.peak_reserved_bytes if mem and on_gpu else None,
+        "step_time_ms": _num(float(steps["step_time_ns"].median()) / 1e6) if len(steps) else None,
+    }
+
+
+def _parquet(df: pd.DataFrame, path: Path) -> None:
+    df.reset_index(drop=True).to_parquet(path, index=False, compression="snappy")
+
+
+def analyse(trace: Path, out: Path) -> dict[str, Any]:
+    """Analyse ONE rank's trace into ``out`` (see the module) and return its small
+    figures (what ``perrank.json`` holds less the device properties)."""
+    from tracekit.parse import load
+
+    t = load(trace)
+    classes = kernel_classes(t)
+    steps = step_figures(t, classes)
+    coll = rank_collectives(t, classes)
+    info = rank_info(t, steps, coll)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    _parquet(steps, out / "steps.parquet")
+    _parquet(class_figures(t, classes, info["steps"]), out / "classes.parquet")
+    _parquet(coll, out / "collectives.parquet")
+    _parquet(lanes(t, classes, steps, coll), out / "lanes.parquet")
+    atomic_write_json(out / RESULT, info)
+    return {k: v for k, v in info.items() if k not in ("device_properties", "distributed_info")}

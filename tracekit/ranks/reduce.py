@@ -1,0 +1,405 @@
+"""The cross-rank step: a reduction over the per-rank results (:mod:`tracekit.ranks.perrank`).
+
+1. **Clock.** Every rank's times are put on one time base (its ``trace_start_ns`` added).
+   Ranks on one host share a clock; ranks on different hosts, or ranks whose first
+   collective is impossible on their clocks (one rank finished it before another started
+   it), are aligned on that first collective: each rank is shifted so that it *ends* the
+   collective when the lowest rank does (a collective ends at nearly the same moment on
+   every rank; it starts when each rank arrives). :class:`Clock` says which was done.
+2. **Collectives** are matched across ranks (:func:`tracekit.ranks.collectives.match`):
+   transfer, sync wait, algbw, busbw, who arrived last.
+3. **Per rank** (over the steps every rank has): step time, GPU busy, compute,
+   communication, exposed communication, idle, sync wait, memory peak; **per step** the
+   slowest rank and its lead over the median, the rank the others waited for; the **skew**
+   of the ranks' median step times, ``(largest - smallest) / smallest``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import pandas as pd
+
+from tracekit.ranks import bandwidth as BW
+from tracekit.ranks.collectives import COMMUNICATION, INSTANCE_COLUMNS, match
+from tracekit.ranks.perrank import RESULT, STEP_COLUMNS
+
+ALIGN_TOLERANCE_NS = 5_000  # a first collective "impossible" by more than this: align
+
+
+@dataclass(frozen=True)
+class Clock:
+    aligned: bool
+    offsets_ns: dict[int, int]  # added to each rank's times
+    anchor: str | None  # the collective aligned on
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "aligned": self.aligned,
+            "offsets_ns": {str(r): v for r, v in self.offsets_ns.items()},
+            "anchor": self.anchor,
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class Loaded:
+    """The per-rank results, read back (times already absolute: ``trace_start_ns`` added)."""
+
+    info: dict[int, dict[str, Any]]
+    steps: pd.DataFrame  # STEP_COLUMNS + rank
+    classes: pd.DataFrame
+    instances: pd.DataFrame  # INSTANCE_COLUMNS + rank
+    lanes: pd.DataFrame
+
+
+def load(dirs: dict[int, Path]) -> Loaded:
+    info: dict[int, dict[str, Any]] = {}
+    frames: dict[str, list[pd.DataFrame]] = {"steps": [], "classes": [], "inst": [], "lanes": []}
+    for rank, d in sorted(dirs.items()):
+        meta = json.loads((Path(d) / RESULT).read_text())
+        info[rank] = meta
+        base = int(meta.get("trace_start_ns") or 0)
+        st = pd.read_parquet(Path(d) / "steps.parquet").assign(rank=rank)
+        st[["start_ns", "end_ns"]] += base
+        co = pd.read_parquet(Path(d) / "collectives.parquet").assign(rank=rank)
+        co[["ts", "end"]] = co[["ts", "end"]].astype(np.int64) + base
+        la = pd.read_parquet(Path(d) / "lanes.parquet").assign(rank=rank)
+        la[["start_ns", "end_ns"]] += base
+        frames["steps"].append(st)
+        frames["classes"].append(pd.read_parquet(Path(d) / "classes.parquet").assign(rank=rank))
+        frames["inst"].append(co)
+        frames["lanes"].append(la)
+
+    def cat(name: str, cols: list[str]) -> pd.DataFrame:
+        got = [f for f in frames[name] if len(f)]
+        return pd.concat(got, ignore_index=True) if got else pd.DataFrame(columns=[*cols, "rank"])
+
+    return Loaded(
+        info=info,
+        steps=cat("steps", STEP_COLUMNS),
+        classes=cat("classes", ["class", "kernel_ns", "union_ns", "count", "busy_ns"]),
+        instances=cat("inst", INSTANCE_COLUMNS),
+        lanes=cat("lanes", ["what", "start_ns", "end_ns"]),
+    )
+
+
+def align_clocks(inst: pd.DataFrame, hosts: dict[int, str | None]) -> Clock:
+    """See the module's docstring (step 1)."""
+    ranks = sorted(hosts)
+    none = {r: 0 for r in ranks}
+    if not len(inst) or inst["rank"].nunique() < 2:
+        return Clock(False, none, None, "no collective seen on two ranks: each rank's own clock")
+    m, inst2 = match(inst)
+    multi = m[(m["ranks"] >= 2) & m["consistent"]]
+    if not len(multi):
+        return Clock(False, none, None, "no collective matched across ranks: own clocks")
+    first = multi.sort_values(["step", "latest_start"]).iloc[0]
+    sel = inst2[inst2["key"] == int(first["key"])]
+    ends = sel.set_index("rank")["end"].astype(np.int64)
+    starts = sel.set_index("rank")["ts"].astype(np.int64)
+    anchor = (
+        f"{first['kind']} #{int(first['index'])} of group {first['pg']} "
+        f"in step {int(first['step'])}"
+    )
+    known = {h for h in hosts.values() if h}
+    many_hosts = len(known) > 1
+    impossible = int(starts.max()) - int(ends.min()) > ALIGN_TOLERANCE_NS
+    if not (many_hosts or impossible):
+        return Clock(
+            False,
+            none,
+            anchor,
+            "one clock: the ranks' first collective is consistent on their own times "
+            f"({'one host' if known else 'hosts unknown'}); no alignment",
+        )
+    ref = int(ends.loc[int(ends.index.min())])
+    offsets = {r: (ref - int(ends.loc[r])) if r in ends.index else 0 for r in ranks}
+    why = (
+        "traces from different hosts"
+        if many_hosts
+        else "the first collective ends on one rank before another starts it on their own clocks"
+    )
+    return Clock(True, offsets, anchor, f"aligned on the first collective ({why})")
+
+
+def _shift(df: pd.DataFrame, cols: list[str], offsets: dict[int, int]) -> pd.DataFrame:
+    if not len(df):
+        return df
+    off = df["rank"].map(offsets).fillna(0).astype(np.int64)
+    df = df.copy()
+    for c in cols:
+        df[c] = df[c].astype(np.int64) + off
+    return df
+
+
+def common_steps(steps: pd.DataFrame, ranks: list[int]) -> list[int]:
+    """The steps every rank analysed."""
+    sets = [set(steps.loc[steps["rank"] == r, "step"].astype(int)) for r in ranks]
+    return sorted(set.intersection(*sets)) if sets else []
+
+
+def rank_step_table(steps: pd.DataFrame, inst: pd.DataFrame, t0: int) -> pd.DataFrame:
+    """Per (rank, step): times in ms from ``t0``; sync wait of its collectives; own work
+    (step time minus sync wait)."""
+    wait = inst.groupby(["rank", "step"])["wait_ns"].sum() if len(inst) else pd.Series(dtype=float)
+    s = steps.copy()
+    s["sync_wait_ns"] = [
+        float(wait.get((r, st), 0.0)) for r, st in zip(s["rank"], s["step"], strict=True)
+    ]
+    out = pd.DataFrame(
+        {
+            "rank": s["rank"].astype(np.int64),
+            "step": s["step"].astype(np.int64),
+            "start_ms": (s["start_ns"] - t0) / 1e6,
+            "step_time_ms": s["step_time_ns"] / 1e6,
+            "busy_ms": s["busy_ns"] / 1e6,
+            "compute_ms": s["compute_ns"] / 1e6,
+            "comm_ms": s["comm_ns"] / 1e6,
+            "comm_sum_ms": s["comm_sum_ns"] / 1e6,
+            "exposed_comm_ms": s["exposed_comm_ns"] / 1e6,
+            "idle_ms": s["idle_ns"] / 1e6,
+            "sync_wait_ms": s["sync_wait_ns"] / 1e6,
+            "own_work_ms": (s["step_time_ns"] - s["sync_wait_ns"]).clip(lower=0) / 1e6,
+        }
+    )
+    return cast(pd.DataFrame, out.sort_values(["step", "rank"]).reset_index(drop=True))
+
+
+def stragglers(rs: pd.DataFrame, matched: pd.DataFrame) -> pd.DataFrame:
+    """Per step: the slowest rank, its step time, the median, its lead; the rank whose own
+    work (step time - sync wait) was longest and its lead; the rank that arrived last at
+    most collectives."""
+    rows = []
+    for step, g in rs.groupby("step", sort=True):
+        med = float(g["step_time_ms"].median())
+        slow = g.loc[cast(Any, g["step_time_ms"].idxmax())]
+        work_med = float(g["own_work_ms"].median())
+        worker = g.loc[cast(Any, g["own_work_ms"].idxmax())]
+        last = matched.loc[matched["step"] == step, "last_rank"] if len(matched) else pd.Series()
+        rows.append(
+            {
+                "step": int(cast(Any, step)),
+                "slowest_rank": int(slow["rank"]),
+                "step_time_ms": float(slow["step_time_ms"]),
+                "median_ms": med,
+                "lead_ms": float(slow["step_time_ms"]) - med,
+                "lead_pct": 100.0 * (float(slow["step_time_ms"]) - med) / med if med else math.nan,
+                "most_work_rank": int(worker["rank"]),
+                "own_work_ms": float(worker["own_work_ms"]),
+                "own_work_lead_ms": float(worker["own_work_ms"]) - work_med,
+                "waited_on_rank": int(last.mode().iloc[0]) if len(last) else -1,
+            }
+        )
+    return cast(pd.DataFrame, pd.DataFrame(rows))
+
+
+def skew_pct(values: pd.Series) -> float | None:
+    lo, hi = float(values.min()), float(values.max())
+    return 100.0 * (hi - lo) / lo if lo > 0 else None
+
+
+def class_shares(classes: pd.DataFrame, rs: pd.DataFrame) -> pd.DataFrame:
+    """Per class, mean over ranks: kernel ms per step, share of the rank's GPU busy time
+    (union of its intervals / union of all); communication also as exposed time."""
+    if not len(classes):
+        return cast(
+            pd.DataFrame, pd.DataFrame(columns=["class", "kernel_ms_per_step", "union_share_pct"])
+        )
+    steps_per_rank = rs.groupby("rank")["step"].nunique()
+    c = classes.copy()
+    c["n"] = c["rank"].map(steps_per_rank).fillna(1).clip(lower=1)
+    c["kernel_ms_per_step"] = c["kernel_ns"] / 1e6 / c["n"]
+    c["union_share_pct"] = np.where(c["busy_ns"] > 0, 100.0 * c["union_ns"] / c["busy_ns"], np.nan)
+    g = c.groupby("class", sort=False)[["kernel_ms_per_step", "union_share_pct"]].mean()
+    out = g.reset_index().sort_values("union_share_pct", ascending=False)
+    exposed = rs.groupby("rank")[["exposed_comm_ms", "busy_ms"]].sum()
+    if COMMUNICATION in set(out["class"]) and float(exposed["busy_ms"].sum()) > 0:
+        share = (
+            100.0 * exposed["exposed_comm_ms"] / exposed["busy_ms"].where(exposed["busy_ms"] > 0)
+        ).mean()
+        out["exposed_share_pct"] = np.where(out["class"] == COMMUNICATION, share, np.nan)
+    else:
+        out["exposed_share_pct"] = np.nan
+    return cast(pd.DataFrame, out.reset_index(drop=True))
+
+
+@dataclass
+class RanksSummary:
+    """Everything the report shows about the ranks (tables: Parquet; :meth:`to_json`:
+    the ``summary.json`` ``ranks`` block)."""
+
+    world_size: int
+    ranks: list[int]
+    missing: list[int]
+    backend: str | None
+    on: str  # 'gpu' | 'cpu'
+    steps: list[int]
+    per_rank: pd.DataFrame
+    rank_steps: pd.DataFrame
+    stragglers: pd.DataFrame
+    collectives: pd.DataFrame  # matched, one row per collective
+    collective_table: pd.DataFrame  # aggregated (tracekit.ranks.bandwidth.AGG_COLUMNS)
+    by_kind: dict[str, dict[str, Any]]
+    class_shares: pd.DataFrame
+    lanes: pd.DataFrame  # rank, what, start_ms, end_ms (common base)
+    clock: Clock
+    ceiling: BW.Ceiling | None
+    exposed_comm_pct: float | None  # mean over ranks, of the step time
+    skew_pct: float | None
+    slowest_rank: int | None
+    waited_on_rank: int | None
+    notes: list[str] = field(default_factory=list)
+
+
+def per_rank_table(
+    rs: pd.DataFrame,
+    info: dict[int, dict[str, Any]],
+    matched: pd.DataFrame,
+    clock: Clock,
+    hosts: dict[int, str | None],
+) -> pd.DataFrame:
+    """One row per rank: medians and per-step means over the common steps."""
+    rows = []
+    for rank, g in rs.groupby("rank", sort=True):
+        r = int(cast(Any, rank))
+        meta = info.get(r, {})
+        time = float(g["step_time_ms"].sum())
+        mean = g.mean(numeric_only=True)
+        last = int((matched["last_rank"] == rank).sum()) if len(matched) else 0
+        rows.append(
+            {
+                "rank": r,
+                "host": hosts.get(r),
+                "device": meta.get("device"),
+                "trace": Path(str(meta.get("trace", ""))).name,
+                "steps": len(g),
+                "step_time_ms": float(g["step_time_ms"].median()),
+                "gpu_busy_ms": float(mean["busy_ms"]),
+                "compute_ms": float(mean["compute_ms"]),
+                "comm_kernel_ms": float(mean["comm_ms"]),
+                "comm_kernel_sum_ms": float(mean["comm_sum_ms"]),
+                "exposed_comm_ms": float(mean["exposed_comm_ms"]),
+                "overlapped_comm_ms": float(mean["comm_ms"] - mean["exposed_comm_ms"]),
+                "gpu_idle_ms": float(mean["idle_ms"]),
+                "gpu_idle_pct": 100.0 * float(g["idle_ms"].sum()) / time if time else math.nan,
+                "exposed_comm_pct": 100.0 * float(g["exposed_comm_ms"].sum()) / time
+                if time
+                else math.nan,
+                "sync_wait_ms": float(mean["sync_wait_ms"]),
+                "own_work_ms": float(mean["own_work_ms"]),
+                "collectives_per_step": meta.get("collectives_per_step"),
+                "last_arrivals": last,
+                "peak_allocated_bytes": meta.get("peak_allocated_bytes"),
+                "peak_reserved_bytes": meta.get("peak_reserved_bytes"),
+                "clock_offset_ms": clock.offsets_ns.get(r, 0) / 1e6,
+            }
+        )
+    df = pd.DataFrame(rows)
+    for c in ("peak_allocated_bytes", "peak_reserved_bytes"):
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
+    df["collectives_per_step"] = pd.to_numeric(df["collectives_per_step"], errors="coerce")
+    return cast(pd.DataFrame, df)
+
+
+def _lanes_ms(lanes: pd.DataFrame, steps: list[int], rs: pd.DataFrame, t0: int) -> pd.DataFrame:
+    out = lanes.copy()
+    if not len(out):
+        return cast(pd.DataFrame, pd.DataFrame(columns=["rank", "what", "start_ms", "end_ms"]))
+    hi = t0 + int(1e6 * float((rs["start_ms"] + rs["step_time_ms"]).max()))
+    out = out[(out["end_ns"] > t0) & (out["start_ns"] < hi)]
+    return cast(
+        pd.DataFrame,
+        pd.DataFrame(
+            {
+                "rank": out["rank"].astype(np.int64),
+                "what": out["what"].astype(str),
+                "start_ms": (out["start_ns"] - t0) / 1e6,
+                "end_ms": (out["end_ns"] - t0) / 1e6,
+            }
+        ).reset_index(drop=True),
+    )
+
+
+def reduce(
+    dirs: dict[int, Path],
+    *,
+    world_size: int,
+    backend: str | None = None,
+    hosts: dict[int, str | None] | None = None,
+    manifest: dict[str, Any] | None = None,
+    notes: list[str] | None = None,
+) -> RanksSummary:
+    """The cross-rank summary from the per-rank result folders ``dirs`` (rank -> folder)."""
+    L = load(dirs)
+    ranks = sorted(dirs)
+    hosts = hosts or {r: None for r in ranks}
+    notes = list(notes or [])
+    clock = align_clocks(L.instances, {r: hosts.get(r) for r in ranks})
+    if clock.aligned:
+        notes.append(f"clocks {clock.reason}: {clock.anchor}")
+    steps = _shift(L.steps, ["start_ns", "end_ns"], clock.offsets_ns)
+    inst = _shift(L.instances, ["ts", "end"], clock.offsets_ns)
+    lanes = _shift(L.lanes, ["start_ns", "end_ns"], clock.offsets_ns)
+    common = common_steps(steps, ranks)
+    if len(common) < steps["step"].nunique():
+        notes.append(
+            f"the ranks' traces cover different steps: the {len(common)} step(s) all have "
+            f"({', '.join(map(str, common)) or 'none'}) are compared"
+        )
+    steps = steps[steps["step"].isin(common)]
+    matched, inst = match(inst[inst["step"].isin(common)])
+    t0 = int(steps["start_ns"].min()) if len(steps) else 0
+    rs = rank_step_table(steps, inst, t0)
+    per_rank = per_rank_table(rs, L.info, matched, clock, hosts)
+    props: list[dict[str, Any]] = next(
+        (list(i["device_properties"]) for i in L.info.values() if i.get("device_properties")),
+        [],
+    )
+    ceil = BW.ceiling(manifest, props or [])
+    on = "gpu" if any(i.get("on") == "gpu" for i in L.info.values()) else "cpu"
+    incomplete = int((~matched["complete"]).sum()) if len(matched) else 0
+    if incomplete:
+        notes.append(
+            f"{incomplete} of {len(matched)} collectives were seen on fewer ranks than their "
+            "group has: transfer and wait are over the ranks present"
+        )
+    inconsistent = int((~matched["consistent"]).sum()) if len(matched) else 0
+    if inconsistent:
+        notes.append(
+            f"{inconsistent} matched collectives differ in kind or size between ranks: the "
+            "ranks' traces may start at different collectives"
+        )
+    strag = stragglers(rs, matched)
+    exposed = per_rank["exposed_comm_pct"] if len(per_rank) else pd.Series(dtype=float)
+    medians = per_rank.set_index("rank")["step_time_ms"] if len(per_rank) else pd.Series()
+    last = matched["last_rank"] if len(matched) else pd.Series(dtype=np.int64)
+    return RanksSummary(
+        world_size=world_size,
+        ranks=ranks,
+        missing=[r for r in range(world_size) if r not in dirs],
+        backend=backend,
+        on=on,
+        steps=common,
+        per_rank=per_rank,
+        rank_steps=rs,
+        stragglers=strag,
+        collectives=matched,
+        collective_table=BW.aggregate(matched, len(common), ceil),
+        by_kind=BW.by_kind(matched, ceil),
+        class_shares=class_shares(L.classes, rs),
+        lanes=_lanes_ms(lanes, common, rs, t0),
+        clock=clock,
+        ceiling=ceil,
+        exposed_comm_pct=float(exposed.mean()) if on == "gpu" and len(exposed) else None,
+        skew_pct=skew_pct(medians) if len(medians) else None,
+        slowest_rank=int(cast(Any, medians.idxmax())) if len(medians) else None,
+        waited_on_rank=int(last.mode().iloc[0]) if len(last) else None,
+        notes=notes,
+    )
