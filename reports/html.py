@@ -18,6 +18,7 @@ import pandas as pd
 
 import tracekit.reports.fmt as fmt
 import tracekit.reports.generate as GR
+import tracekit.reports.ranks as ranks_view
 import tracekit.reports.verdict as VR
 from tracekit.summary import Summary
 from tracekit.summary.document import OPERATOR_KEYS
@@ -215,6 +216,9 @@ def classes(sm: Summary, plots: Mapping[str, bytes]) -> str:
             "were 99.8 % of FLOPs but 61 % of runtime (Ivanov et al., <i>Data Movement Is All "
             "You Need</i>, MLSys 2021).</p>",
             f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>",
+            f"<p class='note'>{esc(ranks_view.union_note(sm))}</p>"
+            if ranks_view.union_note(sm)
+            else "",
             f"<p>{w.time} by bound: {esc(bound)}</p>",
             f"<p class='note'>FLOP counts by source, as share of {w.time}: "
             f"{esc(src or 'none')}</p>",
@@ -474,6 +478,7 @@ def render(sm: Summary, plots: Mapping[str, bytes]) -> str:
             header(sm),
             verdict(sm),
             generate(sm, plots),
+            ranks_view.html(sm, plots),
             classes(sm, plots),
             roofline(sm, plots),
             memory(sm, plots),

@@ -24,6 +24,7 @@ import tracekit.reports.fmt as fmt
 import tracekit.reports.html as html
 import tracekit.reports.markdown as markdown
 import tracekit.reports.plots as plots
+import tracekit.reports.ranks as ranks_view
 import tracekit.reports.tbtrace as tbtrace
 from tracekit.errors import TraceError, UsageError
 from tracekit.io import atomic_dir, atomic_write_json, atomic_write_text
@@ -76,18 +77,22 @@ def default_out(path: Path) -> Path:
     return path.with_name(_stem(path) + ".report")
 
 
-def _tb_target(path: Path, logdir: Path | None, enabled: bool) -> tuple[Path, Path | None] | None:
+def _tb_target(
+    path: Path, logdir: Path | None, enabled: bool, trace: Path | None = None
+) -> tuple[Path, Path | None] | None:
     """(run folder inside the logdir, trace file to copy for the profiler plugin or None)
     for the TensorBoard output, or None for no TensorBoard output.
 
     A run folder from ``tracekit collect`` writes into its own logdir (manifest
-    ``artifacts.tensorboard``) unless told otherwise; a trace file only with a logdir."""
+    ``artifacts.tensorboard``) unless told otherwise; a trace file only with a logdir.
+    ``trace``: the folder's trace to copy (a multi-rank folder's representative rank)."""
     if not enabled:
         return None
     if path.is_dir():
         if (path / "meta.json").is_file():  # a parsed folder: no trace file to copy
             return None if logdir is None else (logdir / path.name, None)
-        trace, manifest = find_trace(path)
+        found, manifest = find_trace(path)
+        trace = trace or found
         if logdir is None:
             rel = ((manifest or {}).get("artifacts") or {}).get("tensorboard")
             if not rel:
@@ -132,6 +137,7 @@ def write_outputs(
         (tmp / "plots").mkdir()
         for name, png in pngs.items():
             (tmp / "plots" / f"{name}.png").write_bytes(png)
+        ranks_view.write_files(sm, tmp)  # a multi-rank report's tables and merged trace
         names = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if p.is_file())
     return [out / n for n in names]
 
@@ -160,8 +166,16 @@ def report(
     bandwidth_gbs: float | None = None,
     classification: Any = None,
     plot_worker: bool | None = None,
+    rank: int | None = None,
+    scheduler: str | None = None,
+    workers: int | None = None,
 ) -> ReportResult:
     """Run the whole report for a trace file, a run folder or a parsed folder.
+
+    A folder of a multi-rank job's traces (:func:`tracekit.ranks.discover.discover`) gets
+    the multi-rank analysis of every rank (``scheduler``/``workers``: where the per-rank
+    work runs, :func:`tracekit.ranks.run.map_ranks`) and the detailed report of one rank
+    (``rank``, default the lowest).
 
     ``classification`` replaces the classify stage's output (tests only). ``plot_worker``:
     draw the plots in a separate process while this one classifies and summarises (None:
@@ -173,8 +187,12 @@ def report(
     if tensorboard is not None and no_tensorboard:
         raise UsageError("--tensorboard and --no-tensorboard exclude each other")
     dest = Path(out) if out is not None else default_out(path)
+    job = _job(path, rank, scheduler, workers)
     target = _tb_target(
-        path, Path(tensorboard) if tensorboard is not None else None, not no_tensorboard
+        path,
+        Path(tensorboard) if tensorboard is not None else None,
+        not no_tensorboard,
+        job.trace if job is not None else None,
     )
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -186,7 +204,7 @@ def report(
         try:
             result = _run(
                 path, dest, target, peak_tflops, bandwidth_gbs, classification, plot_worker,
-                timings,
+                timings, job,
             )  # fmt: skip
             if copy is not None:
                 t = time.perf_counter()
@@ -213,18 +231,30 @@ def _run(
     classification: Any,
     plot_worker: bool | None,
     timings: dict[str, float],
+    job: Job | None = None,
 ) -> ReportResult:
     t = time.perf_counter()
-    trace = load(path)
+    trace = load(path) if job is None else job.load()
     timings["parse"] = time.perf_counter() - t
     if len(trace.kernels) == 0 and not _generates(trace):  # a generate run has its prefill,
+        if job is not None:
+            raise TraceError(
+                f"{path}: CPU-only traces ({job.describe()}: no kernel, memcpy or memset "
+                "events): a multi-rank report needs GPU activity; `tracekit parse` writes "
+                "their CPU tables"
+            )
         trace = _cpu_run(trace)  # and its decode steps' report says what CPU runs lack
+    if job is not None:
+        t = time.perf_counter()
+        job.analyse(dest)
+        timings["ranks"] = time.perf_counter() - t
     if plot_worker is None:  # (on one core a worker would only add its own start)
         plot_worker = len(trace.kernels) + len(trace.ops) >= WORKER_ROWS and _cores() > 1
     with plots.PlotWorker() if plot_worker else contextlib.nullcontext() as worker:
         return _analyse(
-            trace, dest, target, peak_tflops, bandwidth_gbs, classification, worker, timings
-        )
+            trace, dest, target, peak_tflops, bandwidth_gbs, classification, worker, timings,
+            job.summary if job is not None else None,
+        )  # fmt: skip
 
 
 def _cpu_run(trace: Trace) -> Trace:
@@ -248,6 +278,7 @@ def _analyse(
     classification: Any,
     worker: plots.PlotWorker | None,
     timings: dict[str, float],
+    ranks: Any = None,
 ) -> ReportResult:
     t = time.perf_counter()
     facts = trace_facts(trace)  # all the memory timeline needs: drawn during classify
@@ -263,11 +294,23 @@ def _analyse(
     timings["classify"] = time.perf_counter() - t
     t = time.perf_counter()
     sm = summarize(
-        trace, cls, facts=facts, on_table=None if worker is None else _drawing(worker, facts)
+        trace,
+        cls,
+        facts=facts,
+        on_table=None if worker is None else _drawing(worker, facts),
+        exposed_comm_pct=ranks.exposed_comm_pct if ranks is not None else None,
+        union_shares=ranks is not None,
     )
+    if ranks is not None:
+        from tracekit.ranks.document import ranks_json
+
+        ranks.detail_rank = _rank_of(trace)
+        sm.ranks = ranks
+        sm.summary["ranks"] = ranks_json(ranks)
     timings["summarize"] += time.perf_counter() - t
     t = time.perf_counter()
     pngs: dict[str, bytes] = plots.all_plots(sm) if worker is None else {}
+    pngs.update(ranks_view.plots(sm))
     timings["plots"] = time.perf_counter() - t
 
     waited = [0.0]
@@ -292,9 +335,9 @@ def _analyse(
         from . import tensorboard as tb  # imported only when needed (~0.2 s)
 
         t = time.perf_counter()
-        result.events = tb.write_events(
-            sm, pngs, markdown.all_tables(sm), target[0], wall_time=time.time()
-        )
+        tables = {**markdown.all_tables(sm), **ranks_view.markdown(sm)}
+        result.events = tb.write_events(sm, pngs, tables, target[0], wall_time=time.time())
+        ranks_view.write_tensorboard(sm, target[0])
         timings["tensorboard"] = time.perf_counter() - t
     return result
 
@@ -303,6 +346,61 @@ def _generates(trace: Trace) -> bool:
     """A ``collect --workload generate`` run (its report has the generate section)."""
     man = trace.manifest if isinstance(trace.manifest, dict) else {}
     return (man.get("config") or {}).get("workload") == "generate"
+
+
+@dataclass
+class Job:
+    """A multi-rank folder being reported: its ranks, the rank reported in detail, and
+    (after :meth:`analyse`) the multi-rank summary."""
+
+    ranks: Any  # tracekit.ranks.discover.RankSet
+    rank: int
+    scheduler: str | None
+    workers: int | None
+    summary: Any = None
+
+    @property
+    def trace(self) -> Path:
+        return Path(self.ranks.traces[self.rank].path)
+
+    def describe(self) -> str:
+        backend = f", {self.ranks.backend}" if self.ranks.backend else ""
+        return f"{len(self.ranks.traces)} ranks{backend}"
+
+    def load(self) -> Trace:
+        t = load(self.trace)
+        t.manifest, t.run_dir = self.ranks.manifest, Path(self.ranks.folder)
+        return t
+
+    def analyse(self, dest: Path) -> None:
+        from tracekit.ranks.run import analyse_ranks
+
+        cache = dest.with_name(dest.name + ".ranks")
+        self.summary = analyse_ranks(
+            self.ranks, cache, scheduler=self.scheduler, workers=self.workers
+        )
+
+
+def _job(path: Path, rank: int | None, scheduler: str | None, workers: int | None) -> Job | None:
+    """The multi-rank job in ``path``, or None for a single trace (then the multi-rank
+    options must not be given)."""
+    from tracekit.ranks.discover import discover
+
+    ranks = discover(path) if path.is_dir() else None
+    if ranks is None:
+        for name, v in (("--rank", rank), ("--scheduler", scheduler), ("--workers", workers)):
+            if v is not None:
+                raise UsageError(f"{name} is for a folder of several ranks' traces")
+        return None
+    if rank is not None and rank not in ranks.traces:
+        raise UsageError(f"--rank {rank}: no trace of that rank (ranks {ranks.ranks})")
+    return Job(ranks, rank if rank is not None else min(ranks.traces), scheduler, workers)
+
+
+def _rank_of(trace: Trace) -> int | None:
+    info = trace.meta.get("distributed_info")
+    rank = info.get("rank") if isinstance(info, dict) else None
+    return rank if isinstance(rank, int) else None
 
 
 def _cores() -> int:

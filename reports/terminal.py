@@ -18,6 +18,7 @@ from rich.text import Text
 
 import tracekit.reports.fmt as fmt
 import tracekit.reports.generate as GR
+import tracekit.reports.ranks as ranks_view
 import tracekit.reports.verdict as VR
 from tracekit.summary import Summary
 
@@ -190,7 +191,9 @@ def classes(sm: Summary) -> RenderableType:
         )
     b = sm.bound
     line = " · ".join(f"{k} {fmt.pct(v)}" for k, v in b.items())
-    return Group(t, Text(f"{w.time} by bound: {line}"))
+    union = ranks_view.union_note(sm)  # a multi-rank report's shares are of the union
+    extra = [Text(union, style="dim")] if union else []
+    return Group(t, Text(f"{w.time} by bound: {line}"), *extra)
 
 
 SOURCES = {
@@ -417,6 +420,9 @@ def render(sm: Summary, console: Console, outputs: Iterable[str] = ()) -> None:
     if sm.generate is not None:
         console.print()
         console.print(generate(sm))
+    for part in ranks_view.terminal(sm):  # a multi-rank report's ranks section
+        console.print()
+        console.print(part)
     console.print()
     console.print(classes(sm))
     console.print()

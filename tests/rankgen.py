@@ -109,6 +109,8 @@ class Rank:
             }  # fmt: skip
         d = tg.small_trace()
         d["traceEvents"] = self.ev
+        gpu = d["deviceProperties"][0]
+        d["deviceProperties"] = [{**gpu, "id": i} for i in range(world)]  # the node's GPUs
         return {**head, **d}
 
 

@@ -95,7 +95,7 @@ def test_analysis_stages_never_load_torch() -> None:
         "spec.loader.exec_module(mod)\n"
         "assert mod.__file__.startswith(sys.path[0])\n"
         "for m in ['tracekit.parse', 'tracekit.classify', 'tracekit.xspace', 'tracekit.summary',"
-        " 'tracekit.ranks', 'tracekit.ranks.cluster',"
+        " 'tracekit.ranks', 'tracekit.ranks.cluster', 'tracekit.ranks.run',"
         " 'tracekit.reports', 'tracekit.reports.plots', 'tracekit.reports.tensorboard',"
         " 'tracekit.sweep', 'tracekit.reports.sweep', 'tracekit.compare', 'tracekit.cli',"
         " 'tracekit.advise.run', 'tracekit.reports.advise']:\n"

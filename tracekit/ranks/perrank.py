@@ -12,7 +12,10 @@ of a job can be analysed in any order, in separate processes or on a cluster
 * ``classes.parquet`` — per class: summed kernel time and the union of its intervals;
 * ``collectives.parquet`` — its collectives (:data:`tracekit.ranks.collectives.INSTANCE_COLUMNS`);
 * ``lanes.parquet`` — its timeline coarsened for the ranks x time chart: compute,
-  exposed and overlapped communication spans.
+  exposed and overlapped communication spans;
+* ``timeline.parquet`` — the events of its merged-trace process (:data:`TIMELINE_COLUMNS`):
+  every GPU activity, and the CPU operators at depth 0-1, annotations and collective
+  operators (the merged multi-rank trace, :mod:`tracekit.ranks.merged`).
 
 Definitions (per step, over the GPU activities launched in it; every figure is a length of
 a union of intervals, never a sum over streams): **busy** = all GPU activity; **compute** =
@@ -154,6 +157,44 @@ def lanes(trace: Any, classes: np.ndarray, steps: pd.DataFrame, coll: pd.DataFra
     return cast(pd.DataFrame, pd.concat(frames, ignore_index=True)[cols])
 
 
+TIMELINE_COLUMNS = ["tid", "track", "name", "cat", "ts", "dur", "cls"]
+GPU_TID = 1_000_000_000  # tid of GPU stream s in the merged trace: GPU_TID + s
+TIMELINE_OPS = ("nccl:", "gloo:", "c10d::", "record_param_comms", "ProfilerStep#")
+
+
+def timeline(trace: Any, classes: np.ndarray) -> pd.DataFrame:
+    """The rank's events for the merged trace (times relative to its trace, ns)."""
+    k = trace.kernels
+    gpu = pd.DataFrame(
+        {
+            "tid": GPU_TID + k["stream"].to_numpy(dtype=np.int64),
+            "track": [f"GPU {d} stream {s}" for d, s in zip(k["device"], k["stream"], strict=True)],
+            "name": k["name"].astype(str).to_numpy(),
+            "cat": k["kind"].astype(str).to_numpy(),
+            "ts": k["ts"].to_numpy(dtype=np.int64),
+            "dur": k["dur"].to_numpy(dtype=np.int64),
+            "cls": classes.astype(str) if len(classes) else np.zeros(0, dtype=str),
+        }
+    )
+    o = trace.ops
+    names = o["name"].astype(str)
+    keep = (o["depth"].to_numpy() <= 1) | names.str.startswith(TIMELINE_OPS).to_numpy()
+    keep |= (o["category"].astype(str) == "user_annotation").to_numpy()
+    o = o[keep]
+    cpu = pd.DataFrame(
+        {
+            "tid": o["tid"].to_numpy(dtype=np.int64),
+            "track": [f"CPU thread {t}" for t in o["tid"]],
+            "name": o["name"].astype(str).to_numpy(),
+            "cat": o["category"].astype(str).to_numpy(),
+            "ts": o["ts"].to_numpy(dtype=np.int64),
+            "dur": o["dur"].to_numpy(dtype=np.int64),
+            "cls": "",
+        }
+    )
+    return cast(pd.DataFrame, pd.concat([cpu, gpu], ignore_index=True)[TIMELINE_COLUMNS])
+
+
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
 
@@ -207,5 +248,6 @@ def analyse(trace: Path, out: Path) -> dict[str, Any]:
     _parquet(class_figures(t, classes, info["steps"]), out / "classes.parquet")
     _parquet(coll, out / "collectives.parquet")
     _parquet(lanes(t, classes, steps, coll), out / "lanes.parquet")
+    _parquet(timeline(t, classes), out / "timeline.parquet")
     atomic_write_json(out / RESULT, info)
     return {k: v for k, v in info.items() if k not in ("device_properties", "distributed_info")}

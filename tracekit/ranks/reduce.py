@@ -256,6 +256,13 @@ class RanksSummary:
     slowest_rank: int | None
     waited_on_rank: int | None
     notes: list[str] = field(default_factory=list)
+    # for the merged trace: the per-rank result folders, each rank's time base (its
+    # trace_start_ns), the common base's zero (ns) and the matched instances
+    dirs: dict[int, Path] = field(default_factory=dict)
+    bases: dict[int, int] = field(default_factory=dict)
+    t0_ns: int = 0
+    instances: pd.DataFrame = field(default_factory=pd.DataFrame)
+    detail_rank: int | None = None  # the rank a report details (set by the report)
 
 
 def per_rank_table(
@@ -402,4 +409,8 @@ def reduce(
         slowest_rank=int(cast(Any, medians.idxmax())) if len(medians) else None,
         waited_on_rank=int(last.mode().iloc[0]) if len(last) else None,
         notes=notes,
+        dirs=dict(dirs),
+        bases={r: int(L.info[r].get("trace_start_ns") or 0) for r in ranks},
+        t0_ns=t0,
+        instances=inst,
     )

@@ -333,6 +333,7 @@ def summarize(
     top_kernels: int = TOP_KERNELS,
     on_table: Callable[[str, Any], None] | None = None,
     exposed_comm_pct: float | None = None,
+    union_shares: bool = False,
 ) -> Summary:
     """Everything the report shows. ``trace``: a ``tracekit.parse.Trace``; ``cls``: its
     ``tracekit.classify.Classification``; ``facts``: :func:`trace_facts` of the trace, if
@@ -340,7 +341,9 @@ def summarize(
     ``operators`` and ``classes`` tables as soon as each is computed (so that a report can
     draw them while the rest is summarised). ``exposed_comm_pct``: the share of the step
     in which communication runs exposed, from a multi-rank analysis (replaces this trace's
-    own figure and the manifest's ``metrics.exposed_comm_pct``)."""
+    own figure and the manifest's ``metrics.exposed_comm_pct``). ``union_shares``: class
+    time shares of the union of GPU activity (a multi-rank report; see
+    :func:`tracekit.summary.classes.union_shares`)."""
     f = facts if facts is not None else trace_facts(trace)
     steps = f.steps
     n = max(1, len(steps))
@@ -354,7 +357,7 @@ def summarize(
         on_table("operators", operators)
     # the columns the tables use: copying every classified column costs more than the rest
     k = C.in_steps(cls.kernels[[c for c in KERNEL_COLUMNS if c in cls.kernels]], steps)
-    classes = C.class_table(k, n)
+    classes = C.class_table(k, n, union=union_shares)
     if on_table is not None:
         on_table("classes", classes)
     bound = C.bound_shares(k)

@@ -3,7 +3,10 @@ kernels (``Classification.kernels``: one row per GPU activity with its ``class``
 
 All shares are of *summed GPU activity time* — kernels + memcpy + memset durations added
 up, overlaps counted twice — over the analysed steps, so they add up to 100 % and each
-class's share is exactly its summed durations over the total.
+class's share is exactly its summed durations over the total. A multi-rank report (whose
+communication kernels overlap compute on their own streams) asks for shares of the
+*union* of GPU activity instead (``class_table(..., union=True)``, :func:`union_shares`),
+with communication's exposed share beside its kernel share.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 import numpy as np
 import pandas as pd
 
+import tracekit.summary.intervals as I
 from tracekit.classify.codes import group_sums
 from tracekit.classify.families.registry import CLASS_GROUPS, CLASSES
 from tracekit.summary.memory import empty
@@ -38,7 +42,27 @@ def in_steps(kernels: pd.DataFrame, steps: list[int]) -> pd.DataFrame:
     return frame
 
 
-def class_table(kernels: pd.DataFrame, n_steps: int) -> pd.DataFrame:
+def union_shares(kernels: pd.DataFrame) -> tuple[dict[str, float], float | None]:
+    """Per class, the union of its activities' intervals as a percentage of the union of
+    all GPU activity (overlaps counted once: a communication kernel beside a GEMM on
+    another stream does not add to the total); and communication's exposed share, the
+    part of its union no other activity overlaps (None without communication)."""
+    cls = kernels["class"].astype(str).to_numpy()
+    ts = kernels["ts"].to_numpy(dtype=np.int64)
+    end = ts + kernels["dur"].to_numpy(dtype=np.int64)
+    busy = I.length(I.merge(ts, end))
+    if not busy:
+        return {}, None
+    out = {c: 100.0 * I.length(I.merge(ts[cls == c], end[cls == c])) / busy for c in set(cls)}
+    comm = cls == "communication"
+    exposed = None
+    if comm.any():
+        spans = I.merge(ts[comm], end[comm])
+        exposed = 100.0 * I.uncovered(spans, I.merge(ts[~comm], end[~comm])) / busy
+    return out, exposed
+
+
+def class_table(kernels: pd.DataFrame, n_steps: int, union: bool = False) -> pd.DataFrame:
     """One row per class (``class_order``; zero rows included): ``class``, ``group`` (the
     heading it is shown under: ``normalization`` for the four norm classes), ``gpu_time_ns``,
     ``time_share_pct``, ``ms_per_step``, ``kernel_count``, ``flops``, ``flop_share_pct``,
@@ -86,6 +110,11 @@ def class_table(kernels: pd.DataFrame, n_steps: int) -> pd.DataFrame:
         ok = (gt > 0) & (judged > 0)
         out["memory_bound_pct"] = np.where(ok, 100.0 * g["mem_dur"].to_numpy() / gt, np.nan)
         out["compute_bound_pct"] = np.where(ok, 100.0 * g["cmp_dur"].to_numpy() / gt, np.nan)
+    if union:  # a multi-rank report: shares of the union of GPU activity (union_shares)
+        shares, exposed = union_shares(kernels)
+        out["time_share_pct"] = [shares.get(c, 0.0) for c in out["class"]]
+        comm = out["class"] == "communication"
+        out["exposed_share_pct"] = np.where(comm, np.nan if exposed is None else exposed, np.nan)
     keep = out["class"].isin(FIRST) | (out["kernel_count"] > 0)
     frame: pd.DataFrame = out[keep].reset_index(drop=True)
     return frame

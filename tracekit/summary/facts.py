@@ -103,3 +103,5 @@ class Summary(TraceFacts):
     summary: dict[str, Any] = field(default_factory=dict)
     critical_path: CP.CriticalPath | None = None
     generate: GEN.GenerateFacts | None = None  # a generate run: prefill, decode, the model
+    # the multi-rank analysis (tracekit.ranks.reduce.RanksSummary) of a multi-rank report
+    ranks: Any = None

@@ -1,0 +1,345 @@
+"""The multi-rank sections of the report: terminal, HTML, Markdown, Parquet, plots and
+TensorBoard scalars per rank, from ``Summary.ranks`` (a
+:class:`tracekit.ranks.reduce.RanksSummary`). Every section is empty for a single trace."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+import tracekit.reports.fmt as fmt
+from tracekit.ranks.reduce import RanksSummary
+from tracekit.summary import Summary
+
+PARQUET = {  # file -> RanksSummary attribute
+    "ranks.parquet": "per_rank",
+    "rank_steps.parquet": "rank_steps",
+    "rank_stragglers.parquet": "stragglers",
+    "collectives.parquet": "collectives",
+    "collective_table.parquet": "collective_table",
+}
+PLOTS = ("ranks_timeline", "busbw")
+Col = tuple[str, str, Callable[[Any], str]]
+
+
+def _gbs(v: Any) -> str:
+    return fmt.si(v, "B/s")
+
+
+def _rank(v: Any) -> str:
+    return fmt.DASH if v is None or v != v or int(v) < 0 else str(int(v))
+
+
+def _bytes(v: Any) -> str:
+    return fmt.nbytes(v)
+
+
+# (header, field, formatter) of each table; the terminal shows the first columns only
+PER_RANK: list[tuple[str, str, Callable[[Any], str]]] = [
+    ("rank", "rank", _rank),
+    ("step", "step_time_ms", fmt.ms),
+    ("busy", "gpu_busy_ms", fmt.ms),
+    ("comm", "comm_kernel_ms", fmt.ms),
+    ("exposed", "exposed_comm_ms", fmt.ms),
+    ("idle", "gpu_idle_ms", fmt.ms),
+    ("wait", "sync_wait_ms", fmt.ms),
+    ("peak mem", "peak_allocated_bytes", _bytes),
+    ("compute", "compute_ms", fmt.ms),
+    ("exposed % of step", "exposed_comm_pct", fmt.pct),
+    ("own work", "own_work_ms", fmt.ms),
+    ("arrived last", "last_arrivals", fmt.count),
+    ("collectives/step", "collectives_per_step", lambda v: fmt.num(v, 1)),
+    ("clock offset", "clock_offset_ms", fmt.ms),
+    ("host", "host", lambda v: "" if v is None else str(v)),
+]
+STRAGGLERS: list[tuple[str, str, Callable[[Any], str]]] = [
+    ("step", "step", _rank),
+    ("slowest", "slowest_rank", _rank),
+    ("its step", "step_time_ms", fmt.ms),
+    ("lead", "lead_ms", fmt.ms),
+    ("most work", "most_work_rank", _rank),
+    ("lead", "own_work_lead_ms", fmt.ms),
+    ("waited on", "waited_on_rank", _rank),
+]
+COLLECTIVES: list[tuple[str, str, Callable[[Any], str]]] = [
+    ("kind", "kind", str),
+    ("size", "message_bytes", _bytes),
+    ("/step", "per_step", lambda v: fmt.num(v, 1)),
+    ("time", "dur_mean_ms", fmt.ms),
+    ("wait", "wait_pct", lambda v: fmt.pct(v, 0)),
+    ("busbw", "busbw_Bps", _gbs),
+    ("of ceil", "busbw_pct_of_ceiling", lambda v: fmt.pct(v, 0)),
+    ("dtype", "dtype", lambda v: "" if v is None else str(v)),
+    ("group", "pg", str),
+    ("ranks", "group_size", _rank),
+    ("transfer", "transfer_mean_ms", fmt.ms),
+    ("algbw", "algbw_Bps", _gbs),
+    ("ceiling", "ceiling_Bps", _gbs),
+    ("at this size", "measured_at_size_Bps", _gbs),
+    ("arrives last", "last_rank", _rank),
+]
+TERMINAL_COLUMNS = {"per_rank": 8, "stragglers": 7, "collectives": 7}
+
+
+def lines(rs: RanksSummary) -> list[str]:
+    """The section's sentences: who, the clock, exposed communication, the straggler, the
+    bus bandwidth against the ceiling."""
+    detail = (
+        f"; the sections below detail rank {rs.detail_rank}" if rs.detail_rank is not None else ""
+    )
+    out = [
+        f"{len(rs.ranks)} of {rs.world_size} ranks ({rs.backend or 'backend unknown'}), "
+        f"{len(rs.steps)} step(s) compared{detail} (--rank R for another); clock: "
+        f"{rs.clock.reason}"
+    ]
+    pr = rs.per_rank
+    if rs.exposed_comm_pct is not None and len(pr):
+        each = ", ".join(
+            f"rank {int(r.rank)} {fmt.pct(r.exposed_comm_pct)}" for r in pr.head(8).itertuples()
+        )
+        out.append(
+            f"exposed communication {fmt.pct(rs.exposed_comm_pct)} of the step, mean over "
+            f"ranks ({each}{', …' if len(pr) > 8 else ''})"
+        )
+    st = rs.stragglers
+    if len(st) and len(pr) > 1:
+        worker = int(st["most_work_rank"].mode().iloc[0])
+        lead = float(st.loc[st["most_work_rank"] == worker, "own_work_lead_ms"].mean())
+        waited = (
+            f"; the others wait for rank {rs.waited_on_rank} at "
+            if rs.waited_on_rank is not None
+            else ""
+        )
+        n_last = int((rs.collectives["last_rank"] == rs.waited_on_rank).sum()) if waited else 0
+        waited += f"{n_last} of {len(rs.collectives)} collectives" if waited else ""
+        out.append(
+            f"straggler: rank {worker} works longest between collectives ({fmt.ms(lead)} "
+            f"over the median per step){waited}; step-time skew {fmt.pct(rs.skew_pct)} "
+            f"(slowest rank {rs.slowest_rank})"
+        )
+    for kind, k in rs.by_kind.items():
+        cap = k.get("ceiling_Bps")
+        of = (
+            f" = {fmt.pct(k.get('busbw_pct_of_ceiling'))} of the {k.get('ceiling_source')} "
+            f"ceiling {_gbs(cap)}"
+            if cap
+            else " (no ceiling: neither measured nor in the spec table)"
+        )
+        out.append(
+            f"{kind}: busbw {_gbs(k['busbw_Bps'])} over {k['count']} collectives{of}; best "
+            f"{_gbs(k['best_busbw_Bps'])}"
+        )
+    if rs.ceiling is not None:
+        out.append(f"ceiling ({rs.ceiling.source}): {rs.ceiling.detail}")
+    return out
+
+
+def union_note(sm: Summary) -> str | None:
+    """What the class table's shares mean in a multi-rank report (None otherwise)."""
+    cl = sm.classes
+    if sm.ranks is None or "exposed_share_pct" not in cl:
+        return None
+    comm = cl[cl["class"] == "communication"]
+    rank = (
+        sm.ranks.rank_steps["rank"].min() if sm.ranks.detail_rank is None else sm.ranks.detail_rank
+    )
+    text = (
+        f"rank {rank}; shares of the union of GPU activity (work overlapping on several "
+        "streams counted once), so they add up to more than 100 % where streams overlap"
+    )
+    if len(comm):
+        r = comm.iloc[0]
+        text += (
+            f"; communication {fmt.pct(r['time_share_pct'])} as kernel time, "
+            f"{fmt.pct(r['exposed_share_pct'])} exposed (no compute beside it)"
+        )
+    return text
+
+
+# ------------------------------------------------------------------------------- terminal
+
+
+def _rich_table(title: str, df: pd.DataFrame, cols: list[Col]) -> RenderableType:
+    from tracekit.reports.terminal import _table
+
+    t = _table(title, [(h, "left" if i == 0 else "right") for i, (h, _, _) in enumerate(cols)])
+    for rec in df.to_dict("records"):
+        t.add_row(*(Text(f(rec.get(k))) for _, k, f in cols))
+    return t
+
+
+def terminal(sm: Summary) -> list[RenderableType]:
+    rs: RanksSummary | None = sm.ranks
+    if rs is None:
+        return []
+    out: list[RenderableType] = [
+        Text("Ranks", style="bold"),
+        Group(*(Text(f"  {line}") for line in lines(rs))),
+    ]
+    n = TERMINAL_COLUMNS
+    out.append(_rich_table("Per rank (per step)", rs.per_rank.head(32), PER_RANK[: n["per_rank"]]))
+    if len(rs.stragglers) and len(rs.ranks) > 1:
+        out.append(
+            _rich_table("Straggler per step", rs.stragglers.head(16), STRAGGLERS[: n["stragglers"]])
+        )
+    if len(rs.collective_table):
+        title = "Collectives (matched across ranks; wait = share of kernel time waiting)"
+        out.append(
+            _rich_table(title, rs.collective_table.head(12), COLLECTIVES[: n["collectives"]])
+        )
+    out.extend(Text(f"note: {x}", style="dim") for x in rs.notes)
+    return out
+
+
+# ----------------------------------------------------------------------------------- HTML
+
+
+def html(sm: Summary, plots: Mapping[str, bytes]) -> str:
+    rs: RanksSummary | None = sm.ranks
+    if rs is None:
+        return ""
+    from tracekit.reports.html import _img, _table, esc
+
+    def table(df: pd.DataFrame, cols: list[Col]) -> str:
+        return _table(df, [(h, "l" if i == 0 else "", f) for i, (h, _, f) in enumerate(cols)],
+                      [k for _, k, _ in cols])  # fmt: skip
+
+    parts = [
+        "<h2>Ranks</h2><ul>" + "".join(f"<li>{esc(x)}</li>" for x in lines(rs)) + "</ul>",
+        "<h3>Per rank (per step)</h3>" + table(rs.per_rank, PER_RANK),
+    ]
+    if "ranks_timeline" in plots:
+        parts.append(_img(plots["ranks_timeline"], "ranks x time: compute, communication, idle"))
+    if len(rs.stragglers):
+        parts.append("<h3>Straggler per step</h3>" + table(rs.stragglers, STRAGGLERS))
+    if len(rs.class_shares):
+        cols: list[Col] = [
+            ("class", "class", str),
+            ("ms/step (kernel time)", "kernel_ms_per_step", fmt.ms),
+            ("share of GPU busy (union)", "union_share_pct", fmt.pct),
+            ("exposed share", "exposed_share_pct", fmt.pct),
+        ]
+        parts.append("<h3>Time per class, mean over ranks</h3>" + table(rs.class_shares, cols))
+    if len(rs.collective_table):
+        parts.append("<h3>Collectives</h3>" + table(rs.collective_table, COLLECTIVES))
+    if "busbw" in plots:
+        parts.append(_img(plots["busbw"], "bus bandwidth vs message size"))
+    parts.extend(f"<p class='note'>{esc(x)}</p>" for x in rs.notes)
+    return "\n".join(parts)
+
+
+def markdown(sm: Summary) -> dict[str, str]:
+    rs: RanksSummary | None = sm.ranks
+    if rs is None:
+        return {}
+    from tracekit.reports.markdown import table
+
+    def md(df: pd.DataFrame, cols: list[Col]) -> str:
+        return table(df, cols)
+
+    return {
+        "ranks": "\n".join(f"* {x}" for x in lines(rs)) + "\n\n" + md(rs.per_rank, PER_RANK),
+        "collectives": md(rs.collective_table.head(50), COLLECTIVES),
+    }
+
+
+# ---------------------------------------------------------------------------------- plots
+
+
+def timeline_data(rs: RanksSummary) -> dict[str, Any]:
+    la = rs.lanes
+    steps = rs.rank_steps
+    return {
+        "title": f"{len(rs.ranks)} ranks x time ({len(rs.steps)} step(s), common time base)",
+        "ranks": [int(r) for r in rs.ranks],
+        "lanes": {
+            what: [
+                (int(r.rank), float(r.start_ms), float(r.end_ms - r.start_ms))
+                for r in la[la["what"] == what].itertuples()
+            ]
+            for what in ("compute", "comm_overlapped", "comm_exposed")
+        },
+        "steps": [
+            (int(r.rank), float(r.start_ms), float(r.step_time_ms)) for r in steps.itertuples()
+        ],
+    }
+
+
+def busbw_data(rs: RanksSummary) -> dict[str, Any]:
+    m = rs.collectives
+    m = m[m["busbw_Bps"].notna() & m["message_bytes"].notna()] if len(m) else m
+    ceil = rs.ceiling
+    return {
+        "points": {
+            str(k): (g["message_bytes"].astype(float).tolist(), (g["busbw_Bps"] / 1e9).tolist())
+            for k, g in m.groupby("kind")
+        },
+        "sweeps": {
+            k: ([b for b, _ in rows], [v / 1e9 for _, v in rows])
+            for k, rows in (ceil.sweeps.items() if ceil is not None else [])
+        },
+        "ceiling_gbs": ceil.busbw_Bps / 1e9 if ceil is not None else None,
+        "ceiling_label": f"{ceil.source} ceiling" if ceil is not None else "",
+    }
+
+
+def plots(sm: Summary) -> dict[str, bytes]:
+    rs: RanksSummary | None = sm.ranks
+    if rs is None:
+        return {}
+    import tracekit.reports.ranksdraw as D
+
+    out = {"ranks_timeline": D.timeline(timeline_data(rs))}
+    if len(rs.collectives):
+        out["busbw"] = D.busbw(busbw_data(rs))
+    return out
+
+
+# ------------------------------------------------------------------------- files, TensorBoard
+
+
+def write_files(sm: Summary, out: Path) -> None:
+    """The ranks' Parquet tables and the merged trace into the report folder ``out``."""
+    rs: RanksSummary | None = sm.ranks
+    if rs is None:
+        return
+    from tracekit.ranks.merged import NAME, write_merged
+
+    for name, attr in PARQUET.items():
+        df: pd.DataFrame = getattr(rs, attr)
+        df.reset_index(drop=True).to_parquet(out / name, index=False, compression="snappy")
+    hosts = {int(r): h for r, h in zip(rs.per_rank["rank"], rs.per_rank["host"], strict=True)}
+    write_merged(rs, out / NAME, hosts)
+
+
+RANK_SCALARS = (
+    "step_time_ms", "busy_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "idle_ms",
+    "sync_wait_ms",
+)  # fmt: skip
+
+
+def write_tensorboard(sm: Summary, run_dir: Path) -> list[Path]:
+    """One TensorBoard run per rank (``<run>/rank<R>``, tags ``ranks/<figure>`` per step),
+    so TensorBoard overlays the ranks on each chart."""
+    rs: RanksSummary | None = sm.ranks
+    if rs is None:
+        return []
+    from tracekit.reports.tensorboard import write_event_file
+
+    t = time.time()
+    paths = []
+    for rank, g in rs.rank_steps.groupby("rank", sort=True):
+
+        def fill(w: Any, g: pd.DataFrame = g) -> None:
+            for r in g.to_dict("records"):
+                for key in RANK_SCALARS:
+                    w.scalar(f"ranks/{key}", float(r[key]), int(r["step"]), t)
+
+        paths.append(write_event_file(run_dir / f"rank{int(rank)}", fill))
+    return paths

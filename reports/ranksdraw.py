@@ -1,0 +1,79 @@
+"""Drawing the multi-rank plots from plain data (:mod:`tracekit.reports.ranks`): the ranks x
+time chart and bus bandwidth against message size."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from tracekit.reports.draw import log_axes, message, plain, png
+
+COLORS = {
+    "compute": ("#4a90d9", "compute (any non-communication GPU work)"),
+    "comm_overlapped": ("#f0a030", "communication overlapped by compute"),
+    "comm_exposed": ("#d9412b", "communication exposed"),
+}
+KIND_COLORS = ("#d9412b", "#4a90d9", "#2e9e5b", "#8e5ac8", "#f0a030", "#666666")
+
+
+def timeline(d: dict[str, Any]) -> bytes:
+    """``ranks``, ``lanes`` (what -> [(rank, start_ms, width_ms)]), ``steps`` ([(rank,
+    start_ms, time_ms)]): one lane per rank, idle is the white between."""
+    ranks = d["ranks"]
+    height = 1.6 + 0.45 * max(2, min(len(ranks), 64))  # inches: 1.1 below, 0.5 above
+    fig = Figure(figsize=(11, height))
+    fig.subplots_adjust(left=0.08, right=0.98, top=1 - 0.45 / height, bottom=1.1 / height)
+    if not ranks:
+        return message(fig, "ranks x time", "no ranks")
+    ax = fig.add_subplot()
+    row = {r: i for i, r in enumerate(ranks)}
+    for what, (color, label) in COLORS.items():
+        spans = d["lanes"].get(what) or []
+        by_rank: dict[int, list[tuple[float, float]]] = {}
+        for r, x, w in spans:
+            by_rank.setdefault(r, []).append((x, w))
+        h = 0.7 if what != "comm_overlapped" else 0.3
+        for r, xs in by_rank.items():
+            ax.broken_barh(xs, (row[r] - h / 2, h), facecolors=color, linewidth=0)
+        ax.plot([], [], color=color, lw=6, label=label)
+    for r, start, time_ms in d["steps"]:
+        y = row.get(r)
+        if y is not None:
+            ax.plot([start, start], [y - 0.45, y + 0.45], color="0.25", lw=0.8)
+            ax.plot([start + time_ms] * 2, [y - 0.45, y + 0.45], color="0.25", lw=0.8, ls=":")
+    ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
+    ax.invert_yaxis()
+    ax.set_xlabel("ms since the first compared step began (common time base); white: GPU idle")
+    ax.set_title(plain(d["title"]))
+    fig.legend(loc="lower center", ncol=3, fontsize=8, frameon=False)
+    ax.grid(axis="x", alpha=0.3)
+    return png(fig)
+
+
+def busbw(d: dict[str, Any]) -> bytes:
+    """``points`` (kind -> (bytes, GB/s)), ``sweeps`` (kind -> measured (bytes, GB/s)),
+    ``ceiling_gbs``/``ceiling_label``."""
+    fig = Figure(figsize=(9, 5.5))
+    fig.subplots_adjust(left=0.1, right=0.97, top=0.92, bottom=0.11)
+    if not d["points"]:
+        return message(fig, "bus bandwidth", "no collective with a known size was matched")
+    ax = fig.add_subplot()
+    log_axes(ax)
+    kinds = sorted(set(d["points"]) | set(d["sweeps"]))
+    color = {k: KIND_COLORS[i % len(KIND_COLORS)] for i, k in enumerate(kinds)}
+    for k, (x, y) in d["points"].items():
+        ax.scatter(np.asarray(x), np.asarray(y), s=18, color=color[k], label=f"{k} (trace)")
+    for k, (x, y) in d["sweeps"].items():
+        ax.plot(x, y, color=color[k], lw=1.2, ls="--", marker=".", label=f"{k} (measured sweep)")
+    if d["ceiling_gbs"]:
+        ax.axhline(d["ceiling_gbs"], color="0.2", lw=1, ls=":")
+        ax.text(ax.get_xlim()[0], d["ceiling_gbs"], f" {d['ceiling_label']} "
+                f"{d['ceiling_gbs']:.3g} GB/s", va="bottom", fontsize=8)  # fmt: skip
+    ax.set_xlabel("message size (bytes, nccl-tests convention)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_title("Collectives: bus bandwidth vs message size")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return png(fig)
