@@ -241,7 +241,7 @@ def _run(
             raise TraceError(
                 f"{path}: CPU-only traces ({job.describe()}: no kernel, memcpy or memset "
                 "events): a multi-rank report needs GPU activity; `tracekit parse` writes "
-                "their CPU tables"
+                "every rank's CPU tables"
             )
         trace = _cpu_run(trace)  # and its decode steps' report says what CPU runs lack
     if job is not None:

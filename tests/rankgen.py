@@ -141,3 +141,20 @@ EXPECTED = {
     1: {"busy": 6_900 + 500, "compute": 6_000 + 500, "comm": 2_000, "exposed": 900,
         "wait": 0, "idle": STEP - 7_400},
 }  # fmt: skip
+
+
+ONE_GPU_STEP = 8_000
+
+
+def one_gpu(steps: int = 2) -> dict[str, Any]:
+    """The same model on one GPU (rank 0's work without the all-reduce): a GEMM of
+    ``GEMM[0]`` µs and the optimizer, in steps of ``ONE_GPU_STEP`` µs."""
+    b = Rank(0)
+    for n in range(steps):
+        s = float(n * ONE_GPU_STEP)
+        b.add(tg.annot(f"ProfilerStep#{n + 1}", s, ONE_GPU_STEP, 10 + n))
+        b.compute(SGEMM, "aten::mm", s + 10, s + 100, GEMM[0])
+        b.compute(ADAM, "aten::_fused_adam_", s + 90, s + 100 + GEMM[0] + 100, 500)
+    d = tg.small_trace()
+    d["traceEvents"] = b.ev
+    return d

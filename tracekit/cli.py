@@ -38,25 +38,34 @@ def _root() -> None:
 def parse(
     trace: Annotated[
         Path,
-        typer.Argument(help="Trace file (.json, .json.gz/.xz/.bz2/.zst) or a run folder."),
+        typer.Argument(
+            help="Trace file (.json, .json.gz/.xz/.bz2/.zst), a run folder, or a folder of a "
+            "job's rank traces (each rank into OUT/rank<R>/)."
+        ),
     ],
     out: Annotated[
-        Path | None, typer.Option("-o", "--out", help="Output folder (default: TRACE.tracekit/).")
+        Path | None,
+        typer.Option(
+            "-o", "--out", help="Output folder (default: TRACE.tracekit/, FOLDER/tables/)."
+        ),
     ] = None,
 ) -> None:
-    """Parse a trace into Parquet tables (kernels, ops, memory, steps, runtime) + meta.json."""
+    """Parse a trace into Parquet tables (kernels, ops, memory, steps, runtime, comms) +
+    meta.json."""
     # This process only parses, then exits: tuned as dedicate_process() says, and no cyclic
     # GC (the parse makes no cycles; the collector would rescan the imports' objects).
     gc.disable()
     try:
         dedicate_process()
         from tracekit.parse import parse_to_dir, skip_pandas_probe
+        from tracekit.ranks.commands import parse_ranks
 
         skip_pandas_probe()  # the command never needs pandas
-        result = parse_to_dir(trace, out)
+        many = parse_ranks(trace, out)  # a folder of several ranks' traces
+        text = many if many is not None else parse_to_dir(trace, out).describe()
     finally:
         gc.enable()  # for callers of main() that go on (tests)
-    typer.echo(result.describe())
+    typer.echo(text)
 
 
 # collect's options that take several lines
@@ -469,7 +478,11 @@ def advise(
 @app.command()
 def classify(
     trace: Annotated[
-        Path, typer.Argument(help="Trace file, run folder, or a `tracekit parse` folder.")
+        Path,
+        typer.Argument(
+            help="Trace file, run folder, a `tracekit parse` folder, or a folder of a job's "
+            "rank traces (each rank into OUT/rank<R>/)."
+        ),
     ],
     out: Annotated[
         Path | None,
@@ -490,17 +503,42 @@ def classify(
 ) -> None:
     """Class every kernel and operator and place it on the device roofline."""
     from tracekit.classify.output import classify_path
+    from tracekit.ranks.commands import classify_ranks
 
-    report = classify_path(
+    many = None
+    if counters is None:  # Nsight Compute counters are of one process: one trace
+        many = classify_ranks(trace, out, peak_tflops=peak_tflops, bandwidth_gbs=bandwidth)
+    report = many or classify_path(
         trace, out, peak_tflops=peak_tflops, bandwidth_gbs=bandwidth, counters=counters
     )
     typer.echo(report)
 
 
+# report's multi-rank options
+_Rank = Annotated[
+    int | None,
+    typer.Option(help="On a folder of rank traces: the rank reported in detail (default: lowest)."),
+]
+_Scheduler = Annotated[
+    str | None,
+    typer.Option(
+        help="On a folder of rank traces: run the per-rank work on this Dask scheduler "
+        "(tcp://HOST:PORT; pip install 'tracekit[dask]'), not on local processes."
+    ),
+]
+_Workers = Annotated[
+    int | None, typer.Option(help="On a folder of rank traces: local worker processes.")
+]
+
+
 @app.command()
 def report(
     trace: Annotated[
-        Path, typer.Argument(help="Trace file (.json/.json.gz), run folder or parsed folder.")
+        Path,
+        typer.Argument(
+            help="Trace file (.json/.json.gz), run folder, parsed folder, or a folder of a "
+            "job's rank traces (every rank analysed; see --rank)."
+        ),
     ],
     out: Annotated[
         Path | None,
@@ -528,9 +566,14 @@ def report(
         float | None,
         typer.Option("--bandwidth", help="Memory bandwidth in GB/s, for an unknown device."),
     ] = None,
+    rank: _Rank = None,
+    scheduler: _Scheduler = None,
+    workers: _Workers = None,
 ) -> None:
     """Report time per class, roofline, memory and GPU idle time: terminal, HTML, JSON,
-    plots, Parquet and TensorBoard."""
+    plots, Parquet and TensorBoard. On a folder of a job's rank traces: every rank's
+    communication, exposed communication, stragglers and collectives (bus bandwidth), and
+    one rank in detail."""
     from tracekit.errors import UsageError
 
     if format not in ("text", "json"):
@@ -546,6 +589,9 @@ def report(
         no_tensorboard=no_tensorboard,
         peak_tflops=peak_tflops,
         bandwidth_gbs=bandwidth,
+        rank=rank,
+        scheduler=scheduler,
+        workers=workers,
     )
     if format == "json":
         typer.echo(summary_text(result), nl=False)

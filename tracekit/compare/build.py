@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 import tracekit.compare.diff as D
+import tracekit.ranks.scaling as SC
 from tracekit.summary import Summary, summarize
 from tracekit.summary.build import _clean
 from tracekit.summary.classes import in_steps
@@ -60,6 +61,7 @@ class Comparison:
     same_device: bool
     notes: list[str] = field(default_factory=list)
     doc: dict[str, Any] = field(default_factory=dict)
+    scaling: dict[str, Any] | None = None  # runs on different GPU counts (tracekit.ranks.scaling)
 
 
 def _n(v: Any) -> float | None:
@@ -118,9 +120,20 @@ def _labels(sa: Summary, sb: Summary) -> tuple[str, str]:
     return (a, b) if a != b else (f"A:{a}", f"B:{b}")
 
 
-def compare(trace_a: Any, cls_a: Any, trace_b: Any, cls_b: Any, *, top: int = TOP) -> Comparison:
+def compare(
+    trace_a: Any,
+    cls_a: Any,
+    trace_b: Any,
+    cls_b: Any,
+    *,
+    top: int = TOP,
+    ranks_a: Any = None,
+    ranks_b: Any = None,
+) -> Comparison:
     """Compare run B against run A (``tracekit.parse.Trace`` and its
-    ``tracekit.classify.Classification`` each)."""
+    ``tracekit.classify.Classification`` each). ``ranks_a``/``ranks_b``: the multi-rank
+    analysis (:class:`tracekit.ranks.reduce.RanksSummary`) of a run on several GPUs; with
+    runs on different GPU counts the comparison has a scaling block."""
     sa, sb = summarize(trace_a, cls_a), summarize(trace_b, cls_b)
     n_a, n_b = max(1, len(sa.steps)), max(1, len(sb.steps))
     ka, kb = in_steps(cls_a.kernels, sa.steps), in_steps(cls_b.kernels, sb.steps)
@@ -156,6 +169,9 @@ def compare(trace_a: Any, cls_a: Any, trace_b: Any, cls_b: Any, *, top: int = TO
             notes.append(f"{lab}: no run manifest, so its configuration is unknown")
     if n_a != n_b:
         notes.append(f"{n_a} vs {n_b} analysed steps: every figure is per step")
+    sc = SC.scaling(SC.side_of(la, sa, ranks_a, man_a), SC.side_of(lb, sb, ranks_b, man_b))
+    if sc is not None:
+        notes.insert(0, SC.sentence(sc))
     cmp = Comparison(
         a=sa,
         b=sb,
@@ -172,6 +188,7 @@ def compare(trace_a: Any, cls_a: Any, trace_b: Any, cls_b: Any, *, top: int = TO
         config_diff=cfg,
         same_device=same,
         notes=notes,
+        scaling=sc,
     )
     cmp.doc = compare_json(cmp, top=top)
     return cmp
@@ -246,5 +263,7 @@ def compare_json(c: Comparison, *, top: int = TOP) -> dict[str, Any]:
             "totals": c.fused_totals,
         },
     }
+    if c.scaling is not None:
+        doc["scaling"] = c.scaling
     clean: dict[str, Any] = _clean(doc)
     return clean
