@@ -1,58 +1,30 @@
-"""Analyse every rank of a job: the per-rank work over every trace, then the reduction.
-
-:func:`map_ranks` is the one place that decides where the per-rank work runs: the ranks
-engine (``tracekit.ranks.engine``: a bounded local process pool, or a Dask cluster with
-``scheduler``) where it is installed, else a plain loop in this process.
-"""
+"""Analyse every rank of a job: the per-rank work (:func:`tracekit.ranks.perrank.analyse`)
+over every trace on the ranks engine (:func:`tracekit.ranks.engine.map_ranks`: a bounded
+local process pool, or a Dask cluster with ``scheduler``), then the reduction
+(:func:`tracekit.ranks.reduce.reduce`) over the per-rank results it leaves on disk."""
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
+import json
 from pathlib import Path
-from typing import Any
 
-from tracekit.errors import UsageError
-from tracekit.io import atomic_dir
+from tracekit.errors import TraceError
 from tracekit.ranks import perrank
 from tracekit.ranks.discover import RankSet
+from tracekit.ranks.engine import map_ranks
 from tracekit.ranks.reduce import RanksSummary, reduce
 
-PerRank = Callable[[Path, Path], Any]
 
-
-def _engine() -> Any:
-    try:
-        return importlib.import_module("tracekit.ranks.engine")
-    except ImportError:
-        return None
-
-
-def map_ranks(
-    fn: PerRank,
-    inputs: Mapping[int, Path],
-    out_dir: Path,
-    *,
-    scheduler: str | None = None,
-    workers: int | None = None,
-) -> dict[int, Path]:
-    """Run ``fn(trace, folder)`` for every ``rank: trace`` into ``out_dir/rank<R>/``;
-    returns rank -> folder."""
-    engine = _engine()
-    if engine is not None:
-        got = engine.map_ranks(
-            fn, inputs, out_dir, scheduler=scheduler, workers=workers, version=perrank.VERSION
-        )
-        return {int(r.rank): Path(r.out) for r in got}
-    if scheduler is not None:
-        raise UsageError("--scheduler needs tracekit's ranks engine (tracekit.ranks.engine)")
-    out: dict[int, Path] = {}
-    for rank, trace in sorted(inputs.items()):
-        final = Path(out_dir) / f"rank{rank}"
-        with atomic_dir(final) as tmp:
-            fn(Path(trace), tmp)
-        out[rank] = final
-    return out
+def _check(ranks: RankSet, dirs: dict[int, Path]) -> None:
+    """A trace whose full header names another rank than discovery read (its
+    ``distributedInfo`` after the events, say) is refused."""
+    for r, d in dirs.items():
+        got = json.loads((d / perrank.RESULT).read_text()).get("rank")
+        if isinstance(got, int) and got != r:
+            raise TraceError(
+                f"{ranks.traces[r].path}: taken as rank {r} ({ranks.traces[r].rank_from}), but "
+                f"its distributedInfo says rank {got}"
+            )
 
 
 def analyse_ranks(
@@ -62,8 +34,18 @@ def analyse_ranks(
     scheduler: str | None = None,
     workers: int | None = None,
 ) -> RanksSummary:
-    """Every rank of ``ranks`` analysed into ``out_dir`` and reduced."""
-    dirs = map_ranks(perrank.analyse, ranks.inputs(), out_dir, scheduler=scheduler, workers=workers)
+    """Every rank of ``ranks`` analysed into ``out_dir/rank<R>/`` (cached: an unchanged
+    trace is not analysed again) and reduced."""
+    results = map_ranks(
+        perrank.analyse,
+        ranks.inputs(),
+        out_dir,
+        scheduler=scheduler,
+        workers=workers,
+        version=perrank.VERSION,
+    )
+    dirs = {int(r.rank): Path(r.out) for r in results}
+    _check(ranks, dirs)
     return reduce(
         dirs,
         world_size=ranks.world_size,
