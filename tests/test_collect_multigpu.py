@@ -209,8 +209,47 @@ def test_summary_and_single_trace_tools(ddp_run: Any) -> None:
     assert "interconnect: all-reduce busbw" in stdout
     from tracekit.parse import load
 
-    t = load(out)  # rank 0's trace (artifacts.trace) until the analysis reads every rank
+    t = load(out)  # rank 0's trace (artifacts.trace): the single-trace tools' choice
     assert t.manifest is not None and len(t.steps) == 1
+
+
+def test_every_rank_analysed_and_its_gloo_collectives_matched(ddp_run: Any, tmp_path: Path) -> None:
+    """The multi-rank analysis on real gloo ranks: discovery from the manifest, each rank's
+    gloo spans as its collectives, matched across ranks by group and order, the measured
+    interconnect as the ceiling; report refuses CPU traces in one line, parse takes all."""
+    from tracekit.cli import main
+    from tracekit.ranks import perrank
+    from tracekit.ranks.discover import discover
+    from tracekit.ranks.reduce import reduce
+
+    out, _ = ddp_run
+    rs = discover(out)
+    assert rs is not None and rs.ranks == [0, 1] and rs.backend == "gloo"
+    assert all(t.rank_from == "distributedInfo" for t in rs.traces.values())
+    dirs = {r: tmp_path / f"rank{r}" for r in rs.ranks}
+    for r, d in dirs.items():
+        perrank.analyse(rs.traces[r].path, d)
+    s = reduce(dirs, world_size=2, backend="gloo", manifest=rs.manifest,
+               hosts={r: t.host for r, t in rs.traces.items()})  # fmt: skip
+    assert s.on == "cpu" and s.exposed_comm_pct is None and len(s.steps) == 1
+    inst = s.instances
+    assert set(inst["on"]) == {"cpu"} and set(inst["name"].str.split(":").str[0]) == {"gloo"}
+    assert inst.groupby("rank").size().tolist() == [len(inst) // 2] * 2
+    m = s.collectives
+    assert len(m) >= 1 and m["complete"].all() and m["consistent"].all()
+    assert "all_reduce" in set(m["kind"]) and (m["ranks"] == 2).all()
+    ar = m[m["kind"] == "all_reduce"]
+    assert (ar["message_bytes"] > 0).all() and (ar["dtype"] == "fp32").all()
+    assert (m["transfer_ns"] >= 0).all() and (m["wait_max_ns"] <= m["dur_max_ns"]).all()
+    assert s.ceiling is not None and s.ceiling.source == "measured"
+    assert not s.clock.aligned  # one host, one clock
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+        assert main(["report", str(out), "-o", str(tmp_path / "rep")]) == 2
+        assert main(["parse", str(out), "-o", str(tmp_path / "tables")]) == 0
+    assert "CPU-only traces (2 ranks, gloo)" in stderr.getvalue()
+    assert len(stderr.getvalue().splitlines()) == 1
+    assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == ["rank0", "rank1"]
 
 
 def test_sweep_row_of_a_multi_gpu_run(ddp_run: Any) -> None:
