@@ -4,7 +4,9 @@
 # Captures `tracekit collect --gpus 2 --batch 8 --seq 128` as DDP fp32, DDP bf16 and FSDP2
 # bf16 (plus the one-GPU fp32 run they scale from), prints each run's ranks and its
 # interconnect sweep (all-reduce / all-gather / reduce-scatter busbw by message size), checks
-# every rank's trace for distributedInfo, and packs the run folders without memory-snapshot
+# every rank's trace for distributedInfo, reports every run rank by rank (ranks.txt: per rank,
+# per collective, exposed communication, busbw against the measured ceiling, and the 1 -> 2
+# GPU scaling), and packs the run folders without memory-snapshot
 # pickles into OUTDIR/runs.tar.gz (each folder should stay <= 2 MB: sizes.txt says).
 # Each step runs on its own: a failure is reported and the next step still runs.
 set -u
@@ -62,7 +64,46 @@ for run in sorted(glob.glob("runs/h200x2-*")):
     for row in rows:
         print(f"  {row[0]['bytes']:>12} " + " ".join(f"{s['time_us']:>18.1f} {s['busbw_Bps'] / 1e9:>10.2f}" for s in row))
 EOF
+# The multi-rank report of every run (docs/multi-gpu.md): per rank, per collective, exposed
+# communication, busbw against the measured ceiling; and the 1 -> 2 GPU scaling.
+for run in runs/h200x2-*; do
+  name=$(basename "$run")
+  step "report-${name#h200x2-gpt2s-b8-s128-}" tracekit report "$run" --no-tensorboard
+done
+step compare-g1-ddp tracekit compare runs/h200-gpt2s-b8-s128-fp32-naive-g1 \
+  runs/h200x2-gpt2s-b8-s128-fp32-naive-ddp -o runs/compare-g1-ddp-fp32
+python3 - <<'EOF' | tee "$OUT/ranks.txt"
+import glob, json, os
+for run in sorted(glob.glob("runs/h200x2-*")):
+    p = os.path.join(run, "report", "summary.json")
+    if not os.path.exists(p):
+        print(f"\n== {run}: no report"); continue
+    s = json.load(open(p)); r = s["ranks"]
+    print(f"\n== {run}: verdict {s['step_summary']['verdict']}; exposed communication "
+          f"{r['exposed_comm_pct']:.1f} % of the step; skew {r['skew_pct']:.1f} %; "
+          f"waited on rank {r['waited_on_rank']}; clock: {r['clock']['reason']}")
+    for x in r["per_rank"]:
+        print(f"  rank {x['rank']}: step {x['step_time_ms']:.2f} ms, busy {x['gpu_busy_ms']:.2f}, "
+              f"compute {x['compute_ms']:.2f}, comm {x['comm_kernel_ms']:.2f} (summed "
+              f"{x['comm_kernel_sum_ms']:.2f}), exposed {x['exposed_comm_ms']:.2f}, idle "
+              f"{x['gpu_idle_ms']:.2f}, sync wait {x['sync_wait_ms']:.2f} ms")
+    c = r["collectives"]
+    print(f"  collectives: {c['matched']} matched ({c['complete']} complete, {c['consistent']} "
+          f"consistent), {c['per_step']:.1f} per step; ceiling {r['ceiling'] and r['ceiling']['source']}")
+    for k, v in c["by_kind"].items():
+        print(f"  {k}: busbw {v['busbw_Bps'] / 1e9:.1f} GB/s (best {v['best_busbw_Bps'] / 1e9:.1f}) = "
+              f"{v['busbw_pct_of_ceiling'] or 0:.1f} % of the {v['ceiling_source']} ceiling "
+              f"{(v['ceiling_Bps'] or 0) / 1e9:.1f} GB/s")
+    for t in c["table"][:8]:
+        print(f"    {t['kind']:<15} {t['message_bytes'] or 0:>12.0f} B {t['dtype']} x{t['per_step']:.1f}/step "
+              f"{t['dur_mean_ms']:.3f} ms, transfer {t['transfer_mean_ms']:.3f}, wait {t['wait_pct']:.0f} %, "
+              f"busbw {(t['busbw_Bps'] or 0) / 1e9:.1f} GB/s")
+p = "runs/compare-g1-ddp-fp32/compare.json"
+if os.path.exists(p):
+    print("\n== scaling", json.dumps(json.load(open(p)).get("scaling"), indent=1))
+EOF
 du -sh --exclude='*.pickle' runs/* | tee "$OUT/sizes.txt"
 mkdir -p logs && mv "$OUT"/*.log logs/ 2>/dev/null
-tar --exclude='*.pickle' --exclude='tables' -czf "$OUT/runs.tar.gz" runs logs
-ls -la "$OUT"   # steps.txt, gpu.txt, multigpu.txt, sizes.txt, runs.tar.gz
+tar --exclude='*.pickle' --exclude='tables' --exclude='report' --exclude='report.ranks' \
+  -czf "$OUT/runs.tar.gz" runs logs
+ls -la "$OUT"   # steps.txt, gpu.txt, multigpu.txt, ranks.txt, sizes.txt, runs.tar.gz

@@ -67,7 +67,7 @@ def _raster(doc: dict[str, Any], step: int) -> dict[str, float]:
     for e in evs:
         if e.get("cat") != "kernel" or not s0 <= e["ts"] < s0 + width:
             continue
-        a, b = int(round(e["ts"] - s0)), int(round(e["ts"] - s0 + e["dur"]))
+        a, b = round(e["ts"] - s0), round(e["ts"] - s0 + e["dur"])
         (comm if e["name"].startswith("nccl") else comp)[a:b] = True
     return {
         "busy": float((comp | comm).sum()),
