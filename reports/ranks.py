@@ -111,13 +111,14 @@ def lines(rs: RanksSummary) -> list[str]:
     if len(st) and len(pr) > 1:
         worker = int(st["most_work_rank"].mode().iloc[0])
         lead = float(st.loc[st["most_work_rank"] == worker, "own_work_lead_ms"].mean())
-        waited = (
-            f"; the others wait for rank {rs.waited_on_rank} at "
-            if rs.waited_on_rank is not None
-            else ""
-        )
-        n_last = int((rs.collectives["last_rank"] == rs.waited_on_rank).sum()) if waited else 0
-        waited += f"{n_last} of {len(rs.collectives)} collectives" if waited else ""
+        waited = ""
+        if rs.waited_on_rank is not None:
+            seen = rs.collectives[rs.collectives["ranks"] >= 2]
+            n_last = int((seen["last_rank"] == rs.waited_on_rank).sum())
+            waited = (
+                f"; the others wait for rank {rs.waited_on_rank} at {n_last} of {len(seen)} "
+                "collectives"
+            )
         out.append(
             f"straggler: rank {worker} works longest between collectives ({fmt.ms(lead)} "
             f"over the median per step){waited}; step-time skew {fmt.pct(rs.skew_pct)} "

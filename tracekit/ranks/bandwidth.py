@@ -136,9 +136,10 @@ def aggregate(matched: pd.DataFrame, n_steps: int, ceil: Ceiling | None) -> pd.D
     rows = []
     for key, g in m.groupby(keys, sort=False, dropna=False):
         pg, kind, dtype, nbytes, n = key
-        transfer = float(g["transfer_ns"].sum())
+        seen = g[g["ranks"] >= 2]  # a transfer needs two ranks
+        transfer = float(seen["transfer_ns"].sum())
         known = nbytes >= 0
-        alg = nbytes * len(g) / (transfer / 1e9) if known and transfer > 0 else math.nan
+        alg = nbytes * len(seen) / (transfer / 1e9) if known and transfer > 0 else math.nan
         model = COLLECTIVES.get(str(kind))
         bus = alg * model.factor(int(n)) if model is not None else math.nan
         cap = ceil.for_kind(str(kind)) if ceil is not None else math.nan
@@ -152,7 +153,7 @@ def aggregate(matched: pd.DataFrame, n_steps: int, ceil: Ceiling | None) -> pd.D
                 "count": len(g),
                 "per_step": len(g) / max(1, n_steps),
                 "dur_mean_ms": float(g["dur_mean_ns"].mean()) / 1e6,
-                "transfer_mean_ms": transfer / len(g) / 1e6,
+                "transfer_mean_ms": transfer / len(seen) / 1e6 if len(seen) else math.nan,
                 "wait_mean_ms": float(g["wait_mean_ns"].mean()) / 1e6,
                 "wait_pct": 100.0
                 * float(g["wait_mean_ns"].sum())
@@ -166,7 +167,7 @@ def aggregate(matched: pd.DataFrame, n_steps: int, ceil: Ceiling | None) -> pd.D
                     ceil.measured_at(str(kind), nbytes) if ceil is not None and known else None
                 ),
                 "ceiling_source": ceil.source if ceil is not None else None,
-                "last_rank": _mode(g["last_rank"]),
+                "last_rank": _mode(seen["last_rank"]) if len(seen) else -1,
             }
         )
     out = pd.DataFrame(rows, columns=AGG_COLUMNS)
@@ -179,7 +180,9 @@ def by_kind(matched: pd.DataFrame, ceil: Ceiling | None) -> dict[str, dict[str, 
     """Per kind over every sized instance: total bus bytes / total transfer time, and the
     best single collective's busbw (the headline figures)."""
     out: dict[str, dict[str, Any]] = {}
-    sized = matched[matched["message_bytes"].notna() & (matched["transfer_ns"] > 0)]
+    sized = matched[
+        matched["message_bytes"].notna() & (matched["transfer_ns"] > 0) & (matched["ranks"] >= 2)
+    ]
     for kind, g in sized.groupby("kind", sort=True):
         model = COLLECTIVES.get(str(kind))
         if model is None:

@@ -90,8 +90,19 @@ def load(dirs: dict[int, Path]) -> Loaded:
     )
 
 
+def impossible(inst: pd.DataFrame, offsets: dict[int, int]) -> int:
+    """How many collectives seen on several ranks would end on one rank before another
+    started them (by more than :data:`ALIGN_TOLERANCE_NS`) with these clock offsets."""
+    off = inst["rank"].map(offsets).fillna(0).astype(np.int64)
+    g = pd.DataFrame({"key": inst["key"], "ts": inst["ts"] + off, "end": inst["end"] + off})
+    g = g.groupby("key").agg(n=("ts", "size"), start=("ts", "max"), end=("end", "min"))
+    return int(((g["n"] >= 2) & (g["start"] - g["end"] > ALIGN_TOLERANCE_NS)).sum())
+
+
 def align_clocks(inst: pd.DataFrame, hosts: dict[int, str | None]) -> Clock:
-    """See the module's docstring (step 1)."""
+    """See the module's docstring (step 1): ranks of different hosts are aligned on the
+    first collective; ranks of one host (or unknown hosts) only when that makes fewer of
+    their collectives impossible than their own clocks do."""
     ranks = sorted(hosts)
     none = {r: 0 for r in ranks}
     if not len(inst) or inst["rank"].nunique() < 2:
@@ -103,30 +114,25 @@ def align_clocks(inst: pd.DataFrame, hosts: dict[int, str | None]) -> Clock:
     first = multi.sort_values(["step", "latest_start"]).iloc[0]
     sel = inst2[inst2["key"] == int(first["key"])]
     ends = sel.set_index("rank")["end"].astype(np.int64)
-    starts = sel.set_index("rank")["ts"].astype(np.int64)
     anchor = (
         f"{first['kind']} #{int(first['index'])} of group {first['pg']} "
         f"in step {int(first['step'])}"
     )
-    known = {h for h in hosts.values() if h}
-    many_hosts = len(known) > 1
-    impossible = int(starts.max()) - int(ends.min()) > ALIGN_TOLERANCE_NS
-    if not (many_hosts or impossible):
-        return Clock(
-            False,
-            none,
-            anchor,
-            "one clock: the ranks' first collective is consistent on their own times "
-            f"({'one host' if known else 'hosts unknown'}); no alignment",
-        )
     ref = int(ends.loc[int(ends.index.min())])
     offsets = {r: (ref - int(ends.loc[r])) if r in ends.index else 0 for r in ranks}
-    why = (
-        "traces from different hosts"
-        if many_hosts
-        else "the first collective ends on one rank before another starts it on their own clocks"
-    )
-    return Clock(True, offsets, anchor, f"aligned on the first collective ({why})")
+    known = {h for h in hosts.values() if h}
+    if len(known) > 1:
+        return Clock(True, offsets, anchor, "aligned on the first collective (traces from "
+                     "different hosts)")  # fmt: skip
+    own, aligned = impossible(inst2, none), impossible(inst2, offsets)
+    if own and aligned < own:
+        return Clock(True, offsets, anchor, f"aligned on the first collective ({own} of "
+                     f"{len(multi)} collectives end on one rank before another starts them "
+                     f"on the ranks' own clocks, {aligned} once aligned)")  # fmt: skip
+    where = "one host" if known else "hosts unknown"
+    return Clock(False, none, anchor, f"one clock ({where}): aligning on the first "
+                 f"collective would not make the ranks' collectives more consistent "
+                 f"({own} impossible on their own clocks, {aligned} aligned)")  # fmt: skip
 
 
 def _shift(df: pd.DataFrame, cols: list[str], offsets: dict[int, int]) -> pd.DataFrame:
@@ -182,7 +188,11 @@ def stragglers(rs: pd.DataFrame, matched: pd.DataFrame) -> pd.DataFrame:
         slow = g.loc[cast(Any, g["step_time_ms"].idxmax())]
         work_med = float(g["own_work_ms"].median())
         worker = g.loc[cast(Any, g["own_work_ms"].idxmax())]
-        last = matched.loc[matched["step"] == step, "last_rank"] if len(matched) else pd.Series()
+        last = (
+            matched.loc[(matched["step"] == step) & (matched["ranks"] >= 2), "last_rank"]
+            if len(matched)
+            else pd.Series()
+        )
         rows.append(
             {
                 "step": int(cast(Any, step)),
@@ -279,7 +289,11 @@ def per_rank_table(
         meta = info.get(r, {})
         time = float(g["step_time_ms"].sum())
         mean = g.mean(numeric_only=True)
-        last = int((matched["last_rank"] == rank).sum()) if len(matched) else 0
+        last = (
+            int(((matched["last_rank"] == rank) & (matched["ranks"] >= 2)).sum())
+            if len(matched)
+            else 0
+        )
         rows.append(
             {
                 "rank": r,
@@ -377,6 +391,15 @@ def reduce(
             f"{incomplete} of {len(matched)} collectives were seen on fewer ranks than their "
             "group has: transfer and wait are over the ranks present"
         )
+    bad = (matched["ranks"] >= 2) & (
+        matched["latest_start"] - matched["earliest_end"] > ALIGN_TOLERANCE_NS
+    )
+    if int(bad.sum()):
+        notes.append(
+            f"{int(bad.sum())} of {len(matched)} matched collectives end on one rank before "
+            "another starts them: their transfer is 0 and all their time counts as wait; the "
+            "traces may have lost collectives (sampled or cut), so the order matching is off"
+        )
     inconsistent = int((~matched["consistent"]).sum()) if len(matched) else 0
     if inconsistent:
         notes.append(
@@ -386,7 +409,16 @@ def reduce(
     strag = stragglers(rs, matched)
     exposed = per_rank["exposed_comm_pct"] if len(per_rank) else pd.Series(dtype=float)
     medians = per_rank.set_index("rank")["step_time_ms"] if len(per_rank) else pd.Series()
-    last = matched["last_rank"] if len(matched) else pd.Series(dtype=np.int64)
+    last = (
+        matched.loc[matched["ranks"] >= 2, "last_rank"]
+        if len(matched)
+        else pd.Series(dtype=np.int64)
+    )
+    if len(matched) and not len(last):
+        notes.append(
+            "no collective was seen on two ranks: are these traces of one job? (different "
+            "process groups, or traces of different runs with the same world size)"
+        )
     return RanksSummary(
         world_size=world_size,
         ranks=ranks,
