@@ -5,10 +5,8 @@ Per script: the work operators per profiled step of each class that has any (the
 ``classes.parquet``: ``kernel_count``, for classes with time), and the class of the key
 operators (``operators.parquet``: every row of that operator name). :data:`PROFILE_LOOP`:
 the same for the ``tracekit.profile()`` loop of tests/test_report_cpu.py (Linear-ReLU-Linear,
-MSE loss, Adam). These are today's
-classes: a convolution is ``gemm``, a batch-norm ``layernorm``, max-pooling ``reduction``;
-when the op families gain ``convolution``, ``batchnorm``, ``pooling`` and ``layout``
-classes, update them here.
+MSE loss, Adam). A convolution is ``convolution``, a batch-norm ``batchnorm``, pooling
+``pooling``, a ``contiguous`` copy ``layout`` (tracekit/classify/families/).
 """
 
 from __future__ import annotations
@@ -27,24 +25,24 @@ SCRIPTS: dict[str, dict[str, dict[str, int] | dict[str, str]]] = {
     },
     "cnn_bn.py": {
         "classes": {
-            "softmax": 3, "layernorm": 8, "gemm": 14, "activation": 6, "elementwise": 17,
-            "reduction": 7, "loss": 5, "optimizer": 50,
+            "softmax": 3, "gemm": 4, "convolution": 10, "batchnorm": 8, "activation": 6,
+            "pooling": 11, "elementwise": 12, "reduction": 1, "loss": 5, "optimizer": 50,
         },
         "ops": {
-            "aten::mkldnn_convolution": "gemm",
-            "aten::convolution_backward": "gemm",
-            "aten::native_batch_norm": "layernorm",
-            "aten::native_batch_norm_backward": "layernorm",
-            "aten::max_pool2d_with_indices": "reduction",
-            "aten::max_pool2d_with_indices_backward": "reduction",
-            "aten::adaptive_avg_pool2d": "reduction",
+            "aten::mkldnn_convolution": "convolution",
+            "aten::convolution_backward": "convolution",
+            "aten::native_batch_norm": "batchnorm",
+            "aten::native_batch_norm_backward": "batchnorm",
+            "aten::max_pool2d_with_indices": "pooling",
+            "aten::max_pool2d_with_indices_backward": "pooling",
+            "aten::adaptive_avg_pool2d": "pooling",
             "aten::addmm": "gemm",
         },
     },
     "transformer.py": {
         "classes": {
-            "softmax": 3, "gemm": 55, "attention": 18, "activation": 4, "elementwise": 209,
-            "reduction": 20, "embedding": 4, "loss": 5, "optimizer": 323,
+            "softmax": 3, "gemm": 55, "attention": 18, "activation": 4, "elementwise": 203,
+            "layout": 6, "reduction": 20, "embedding": 4, "loss": 5, "optimizer": 323,
         },
         "ops": {
             "aten::_scaled_dot_product_flash_attention_for_cpu": "attention",

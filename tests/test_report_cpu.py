@@ -77,8 +77,8 @@ WORK = [  # (name, start us, self time us, class), in start order
     ("aten::copy_", 14, 2, "elementwise"),
     ("aten::relu", 42, 2, "activation"),
     ("aten::clamp_min", 43, 6, "activation"),
-    ("aten::clone", 54, 0.5, "elementwise"),
-    ("aten::copy_", 55, 4, "elementwise"),
+    ("aten::clone", 54, 0.5, "layout"),  # inside reshape: a layout copy
+    ("aten::copy_", 55, 4, "layout"),
     ("aten::mean", 62, 3, "reduction"),
     ("aten::sum", 63, 6.5, "reduction"),
     ("aten::fill_", 63.5, 0.5, "elementwise"),
@@ -131,7 +131,10 @@ def test_cpu_view_steps_and_report(tmp_path: Path) -> None:
     (over,) = acc.Scalars("framework_overhead_pct")
     assert over.value == pytest.approx(100 - 100 * BUSY / 200)
     got = dict(zip(sm.kernels["name"], sm.kernels["class"], strict=True))
-    assert got == {n: c for n, _, _, c in WORK}
+    want: dict[str, set[str]] = {}
+    for n, _, _, c in WORK:
+        want.setdefault(n, set()).add(c)
+    assert got == {n: c.pop() if len(c) == 1 else "mixed" for n, c in want.items()}
     calls = dict(zip(sm.kernels["name"], sm.kernels["calls"], strict=True))
     assert calls["aten::copy_"] == 2
     cu = sm.summary["cpu"]
@@ -164,11 +167,11 @@ def test_a_trace_with_runtime_calls_is_not_a_cpu_run(tmp_path: Path) -> None:
 
 SHARES = {  # time_share_pct of the CPU time per class (work operators' self time)
     "softmax": 4.441, "layernorm": 12.93, "gemm": 32.492, "activation": 2.358,
-    "elementwise": 26.095, "reduction": 9.851, "embedding": 0.036, "loss": 1.231,
-    "optimizer": 10.567,
+    "elementwise": 19.413, "layout": 6.682, "reduction": 9.851, "embedding": 0.036,
+    "loss": 1.231, "optimizer": 10.567,
 }  # fmt: skip
-COUNTS = {"softmax": 9, "layernorm": 15, "gemm": 53, "activation": 4, "elementwise": 116,
-          "reduction": 9, "embedding": 8, "loss": 5, "optimizer": 532}  # fmt: skip
+COUNTS = {"softmax": 9, "layernorm": 15, "gemm": 53, "activation": 4, "elementwise": 82,
+          "layout": 34, "reduction": 9, "embedding": 8, "loss": 5, "optimizer": 532}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -269,6 +272,8 @@ def test_profile_run_on_cpu_reports(tmp_path: Path) -> None:
     ops = sm.operators.groupby("name")["class"].agg(lambda c: sorted(set(c)))
     want = PROFILE_LOOP["ops"]
     assert {op: ops[op] for op in want} == {op: [c] for op, c in want.items()}
-    assert d["bound_time_share_pct"]["unknown"] < 1.0  # shapes recorded, roofline known
+    # shapes recorded, roofline known: only a few shape-less operators of a few µs each
+    # (0.02 % here, 1.4 % once on a loaded 2-core host)
+    assert d["bound_time_share_pct"]["unknown"] < 5.0
     v = d["step_summary"]["verdict"]
     assert v in ("framework-overhead-bound", "compute-bound", "memory-bandwidth-bound")
