@@ -239,8 +239,8 @@ def _run(
     if len(trace.kernels) == 0 and not _generates(trace):  # a generate run has its prefill,
         if job is not None:
             raise TraceError(
-                f"{path}: CPU-only traces ({job.describe()}: no kernel, memcpy or memset "
-                "events): a multi-rank report needs GPU activity; `tracekit parse` writes "
+                f"{path}: CPU-only traces ({job.describe()}): no kernel, memcpy or memset "
+                "events: a multi-rank report needs GPU activity; `tracekit parse` writes "
                 "every rank's CPU tables"
             )
         trace = _cpu_run(trace)  # and its decode steps' report says what CPU runs lack

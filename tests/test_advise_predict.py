@@ -166,7 +166,8 @@ def test_regions_on_the_naive_fixture(base: dict[str, Baseline]) -> None:
     att = R.attention_region(b.trace, 8, 12, 128)
     assert (att.ops, int(att.kernels.sum())) == (396, 288)  # 16.5 operators per layer and pass
     kinds = b.kernels.iloc[att.kernel_rows()]["class"].value_counts().to_dict()
-    assert kinds == {"elementwise": 168, "gemm": 72, "softmax": 24, "memcpy": 24}
+    # the heads' transposes made contiguous are layout copies
+    assert kinds == {"elementwise": 120, "layout": 48, "gemm": 72, "softmax": 24, "memcpy": 24}
     fwd = R.forward_region(b.trace, 50304)
     assert not (b.kernels["is_backward"].to_numpy()[fwd.kernel_rows()]).any()
     comp = R.compute_region(b.trace)

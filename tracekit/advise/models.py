@@ -22,12 +22,15 @@ SDPA_OPS = 1  # per layer and pass: scaled_dot_product_attention, or its backwar
 # a fused attention kernel does the two GEMMs' FLOPs, halved by the causal mask it skips;
 # its backward recomputes QKᵀ: 2.5 instead of 2 GEMMs' worth
 SDPA_FORWARD, SDPA_BACKWARD = 0.5, 0.5 * 2.5 / 2
-# the kernel classes inductor replaces by fused Triton kernels (GEMMs, attention and the
-# optimizer, which is not compiled, stay), and what it made of them on the H200 fixtures
-# (`tracekit compare fixtures/h200-gpt2s-b8-s128-bf16-sdpa{,-compile}`: 566 of these
-# kernels in the forward/backward -> 407; their time 2.60 -> 1.56 ms)
-COMPILE_FUSES = ("elementwise", "activation", "layernorm", "softmax", "reduction", "loss",
-                 "memcpy", "memset")  # fmt: skip
+# the kernel classes inductor replaces by fused Triton kernels (GEMMs, convolutions,
+# attention and the optimizer, which is not compiled, stay), and what it made of them on
+# the H200 fixtures (`tracekit compare fixtures/h200-gpt2s-b8-s128-bf16-sdpa{,-compile}`:
+# 566 of these kernels in the forward/backward -> 407; their time 2.60 -> 1.56 ms). The
+# GPT has no rmsnorm, batchnorm or groupnorm kernels: inductor lowers them too, at ratios
+# taken to be the same
+COMPILE_FUSES = ("elementwise", "activation", "layernorm", "rmsnorm", "batchnorm",
+                 "groupnorm", "layout", "softmax", "reduction", "loss", "memcpy",
+                 "memset")  # fmt: skip
 COMPILE_KERNELS = 407 / 566
 COMPILE_TIME = 1.56 / 2.60
 FLOOR_PCT = 5  # a kernel's fixed cost: this percentile of the region's durations
