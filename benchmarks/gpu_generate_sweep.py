@@ -11,16 +11,20 @@ unprofiled generations, then the profiled one (a profiler warm-up generation fir
 ``PROFILED`` decode steps recorded); no Python stacks (the generate report needs no
 memory timeline, and stacks slow the profiled generation).
 
-The summary: per sweep the measured ceilings, the batch axis (time per step and per token,
-tokens/s, the decode model's bandwidth and its % of the copy ceiling, the kernels', the
-decode GEMMs' time and % of the matmul roof, the roofline time), the measured crossover
-against the predicted one, the context axis (KV cache, peak, the KV read's bandwidth),
-the capacity wall, and the findings.
+The summary: per sweep the measured ceilings and how many planned configurations ran, the
+batch axis (time per step, its p10–p90, the GPU's busy time per step, what limits the step
+— launch/host-bound or GPU-bound, tracekit.sweep.decode_limits —, the decode model's
+bandwidth over the step and over the GPU's busy time as % of the copy ceiling, time per
+token, tokens/s, the kernels' bandwidth, the decode GEMMs' time and % of the matmul roof,
+the roofline time, the peak), the measured crossover against the predicted one, the
+context axis (the same step columns, KV cache, peak, the KV read's bandwidth), the
+capacity walls, and the findings.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -28,12 +32,12 @@ from pathlib import Path
 
 import pandas as pd
 
-BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 CONTEXTS = (128, 256, 512, 1024, 2048, 4096, 8192)
 NEW_TOKENS = 32
 STEPS, WARMUP, PROFILED = 3, 1, 4
 TIMEOUT_S = 120.0  # one configuration
-NEXT_S = 25.0  # what the slowest configuration takes: no new one starts with less left
+NEXT_S = 25.0  # the least time left in which a new configuration starts
 
 
 def plan(preset: str) -> object:
@@ -65,17 +69,20 @@ class _OutOfTime(Exception):
 
 
 def run(preset: str, out: Path, budget_s: float) -> None:
-    """The sweep into ``out`` (resumed when it holds one), stopping after the row that
-    leaves less than ``NEXT_S`` of ``budget_s``: the rows done stay, a second call goes on
-    (a ``timeout`` around this would leave its collect subprocess running)."""
+    """The sweep into ``out`` (resumed when it holds one), stopping after a row when the
+    next one might not fit in ``budget_s``: when less than twice the row's own time (at
+    least ``NEXT_S``) is left — along the batch each configuration takes up to about twice
+    the one before. The rows done stay, a second call goes on (a ``timeout`` around this
+    would leave its collect subprocess running)."""
     from tracekit.sweep import run_sweep
     from tracekit.sweep.runner import TABLE
 
     t0 = time.monotonic()
 
     def on_row(r: dict[str, object]) -> None:
-        print(f"{r['key']}: {r['status']} ({float(r['wall_s']):.1f} s)", flush=True)  # type: ignore[arg-type]
-        if time.monotonic() - t0 > budget_s - NEXT_S:
+        took = float(r["wall_s"])  # type: ignore[arg-type]
+        print(f"{r['key']}: {r['status']} ({took:.1f} s)", flush=True)
+        if time.monotonic() - t0 > budget_s - max(NEXT_S, 2 * took):
             raise _OutOfTime
 
     try:
@@ -106,76 +113,130 @@ def _f(v: object, fmt: str, scale: float = 1.0) -> str:
     return format(x, fmt) if math.isfinite(x) else "-".rjust(width)
 
 
+def _spread(r: pd.Series) -> str:
+    """p10–p90 of the time per step, ms."""
+    lo, hi = _f(r.get("tpot_p10_ms"), ".2f"), _f(r.get("tpot_p90_ms"), ".2f")
+    return f"{lo}–{hi}".rjust(11) if "-" not in (lo, hi) else "-".rjust(11)
+
+
+# the step's columns both axes show: time and its spread, the GPU's busy time, what limits
+# the step, the decode model's bandwidth over the step and over the GPU's busy time
+STEP_HEAD = (
+    f"{'step ms':>8} {'p10–p90 ms':>11} {'GPU ms':>7} {'idle %':>6} {'limit':>5} "
+    f"{'GB/s step':>9} {'% copy step':>11} {'% copy busy':>11}"
+)
+
+
+def _step_cells(r: pd.Series) -> str:
+    from tracekit.sweep.decode_limits import short_limit
+
+    return (
+        f"{_f(r['tpot_ms'], '8.3f')} {_spread(r)} {_f(r['decode_gpu_busy_ms'], '7.3f')} "
+        f"{_f(r['decode_host_idle_pct'], '6.0f')} {short_limit(r['decode_limit']):>5} "
+        f"{_f(r['decode_model_bw_Bps'], '9.0f', 1e9)} {_f(r['decode_bw_util_pct'], '11.1f')} "
+        f"{_f(r['decode_busy_bw_util_pct'], '11.1f')}"
+    )
+
+
 def _batch_lines(ok: pd.DataFrame) -> list[str]:
     lines = [
-        f"  {'batch':>5} {'step ms':>8} {'ms/token':>9} {'tokens/s':>9} {'model GB/s':>10} "
-        f"{'% copy':>6} {'kern %':>6} {'GEMM ms':>8} {'GEMM %':>6} {'roof ms':>8} {'peak GiB':>8}"
+        f"  {'batch':>5} {STEP_HEAD} {'ms/token':>9} {'tokens/s':>9} {'kern %':>6} "
+        f"{'GEMM ms':>8} {'GEMM %':>6} {'roof ms':>8} {'peak GiB':>8}"
     ]
     for _, r in ok.iterrows():
         lines.append(
-            f"  {int(r['batch']):>5} {_f(r['tpot_ms'], '8.3f')} "
-            f"{_f(r['time_per_token_ms'], '9.4f')} {_f(r['tokens_per_s'], '9,.0f')} "
-            f"{_f(r['decode_model_bw_Bps'], '10.0f', 1e9)} {_f(r['decode_bw_util_pct'], '6.1f')} "
-            f"{_f(r['decode_kernel_bw_util_pct'], '6.1f')} {_f(r['decode_gemm_ms'], '8.3f')} "
-            f"{_f(r['decode_gemm_flops_util_pct'], '6.1f')} {_f(r['model_tpot_ms'], '8.3f')} "
-            f"{_f(r['peak_bytes'], '8.2f', 2**30)}"
+            f"  {int(r['batch']):>5} {_step_cells(r)} {_f(r['time_per_token_ms'], '9.4f')} "
+            f"{_f(r['tokens_per_s'], '9,.0f')} {_f(r['decode_kernel_bw_util_pct'], '6.1f')} "
+            f"{_f(r['decode_gemm_ms'], '8.3f')} {_f(r['decode_gemm_flops_util_pct'], '6.1f')} "
+            f"{_f(r['model_tpot_ms'], '8.3f')} {_f(r['peak_bytes'], '8.2f', 2**30)}"
         )
     return lines
 
 
 def _context_lines(g: pd.DataFrame) -> list[str]:
-    lines = [
-        f"  {'context':>7} {'status':<6} {'step ms':>8} {'model GB/s':>10} {'% copy':>6} "
-        f"{'KV GiB':>7} {'peak GiB':>8}"
-    ]
+    lines = [f"  {'context':>7} {'status':<6} {STEP_HEAD} {'KV GiB':>7} {'peak GiB':>8}"]
     for _, r in g.iterrows():
         lines.append(
-            f"  {int(r['seq']):>7} {r['status']:<6} {_f(r['tpot_ms'], '8.3f')} "
-            f"{_f(r['decode_model_bw_Bps'], '10.0f', 1e9)} {_f(r['decode_bw_util_pct'], '6.1f')} "
+            f"  {int(r['seq']):>7} {r['status']:<6} {_step_cells(r)} "
             f"{_f(r['kv_cache_bytes'], '7.3f', 2**30)} {_f(r['peak_bytes'], '8.2f', 2**30)}"
         )
     return lines
 
 
+def _planned(out: Path) -> int | None:
+    """How many configurations the sweep's plan (sweep.json) holds."""
+    try:
+        return len(json.loads((out / "sweep.json").read_text())["points"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _walls(t: pd.DataFrame, lines: list[str], axis: str) -> None:
+    """The crossover (batch) or the KV read (context) and the capacity wall of each line."""
+    from tracekit.sweep.decode import (
+        capacity_wall,
+        crossover_words,
+        kv_read_bandwidth,
+        line_groups,
+        line_name,
+        measured_crossover,
+    )
+
+    for fixed, g in line_groups(t, axis):
+        ok = g[g["status"] == "ok"]
+        w = capacity_wall(g, axis)
+        name = "context" if axis == "seq" else "batch"
+        if w is None:
+            wall = "-"
+        elif w.oom_at is not None:
+            wall = f"OOM at {name} {w.oom_at}"
+        else:
+            wall = f"{name} ≈ {_f(w.wall, ',.0f')} (extrapolated)"
+        if axis == "batch":
+            c = measured_crossover(ok) if len(ok) >= 2 else None
+            words = crossover_words(c, ok) if c is not None else "no crossover: < 2 rows"
+            lines.append(f"  {line_name(fixed)}: {words}")
+            lines.append(f"  capacity wall: {wall}")
+        else:
+            kv = kv_read_bandwidth(ok) if len(ok) else None
+            read = (
+                f"KV read {kv[0] / 1e12:.2f} TB/s (slope of {kv[3]} along the context, "
+                f"R² {kv[2]:.3f})"
+                if kv
+                else "KV read -"
+            )
+            lines.append(f"  {read}; capacity wall: {wall}")
+
+
 def summary(out: Path) -> str:
     """The figures of one generate sweep folder, as text."""
     from tracekit.sweep import read_table
-    from tracekit.sweep.decode import generate_findings, walls_table
-    from tracekit.sweep.rows import complete
+    from tracekit.sweep.decode import generate_findings, prepared
 
-    t = complete(read_table(out))
+    t = prepared(read_table(out))
     ok = t[t["status"] == "ok"]
     if not len(ok):
         return f"{out}: no configuration ran ({', '.join(t['status'].astype(str))})"
     first = ok.iloc[0]
+    planned = _planned(out) or len(t)
     head = (
-        f"{out.name}: {first.get('device_name')}, {len(ok)} of {len(t)} configurations ok; "
-        f"copy ceiling {_f(first['bandwidth_roof_Bps'], '.2f', 1e12)} TB/s, bf16 matmul "
+        f"{out.name}: {first.get('device_name')}, {len(t)} of {planned} planned "
+        f"configurations ran, {len(ok)} ok; copy ceiling "
+        f"{_f(first['bandwidth_roof_Bps'], '.2f', 1e12)} TB/s, bf16 matmul "
         f"{_f(first['matmul_roof_flops'], '.0f', 1e12)} TFLOP/s (measured), ridge "
         f"{_f(first['matmul_roof_flops'] / first['bandwidth_roof_Bps'], '.0f')} FLOP/B"
     )
-    lines = [head, "batch axis (context 1024, time per step = TPOT, unprofiled):"]
+    lines = [
+        head,
+        "batch axis (context 1024; step = time per output token, unprofiled; GPU = the "
+        "decode steps' GPU busy time in the trace; idle = 1 - GPU/step; limit: host when "
+        "idle >= 20 %; % copy = the decode model's bytes over the step / over the GPU time):",
+    ]
     lines += _batch_lines(ok[ok["seq"] == 1024].sort_values("batch"))
-    walls = walls_table(t)
-    for _, w in walls.iterrows():
-        if w["axis"] == "batch":
-            pred = _f(w.get("crossover_predicted"), ".0f")
-            lines.append(
-                f"  crossover ({w['line']}): measured batch "
-                f"{_f(w.get('crossover_batch'), '.0f')} (by {w.get('crossover_column')}, between "
-                f"{w.get('crossover_between')}), predicted {pred}; capacity wall batch ≈ "
-                f"{_f(w.get('capacity_wall'), ',.0f')}"
-            )
+    _walls(t, lines, "batch")
     lines.append("context axis (batch 8):")
     lines += _context_lines(t[t["batch"] == 8].sort_values("seq"))
-    for _, w in walls.iterrows():
-        if w["axis"] == "seq":
-            oom = w.get("capacity_oom_at")
-            wall = (f"OOM at context {int(oom)}" if pd.notna(oom) else
-                    f"context ≈ {_f(w.get('capacity_wall'), ',.0f')} (extrapolated)")  # fmt: skip
-            lines.append(
-                f"  KV read {_f(w.get('kv_read_bw_Bps'), '.2f', 1e12)} TB/s; capacity wall: {wall}"
-            )
+    _walls(t, lines, "seq")
     lines.append("findings:")
     lines += [f"  {s}" for s in generate_findings(t)]
     return "\n".join(lines)

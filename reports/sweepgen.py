@@ -20,9 +20,10 @@ from tracekit.sweep.decode import (
     generate_fits,
     line_groups,
     measured_crossover,
+    prepared,
     walls_table,
 )
-from tracekit.sweep.rows import complete
+from tracekit.sweep.decode_limits import HOST
 
 PLOTS = (
     "decode_time_vs_batch",
@@ -35,11 +36,16 @@ ROW_COLUMNS = [
     ("status", "status", ""),
     ("ttft_ms", "TTFT ms", ""),
     ("tpot_ms", "time per step ms", ""),
+    ("tpot_spread_pct", "p10–p90 spread %", ""),
+    ("decode_gpu_busy_ms", "GPU busy ms/step", ""),
+    ("decode_host_idle_pct", "GPU idle % of step", ""),
+    ("decode_limit", "limit", ""),
     ("time_per_token_ms", "time per token ms", ""),
     ("tokens_per_s", "tokens/s", ""),
     ("model_tpot_ms", "roofline ms", ""),
     ("decode_gemm_ms", "GEMM ms/step", ""),
-    ("decode_bw_util_pct", "% copy ceiling (model bytes)", ""),
+    ("decode_bw_util_pct", "% copy ceiling (model bytes / step)", ""),
+    ("decode_busy_bw_util_pct", "% copy ceiling (model bytes / GPU busy)", ""),
     ("decode_kernel_bw_util_pct", "% copy ceiling (kernel bytes)", ""),
     ("decode_gemm_flops_util_pct", "GEMM % matmul roof", ""),
     ("peak_bytes", "peak GiB", "gib"),
@@ -99,6 +105,13 @@ def _time_vs_batch(table: pd.DataFrame, ax: Any) -> bool:
         if ok["model_tpot_ms"].notna().any():
             ax.plot(b, ok["model_tpot_ms"], "--", color=line.get_color(), alpha=0.6,
                     label=f"roofline time per step ({name})")  # fmt: skip
+        host = ok[(ok["decode_limit"] == HOST).to_numpy()]
+        if len(host):
+            ax.plot(host["batch"], host["tpot_ms"], "kx", ms=6,
+                    label=f"launch/host-bound step ({name})")  # fmt: skip
+        if ok["decode_gpu_busy_ms"].notna().any():
+            ax.plot(b, ok["decode_gpu_busy_ms"], "-.v", ms=3, color=line.get_color(), alpha=0.8,
+                    label=f"GPU busy time per step ({name})")  # fmt: skip
         if ok["decode_gemm_ms"].notna().any():
             ax.plot(b, ok["decode_gemm_ms"], ":^", ms=3, color=line.get_color(),
                     label=f"decode GEMMs' GPU time per step ({name})")  # fmt: skip
@@ -120,7 +133,8 @@ def _utilisation_vs_batch(table: pd.DataFrame, ax: Any) -> bool:
         ok = g[g["status"] == "ok"]
         name = _title(fixed)
         for col, style, what in (
-            ("decode_bw_util_pct", "-o", "bandwidth, model bytes"),
+            ("decode_bw_util_pct", "-o", "bandwidth, model bytes / time per step"),
+            ("decode_busy_bw_util_pct", "-.v", "bandwidth, model bytes / GPU busy time"),
             ("decode_kernel_bw_util_pct", "-s", "bandwidth, kernel bytes"),
             ("decode_gemm_flops_util_pct", "-^", "GEMM FLOP/s of the matmul roof"),
         ):
@@ -190,7 +204,7 @@ def render_plots(table: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
     """The generate sweep's PNGs (``sweep_<name>.png``); name -> path of those drawn."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    table = complete(table)
+    table = prepared(table)
     made = {}
     for name in PLOTS:
         plt = _plt()
@@ -207,7 +221,7 @@ def render_plots(table: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
 def render_section(table: pd.DataFrame, out_dir: Path, *, inline: bool, title: str) -> str:
     """The generate sweep's section: findings, crossovers and walls, configurations,
     fits, plots."""
-    table = complete(table)
+    table = prepared(table)
     plots = render_plots(table, out_dir)
     walls = walls_table(table)
     parts = [f"<section class='sweep'><h2>{html.escape(title)}</h2>"]

@@ -5,6 +5,7 @@ section and its plots; and the tiny CPU generate sweep's trace columns."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,8 @@ def _row(batch: int, ctx: int, new: int = 32) -> dict[str, Any]:
         "key": f"b{batch}-s{ctx}-bf16-sdpa", "batch": batch, "seq": ctx, "dtype": "bf16",
         "attention": "sdpa", "gpus": 1, "tokens": batch * ctx, "workload": "generate",
         "status": "ok", "error": None, "tpot_ms": tpot, "step_time_ms": tpot,
+        "tpot_p10_ms": 0.99 * tpot, "tpot_p90_ms": 1.01 * tpot,
+        "decode_gpu_busy_ms": tpot - LAUNCH_MS, "kernels_per_step": 200.0,
         "time_per_token_ms": tpot / batch, "tokens_per_s": batch / tpot * 1e3,
         "decode_gemm_ms": gemm_ms, "decode_gemm_flops_util_pct":
         100 * 2 * N * batch / (gemm_ms / 1e3) / PEAK,
@@ -73,24 +76,40 @@ def _table(oom_context: int | None = 8192) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def test_measured_crossover_interpolates_the_doubling() -> None:
+def test_measured_crossover_fits_the_gemm_times() -> None:
     t = _table()
     ok = t[(t["seq"] == 1024)].sort_values("batch")
     c = measured_crossover(ok)
     assert c is not None and c.column == "decode_gemm_ms"
-    a = ok.iloc[0]["decode_gemm_ms"]  # t(B) = a·(200 + B)/201 in the sum form
-    g = ok["decode_gemm_ms"].to_numpy()
+    g = ok["decode_gemm_ms"].to_numpy()  # t(B) = W/BW + 2N·B/PEAK: the roofline's sum form
     assert g[-1] / g[0] == pytest.approx((200 + 256) / 201)
-    # 2·t(1) = t(1)·402/201: between batch 128 (328/201) and 256 (456/201), log-log
-    frac = (math.log(402) - math.log(328)) / (math.log(456) - math.log(328))
-    assert c.batch == pytest.approx(128 * 2**frac) and c.between == (128, 256)
-    assert c.batch == pytest.approx(
-        196.373, abs=1e-3
-    )  # near the ridge 200 (+ 2·B₀ in the sum form)
-    assert c.predicted == pytest.approx(200) and c.base_value == pytest.approx(a)
-    # a sweep that stops below it measures none
+    # the line a + c·B through them is exact: a the weight read, c the FLOPs per sequence
+    W = DecodeModel(GPT2, "bf16", 1, 992, 32).steps()[0].weight_bytes  # 2 bytes a weight
+    assert c.flat_ms == pytest.approx(1e3 * W / BW, rel=1e-9) and c.r2 == pytest.approx(1.0)
+    assert c.slope_ms == pytest.approx(1e3 * W / PEAK, rel=1e-9)  # 2N FLOPs = W
+    # its knee a/c (the growing part equals the flat one) is the ridge batch R·W/(2N)
+    assert c.reached and c.batch == pytest.approx(200) and c.knee == pytest.approx(200)
+    assert c.between == (128, 256) and c.predicted == pytest.approx(200)
+    assert c.base_value == pytest.approx(g[0]) and c.growth_at_max == pytest.approx(456 / 201)
+    # a sweep that stops below it measures none, but the fit still extrapolates it
     c = measured_crossover(ok[ok["batch"] <= 64])
-    assert c is not None and c.batch is None and c.growth_at_max == pytest.approx(264 / 201)
+    assert c is not None and c.batch is None and not c.reached and c.between is None
+    assert c.knee == pytest.approx(200) and c.growth_at_max == pytest.approx(264 / 201)
+
+
+def test_the_crossover_fit_is_robust_to_one_noisy_point() -> None:
+    """One GEMM time 15 % off (a slower kernel choice at one batch) moves the fitted knee
+    by under 10 %; a doubling of the first point's time (the former rule) is not even
+    reached within the sweep."""
+    ok = _table()[lambda t: t["seq"] == 1024].sort_values("batch").reset_index(drop=True)
+    ok.loc[0, "decode_gemm_ms"] *= 1.15  # batch 1
+    c = measured_crossover(ok)
+    assert c is not None and c.reached and c.batch == pytest.approx(212.734, abs=1e-3)
+    assert c.growth_at_max == pytest.approx(456 / 201 / 1.15) and c.growth_at_max < 2
+    ok.loc[0, "decode_gemm_ms"] /= 1.15
+    ok.loc[6, "decode_gemm_ms"] *= 1.15  # batch 64
+    c = measured_crossover(ok)
+    assert c is not None and c.reached and c.batch == pytest.approx(200, rel=0.1)
 
 
 def test_without_gpu_gemm_times_the_step_time_is_used() -> None:
@@ -119,7 +138,8 @@ def test_capacity_walls_oom_and_extrapolated() -> None:
 def test_kv_read_bandwidth_along_the_context() -> None:
     t = _table()
     ok = t[(t["batch"] == 8) & (t["status"] == "ok")].sort_values("seq")
-    bw, slope, r2 = kv_read_bandwidth(ok)  # type: ignore[misc]
+    bw, slope, r2, fitted = kv_read_bandwidth(ok)  # type: ignore[misc]
+    assert fitted == "decode_gpu_busy_ms"  # the GPU's time, not the step's
     assert bw == pytest.approx(KV_BW, rel=1e-6) and r2 == pytest.approx(1.0)
     assert slope == pytest.approx(1e3 * 8 * 2 * 12 * 768 * 2 / KV_BW)
 
@@ -128,10 +148,13 @@ def test_findings_are_the_data() -> None:
     found = generate_findings(_table())
     batch = next(s for s in found if s.startswith("Along batch"))
     assert "the time per token falls" in batch
-    assert "reaches 2× that at batch ≈ 196 (between 128 and 256)" in batch
-    assert "the decode model puts the GEMMs' ridge at batch 200 (measured / predicted 0.98)" in (
+    assert "doubles at batch ≈ 200 (between 128 and 256; a + c·B fit, R² 1.000)" in batch
+    assert "the decode model puts it at batch 200 (measured / predicted 1.00)" in batch
+    # the 0.05 ms the host adds to each step is ≥ 20 % of the smallest steps: host-bound
+    assert "At batch 1–4 the decode step is launch/host-bound: the GPU works 0.10–0.14 ms " in (
         batch
     )
+    assert "At batch 8–256 the GPU is the bottleneck" in batch and "CUDA graph" in batch
     # at context 1024 the KV cache outgrows the weights: the plateau is the KV cache's
     assert "Tokens/s stops growing from batch" in batch and "the KV cache is" in batch
     assert "batching does not amortise it" in batch
@@ -157,7 +180,8 @@ def test_fits_walls_and_outputs(tmp_path: Path) -> None:
     assert (tps["axis"] == "batch").any()
     walls = walls_table(t)
     row = walls[walls["axis"] == "batch"].iloc[0]
-    assert row["crossover_batch"] == pytest.approx(196.373, abs=1e-3)
+    assert row["crossover_batch"] == pytest.approx(200) and row["crossover_reached"]
+    assert row["host_bound"] == "1,2,4"
     assert walls[walls["axis"] == "seq"].iloc[0]["capacity_oom_at"] == 8192
     outs = finish(t, tmp_path)
     assert (tmp_path / DECODE_CSV).is_file() and (tmp_path / "findings.txt").is_file()
@@ -187,7 +211,6 @@ def test_a_training_table_keeps_the_training_analysis(tmp_path: Path) -> None:
 def test_a_generate_row_reads_its_trace(tmp_path: Path) -> None:
     """run_row on the synthetic H100 generate run (tests/gengen.py): the decode columns
     from its trace, with the report's figures."""
-    import json
 
     from tracekit.sweep.plan import Point
     from tracekit.sweep.rows import run_row
@@ -210,6 +233,12 @@ def test_a_generate_row_reads_its_trace(tmp_path: Path) -> None:
     )
     assert 50 < r["decode_kernel_bw_util_pct"] < 55  # the report's 53.1, 53.1, 51.7, 51.7 %
     assert math.isnan(r["decode_measured_bw_util_pct"])
+    # 65 µs of GPU work in a 71 µs step: GPU-bound; the model's bytes over those 65 µs
+    assert r["decode_limit"] == "GPU-bound"
+    assert r["decode_gpu_busy_pct"] == pytest.approx(100 * 0.065 / 0.071)
+    assert r["decode_busy_bw_util_pct"] == pytest.approx(
+        100 * r["model_decode_bytes_per_step"] / 65e-6 / G.BW
+    )
 
 
 def test_gpu_script_plan_and_summary(tmp_path: Path) -> None:
@@ -226,15 +255,91 @@ def test_gpu_script_plan_and_summary(tmp_path: Path) -> None:
     spec.loader.exec_module(mod)
     plan = mod.plan("gpt2-medium")
     keys = [p.key for p in plan.points()]
-    assert len(keys) == 15 and keys[0] == "b8-s1024-bf16-sdpa"
-    assert "b256-s1024-bf16-sdpa" in keys and "b8-s8192-bf16-sdpa" in keys
+    assert len(keys) == 17 and keys[0] == "b8-s1024-bf16-sdpa"
+    assert "b1024-s1024-bf16-sdpa" in keys and "b8-s8192-bf16-sdpa" in keys
     cmd = collect_command(plan, plan.points()[-1], tmp_path, ceilings=False)
     assert cmd[cmd.index("--block-size") + 1] == "8192" and "--with-stack" not in cmd
     t = _table().assign(device_name="NVIDIA H100 80GB HBM3", matmul_roof_flops=PEAK,
                         exit_code=0.0, wall_s=1.0, run_dir=None)  # fmt: skip
     write_table(tmp_path, t.to_dict("records"))
+    (tmp_path / "sweep.json").write_text(json.dumps(plan.to_dict()))
     text = mod.summary(tmp_path)
-    assert "copy ceiling 3.00 TB/s, bf16 matmul 600 TFLOP/s (measured), ridge 200" in text
-    assert "crossover (context 1024, bf16, sdpa): measured batch 196" in text
-    assert "predicted 200" in text and "OOM at context 8192" in text
-    assert "KV read 2.50 TB/s" in text
+    assert "15 of 17 planned configurations ran, 14 ok; copy ceiling 3.00 TB/s, bf16 " in text
+    assert "matmul 600 TFLOP/s (measured), ridge 200" in text
+    assert "  context 1024, bf16, sdpa: the measured crossover from memory- to compute-bound" in (
+        text
+    )
+    assert "doubles at batch ≈ 200 (between 128 and 256" in text
+    assert "capacity wall: OOM at context 8192" in text
+    assert "KV read 2.50 TB/s (slope of decode_gpu_busy_ms along the context, R² 1.000)" in text
+    row = next(x for x in text.splitlines() if x.startswith("      1 "))  # batch 1: host-bound
+    assert row.split()[4:6] == ["34", "host"]  # idle % (0.05 of 0.148 ms), limit
+    row = next(x for x in text.splitlines() if x.startswith("    256 "))
+    assert row.split()[4:6] == ["1", "GPU"]
+
+
+def test_what_limits_a_row_uses_the_verdicts_threshold() -> None:
+    from tracekit.summary.verdict import OUTSIDE_PCT
+    from tracekit.sweep.decode_limits import GPU, HOST, HOST_IDLE_PCT, NOISE_PCT, limit_columns
+
+    assert HOST_IDLE_PCT == OUTSIDE_PCT == 20.0 and NOISE_PCT == 10.0
+    row = {"tpot_ms": 2.0, "decode_gpu_busy_ms": 1.6, "tpot_p10_ms": 1.9, "tpot_p90_ms": 2.1,
+           "kernels_per_step": 200.0, "model_decode_bytes_per_step": 3.2e9,
+           "bandwidth_roof_Bps": 4e12}  # fmt: skip
+    r = limit_columns(row)  # idle exactly 20 %: host-bound, as the step verdict says
+    assert r["decode_gpu_busy_pct"] == pytest.approx(80.0) and r["decode_limit"] == HOST
+    assert r["tpot_spread_pct"] == pytest.approx(10.0) and r["decode_us_per_kernel"] == 10.0
+    assert r["decode_busy_bw_Bps"] == pytest.approx(2e12)  # 3.2 GB in 1.6 ms
+    assert r["decode_busy_bw_util_pct"] == pytest.approx(50.0)
+    assert limit_columns({**row, "decode_gpu_busy_ms": 1.61})["decode_limit"] == GPU
+    assert limit_columns({**row, "decode_gpu_busy_ms": math.nan})["decode_limit"] is None
+
+
+def _host_set(t: pd.DataFrame, batches: tuple[int, ...], step_ms: dict[int, float]) -> None:
+    """Make the rows at ``batches`` (context 1024) host-bound: their step takes
+    ``step_ms`` whatever the GPU's work, with a wide spread."""
+    for b in batches:
+        i = t.index[(t["batch"] == b) & (t["seq"] == 1024)][0]
+        tp = step_ms[b]
+        t.loc[i, ["tpot_ms", "tpot_p10_ms", "tpot_p90_ms"]] = [tp, 0.6 * tp, 1.2 * tp]
+        t.loc[i, "tokens_per_s"] = b / tp * 1e3
+        t.loc[i, "time_per_token_ms"] = tp / b
+        t.loc[i, "decode_bw_util_pct"] = 100 * t.loc[i, "model_decode_bytes_per_step"] / (
+            tp / 1e3) / BW  # fmt: skip
+
+
+def test_a_host_set_step_is_not_read_as_the_kv_cache() -> None:
+    """Rows whose step the host sets (GPU busy far below it): the tokens/s dip between
+    them is the host's, with the evidence, not a KV-cache plateau; the bandwidth over the
+    step is set beside the one over the GPU's busy time."""
+    t = _table()
+    _host_set(t, (32, 64, 128), {32: 4.0, 64: 8.0, 128: 8.0})
+    batch = next(s for s in generate_findings(t) if s.startswith("Along batch"))
+    assert "At batch 1–4 and 32–128 the decode step is launch/host-bound" in batch
+    assert "At batch 8, 16 and 256 the GPU is the bottleneck" in batch
+    assert "batching does not amortise it" not in batch
+    assert (
+        "the dip in tokens/s from batch 16 to 32 (-81 %) is the host's, not the GPU's: the "
+        "GPU's work per step goes 0.33 → 0.57 ms while the time per step goes 0.38 → 4.00 ms"
+    ) in batch
+    assert "it varies with the host: p10–p90 up to 60 % of the median (batch 32: 2.40–4.80" in (
+        batch
+    )
+    assert "batch 64 took 8.00 ms, 3.8× the median 2.10 ms of these rows" in batch
+    assert "over a host-bound step the figure measures the host's launch pace" in batch
+    # the GEMMs' GPU times are untouched: the crossover is the same
+    assert "doubles at batch ≈ 200 (between 128 and 256" in batch
+
+
+def test_a_plateau_within_the_noise_is_not_attributed() -> None:
+    t = _table()
+    for b in (64, 128):
+        i = t.index[(t["batch"] == b) & (t["seq"] == 1024)][0]
+        tp = t.loc[i, "tpot_ms"]
+        t.loc[i, ["tpot_p10_ms", "tpot_p90_ms"]] = [0.85 * tp, 1.15 * tp]
+    batch = next(s for s in generate_findings(t) if s.startswith("Along batch"))
+    assert "batching does not amortise it" not in batch.split("the dip")[0]
+    assert (
+        "the dip in tokens/s from batch 64 to 128 (+6 %) is within the noise: the p10–p90 "
+        "spread of the time per step is 30 % at batch 64 and 30 % at 128 (steady below 10 %)"
+    ) in batch

@@ -16,7 +16,14 @@ import pandas as pd
 
 from tracekit.io import atomic_write_bytes, atomic_write_text
 from tracekit.summary.memory_model import estimate, kv_cache_bytes
-from tracekit.sweep.decode import generate_findings, generate_fits, generating, walls_table
+from tracekit.sweep.decode import (
+    generate_findings,
+    generate_fits,
+    generating,
+    prepared,
+    walls_table,
+)
+from tracekit.sweep.decode_limits import short_limit
 from tracekit.sweep.findings import findings
 from tracekit.sweep.fit import fit_table, largest_fitting, power_fit, quadratic_fit
 from tracekit.sweep.plan import Point, SweepPlan
@@ -107,7 +114,10 @@ def _generate_row(r: pd.Series) -> str:
         f"{r.get('model_decode_bytes_per_step', math.nan) / 1e6:>13.1f} "
         f"{r.get('decode_model_bw_Bps', math.nan) / 1e9:>7.1f} "
         f"{r.get('decode_bw_util_pct', math.nan):>6.1f} "
-        f"{r.get('decode_gemm_ms', math.nan):>8.3f}"
+        f"{r.get('decode_gemm_ms', math.nan):>8.3f} "
+        f"{r.get('decode_gpu_busy_ms', math.nan):>7.3f} "
+        f"{r.get('decode_host_idle_pct', math.nan):>6.0f} "
+        f"{short_limit(r.get('decode_limit')):>5}"
     )
 
 
@@ -116,9 +126,10 @@ def describe(table: pd.DataFrame, outs: SweepOutputs) -> str:
     if "workload" in table.columns and (table["workload"] == "generate").all():
         header = (
             f"{'TTFT ms':>8} {'TPOT ms':>8} {'ms/tok':>8} {'tokens/s':>10} {'peak GiB':>8} "
-            f"{'KV GiB':>7} {'model MB/step':>13} {'GB/s':>7} {'% copy':>6} {'GEMM ms':>8}"
+            f"{'KV GiB':>7} {'model MB/step':>13} {'GB/s':>7} {'% copy':>6} {'GEMM ms':>8} "
+            f"{'GPU ms':>7} {'idle %':>6} {'limit':>5}"
         )
-        return _describe(_table_lines(table, header, _generate_row), outs)
+        return _describe(_table_lines(prepared(table), header, _generate_row), outs)
     header = (
         f"{'step ms':>8} {'tokens/s':>10} {'peak GiB':>8} {'model GiB':>9} {'err %':>6} "
         f"{'act GiB':>7} {'model act':>9} {'idle %':>6}"

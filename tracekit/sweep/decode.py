@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.sweep.decode_limits import HOST, change_words, host_words, span, with_limits
 from tracekit.sweep.findings import PLATEAU_GAIN, _gib, _num, failed_findings
 from tracekit.sweep.fit import fit_table
 from tracekit.sweep.plan import config_columns
@@ -56,6 +57,12 @@ def _ms(v: float) -> str:
 
 def _bw(v: float) -> str:
     return f"{v / 1e12:.2f} TB/s" if v >= 1e12 else f"{v / 1e9:.1f} GB/s"
+
+
+def prepared(table: pd.DataFrame) -> pd.DataFrame:
+    """A generate table as the analysis reads it: every measured column (NaN where
+    absent) and what limits each row (:func:`tracekit.sweep.decode_limits.with_limits`)."""
+    return with_limits(complete(table))
 
 
 def generating(table: pd.DataFrame) -> bool:
@@ -77,7 +84,7 @@ def line_groups(table: pd.DataFrame, axis: str) -> list[tuple[dict[str, Any], pd
     return out
 
 
-def _line_name(fixed: dict[str, Any]) -> str:
+def line_name(fixed: dict[str, Any]) -> str:
     parts = [
         f"context {fixed['seq']}" if "seq" in fixed else "",
         *([f"batch {fixed['batch']}"] if "batch" in fixed else []),
@@ -91,12 +98,19 @@ def _line_name(fixed: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class Crossover:
-    """The measured crossover of one line along the batch."""
+    """The measured crossover of one line along the batch: a straight line
+    t = flat + slope·B through the GEMM times (relative least squares), its knee
+    flat / slope, and whether the sweep went past it."""
 
-    column: str  # decode_gemm_ms, or tpot_ms without GPU GEMM times
+    column: str  # decode_gemm_ms, or tpot_ms without GPU GEMM times (a CPU run)
     base_batch: int
     base_value: float
-    batch: float | None  # interpolated; None: not reached
+    flat_ms: float  # the fit's intercept: the part that does not grow with the batch
+    slope_ms: float  # per sequence
+    r2: float
+    knee: float | None  # flat / slope: the batch at which the growing part equals it
+    reached: bool  # the sweep measured it: knee <= max batch, time there >= 2 × flat
+    batch: float | None  # the knee when reached
     between: tuple[int, int] | None  # the sweep points around it
     max_batch: int
     growth_at_max: float  # value at the largest batch / at the smallest
@@ -106,9 +120,22 @@ class Crossover:
         return asdict(self)
 
 
+def _relative_line(b: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """(intercept, slope, R²) of y = a + c·b minimising the squared *relative* residuals
+    (each point weighs alike, whatever its size)."""
+    w = 1.0 / y
+    (a, c), *_ = np.linalg.lstsq(np.c_[w, b * w], np.ones_like(y), rcond=None)
+    fitted = a + c * b
+    ss = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1.0 - float(np.sum((y - fitted) ** 2)) / ss if ss else 1.0
+    return float(a), float(c), r2
+
+
 def measured_crossover(ok: pd.DataFrame) -> Crossover | None:
     """The crossover of the ok rows of one line along the batch (sorted by batch), or
-    None when fewer than two rows have the time it needs."""
+    None when fewer than two rows have the time it needs. The decode GEMMs' GPU time per
+    step (the trace) is fitted, never the step time, which a host-bound step sets; only
+    without any GPU time (a CPU run) the time per step stands in."""
     column = "decode_gemm_ms"
     if column not in ok or (ok[column].fillna(0) <= 0).all():
         column = "tpot_ms"
@@ -118,14 +145,13 @@ def measured_crossover(ok: pd.DataFrame) -> Crossover | None:
     b, y = b[keep], y[keep]
     if len(b) < 2:
         return None
-    target = CROSSOVER_GROWTH * y[0]
-    at, between = None, None
-    for i in range(1, len(b)):
-        if y[i] >= target:
-            lb0, lb1, ly0, ly1 = np.log(b[i - 1]), np.log(b[i]), np.log(y[i - 1]), np.log(y[i])
-            frac = (np.log(target) - ly0) / (ly1 - ly0) if ly1 > ly0 else 1.0
-            at, between = float(np.exp(lb0 + frac * (lb1 - lb0))), (int(b[i - 1]), int(b[i]))
-            break
+    a, c, r2 = _relative_line(b, y)
+    knee = a / c if a > 0 and c > 0 else None
+    reached = knee is not None and knee <= b[-1] and y[-1] >= CROSSOVER_GROWTH * a
+    between = None
+    if reached and knee is not None:
+        i = int(np.searchsorted(b, knee))
+        between = (int(b[max(0, i - 1)]), int(b[min(i, len(b) - 1)]))
     pred = (
         _num(ok["model_gemm_ridge_batch"].dropna().median())
         if "model_gemm_ridge_batch" in ok
@@ -135,7 +161,12 @@ def measured_crossover(ok: pd.DataFrame) -> Crossover | None:
         column=column,
         base_batch=int(b[0]),
         base_value=float(y[0]),
-        batch=at,
+        flat_ms=a,
+        slope_ms=c,
+        r2=r2,
+        knee=knee,
+        reached=reached,
+        batch=knee if reached else None,
         between=between,
         max_batch=int(b[-1]),
         growth_at_max=float(y[-1] / y[0]),
@@ -143,59 +174,101 @@ def measured_crossover(ok: pd.DataFrame) -> Crossover | None:
     )
 
 
-def _crossover_words(c: Crossover, ok: pd.DataFrame) -> str:
+def crossover_words(c: Crossover, ok: pd.DataFrame) -> str:
+    """The measured crossover in words: where the GEMMs' time doubles its flat part, or
+    how far the sweep is from it, beside the decode model's prediction."""
+    gemm = c.column == "decode_gemm_ms"
     what = (
-        "the decode GEMMs' GPU time per step"
-        if c.column == "decode_gemm_ms"
+        "the decode GEMMs' GPU time per step (the trace)"
+        if gemm
         else "the time per step (no GPU GEMM times: a CPU run, or no trace)"
     )
-    s = f"{what}, {_ms(c.base_value)} at batch {c.base_batch}, "
-    if c.batch is not None and c.between is not None:
-        s += (
-            f"reaches {CROSSOVER_GROWTH:g}× that at batch ≈ {c.batch:.0f} (between "
-            f"{c.between[0]} and {c.between[1]}): the measured crossover from memory- to "
-            "compute-bound"
+    last = ok[ok["batch"] == c.max_batch].iloc[-1]
+    fit = f"a + c·B fit, R² {c.r2:.3f}"
+    roof = _gemm_roof_words(ok, last) if gemm else ""
+    if c.reached and c.batch is not None and c.between is not None:
+        s = (
+            f"the measured crossover from memory- to compute-bound: {what}, flat at "
+            f"{_ms(c.flat_ms)}, doubles at batch ≈ {c.batch:.0f} (between {c.between[0]} and "
+            f"{c.between[1]}; {fit})"
         )
-    else:
-        s += f"grows only {c.growth_at_max:.2f}× up to batch {c.max_batch}: no crossover measured"
+        if c.predicted is not None:
+            s += (
+                f"; the decode model puts it at batch {c.predicted:.0f} (measured / predicted "
+                f"{c.batch / c.predicted:.2f})"
+            )
+        return s + roof
+    s = (
+        f"the memory-to-compute crossover is not reached up to batch {c.max_batch}: "
+        f"{what} grew {c.growth_at_max:.2f}× ({_ms(c.base_value)} → "
+        f"{_ms(c.base_value * c.growth_at_max)}) while the batch grew "
+        f"{c.max_batch / c.base_batch:.0f}×{roof}"
+    )
+    if c.knee is not None:
+        s += (
+            f"; a line through it ({fit}) would double its flat part at batch ≈ "
+            f"{c.knee:,.0f} (extrapolated)"
+        )
     if c.predicted is not None:
         s += f"; the decode model puts the GEMMs' ridge at batch {c.predicted:.0f}"
-        if c.batch is not None:
-            s += f" (measured / predicted {c.batch / c.predicted:.2f})"
-    last = ok.iloc[-1]
+    return s
+
+
+def _gemm_roof_words(ok: pd.DataFrame, last: pd.Series) -> str:
+    """Where the GEMMs run against the roofs: at the largest batch (matmul roof, their
+    intensity against the ridge point) and at the smallest (copy ceiling)."""
+    s = ""
     fl = _num(last.get("decode_gemm_flops_util_pct"))
     if math.isfinite(fl):
-        s += f"; at batch {int(last['batch'])} the GEMMs reach {fl:.0f} % of the matmul roof"
+        s += f"; at batch {int(last['batch'])} they run at {fl:.0f} % of the matmul roof"
+        it = _num(last.get("decode_gemm_intensity"))
+        ridge = _num(last.get("matmul_roof_flops")) / _num(last.get("bandwidth_roof_Bps"))
+        if math.isfinite(it) and math.isfinite(ridge):
+            s += f" (intensity {it:.0f} FLOP/B vs ridge {ridge:.0f})"
+    first = ok.iloc[0]
+    bw = _num(first.get("decode_gemm_bw_util_pct"))
+    if math.isfinite(bw):
+        s += (
+            f"; at batch {int(first['batch'])} they move their bytes at {bw:.0f} % of the "
+            "copy ceiling"
+        )
     return s
 
 
 def _plateau_words(ok: pd.DataFrame, c: Crossover | None) -> str:
+    """The first throughput plateau between two GPU-bound, steady rows, with its cause;
+    a dip between other rows is named the host's or the noise's."""
     tps = ok["tokens_per_s"].to_numpy(dtype=np.float64)
+    recs = ok.to_dict("records")
+    aside = ""
     for i in range(1, len(ok)):
-        if tps[i] < PLATEAU_GAIN * tps[i - 1]:
-            a, b = ok.iloc[i - 1], ok.iloc[i]
-            gain = 100 * (tps[i] / tps[i - 1] - 1)
-            kv = (
-                100
-                * _num(b.get("model_kv_read_bytes_per_step"))
-                / _num(b.get("model_decode_bytes_per_step"))
+        if not tps[i] < PLATEAU_GAIN * tps[i - 1]:
+            continue
+        a, b = recs[i - 1], recs[i]
+        gain = 100 * (tps[i] / tps[i - 1] - 1)
+        what = f"from batch {int(a['batch'])} to {int(b['batch'])} ({gain:+.0f} %)"
+        why = change_words(a, b, "batch")
+        if why is not None:
+            aside = aside or f"; the dip in tokens/s {what} is {why}"
+            continue
+        kv = (
+            100
+            * _num(b.get("model_kv_read_bytes_per_step"))
+            / _num(b.get("model_decode_bytes_per_step"))
+        )
+        s = f"tokens/s stops growing {what}"
+        if kv >= KV_BOUND_PCT:
+            return s + (
+                f": there the KV cache is {kv:.0f} % of the bytes a step reads (decode "
+                "model), and each sequence reads its own: batching does not amortise it" + aside
             )
-            s = (
-                f"tokens/s stops growing from batch {int(a['batch'])} to {int(b['batch'])} "
-                f"({gain:+.0f} %)"
-            )
-            if kv >= KV_BOUND_PCT:
-                return s + (
-                    f": there the KV cache is {kv:.0f} % of the bytes a step reads (decode "
-                    "model), and each sequence reads its own: batching does not amortise it"
-                )
-            if c is not None and c.batch is not None and b["batch"] >= c.batch:
-                return s + ": the decode GEMMs are past the crossover (compute-bound)"
-            return s + f" (KV cache {kv:.0f} % of the bytes; kind undetermined)"
+        if c is not None and c.batch is not None and b["batch"] >= c.batch:
+            return s + ": the decode GEMMs are past the crossover (compute-bound)" + aside
+        return s + f" (KV cache {kv:.0f} % of the bytes; kind undetermined)" + aside
     gain = tps[-1] / tps[0]
     return (
         f"tokens/s still grows ×{gain:.1f} from batch {int(ok.iloc[0]['batch'])} to "
-        f"{int(ok.iloc[-1]['batch'])}"
+        f"{int(ok.iloc[-1]['batch'])}" + aside
     )
 
 
@@ -292,24 +365,30 @@ def _wall_words(w: CapacityWall) -> str:
 # --------------------------------------------------------------------------- context
 
 
-def kv_read_bandwidth(ok: pd.DataFrame) -> tuple[float, float, float] | None:
-    """(bandwidth [B/s], slope [ms per token of context], R²) of the KV read along one
-    line of context (ok rows), or None with fewer than two contexts."""
+def kv_read_bandwidth(ok: pd.DataFrame) -> tuple[float, float, float, str] | None:
+    """(bandwidth [B/s], slope [ms per token of context], R², the time fitted) of the KV
+    read along one line of context (ok rows), or None with fewer than two contexts. The
+    GPU busy time per step (the trace) is fitted where known — a host-bound step's time
+    does not follow the bytes it reads — else the time per step."""
     x = ok["seq"].to_numpy(dtype=np.float64)
-    y = ok["tpot_ms"].to_numpy(dtype=np.float64)
     per_tok = ok["model_kv_bytes_per_token"].to_numpy(dtype=np.float64) * ok["batch"].to_numpy(
         dtype=np.float64
     )
-    keep = np.isfinite(y) & np.isfinite(per_tok)
-    if len(np.unique(x[keep])) < 2:
-        return None
-    k, _, r2 = _linear(x[keep], y[keep])
-    if not k > 0:
-        return None
-    return float(np.median(per_tok[keep])) / (k / 1e3), k, r2
+    for column in ("decode_gpu_busy_ms", "tpot_ms"):
+        if column not in ok:
+            continue
+        y = ok[column].to_numpy(dtype=np.float64)
+        keep = np.isfinite(y) & np.isfinite(per_tok) & (y > 0)
+        if len(np.unique(x[keep])) < 2:
+            continue
+        k, _, r2 = _linear(x[keep], y[keep])
+        if not k > 0:
+            return None
+        return float(np.median(per_tok[keep])) / (k / 1e3), k, r2, column
+    return None
 
 
-def _context_words(ok: pd.DataFrame) -> str:
+def _context_words(ok: pd.DataFrame) -> list[str]:
     first, last = ok.iloc[0], ok.iloc[-1]
     per = _num(first.get("model_kv_bytes_per_token"))
     share = 100 * _num(last["kv_cache_bytes"]) / _num(last["peak_bytes"])
@@ -322,38 +401,50 @@ def _context_words(ok: pd.DataFrame) -> str:
     )
     kv = kv_read_bandwidth(ok)
     if kv is not None:
-        bw, k, r2 = kv
+        bw, k, r2, column = kv
         roof = (
             _num(ok["bandwidth_roof_Bps"].dropna().median())
             if "bandwidth_roof_Bps" in ok
             else math.nan
         )
         pct = f" = {100 * bw / roof:.0f} % of the copy ceiling" if math.isfinite(roof) else ""
+        what = "of GPU time per step (the trace)" if column != "tpot_ms" else "per step"
         s += (
-            f"; each 1k tokens of context add {1e3 * k:.3f} ms per step (R² {r2:.3f}): the "
+            f"; each 1k tokens of context add {1e3 * k:.3f} ms {what} (R² {r2:.3f}): the "
             f"extra KV cache is read at {_bw(bw)}{pct}"
         )
-    return s
+    return [s, *host_words(ok, "seq", lever=False)]
 
 
 # --------------------------------------------------------------------------- findings
 
 
 def _utilisation_words(ok: pd.DataFrame) -> str:
+    """The decode model's bytes per step over the time per step and over the GPU's busy
+    time, as % of the copy ceiling."""
     u = ok["decode_bw_util_pct"].to_numpy(dtype=np.float64)
     if not np.isfinite(u).any():
         return ""
     i = int(np.nanargmax(u))
     r = ok.iloc[i]
     s = (
-        f"decode reaches at most {u[i]:.0f} % of the copy ceiling (the decode model's bytes "
-        f"over the time per step, {_bw(_num(r['decode_model_bw_Bps']))} at batch "
+        f"the decode model's bytes per step reach {span(u, _pct)} % of the copy ceiling over "
+        f"the time per step (at most {_bw(_num(r['decode_model_bw_Bps']))}, batch "
         f"{int(r['batch'])})"
     )
+    busy = ok["decode_busy_bw_util_pct"].to_numpy(dtype=np.float64)
+    if np.isfinite(busy).any():
+        s += f" and {span(busy, _pct)} % over the GPU's busy time (the kernels while they run)"
     k = _num(r.get("decode_kernel_bw_util_pct"))
     if math.isfinite(k):
-        s += f"; by the kernels' bytes {k:.0f} %"
+        s += f"; by the kernels' bytes {k:.0f} % at batch {int(r['batch'])}"
+    if (ok["decode_limit"] == HOST).any():
+        s += "; over a host-bound step the figure measures the host's launch pace, not the memory"
     return s
+
+
+def _pct(v: float) -> str:
+    return f"{v:.0f}"
 
 
 def batch_findings(table: pd.DataFrame) -> list[str]:
@@ -366,20 +457,18 @@ def batch_findings(table: pd.DataFrame) -> list[str]:
         ta, tb = _num(a["time_per_token_ms"]), _num(b["time_per_token_ms"])
         sa, sb = _num(a["tpot_ms"]), _num(b["tpot_ms"])
         s = (
-            f"Along batch ({_line_name(fixed)}): the time per token "
+            f"Along batch ({line_name(fixed)}): the time per token "
             f"{'falls' if tb < ta else 'rises'} from {_ms(ta)} at batch {int(a['batch'])} to "
             f"{_ms(tb)} at batch {int(b['batch'])} (tokens/s {_num(a['tokens_per_s']):,.0f} → "
             f"{_num(b['tokens_per_s']):,.0f}) while the time per step "
             f"{'grows' if sb >= sa else 'falls'} from {_ms(sa)} to {_ms(sb)}"
         )
         c = measured_crossover(ok)
-        parts = [s]
+        parts = [s, *host_words(ok, "batch")]
         if c is not None:
-            parts.append(_crossover_words(c, ok))
+            parts.append(crossover_words(c, ok))
         parts.append(_plateau_words(ok, c))
-        util = _utilisation_words(ok)
-        if util:
-            parts.append(util)
+        parts.append(_utilisation_words(ok))
         w = capacity_wall(g, "batch")
         if w is not None and (w.oom_at is not None or w.wall is not None):
             parts.append(_wall_words(w))
@@ -396,9 +485,10 @@ def context_findings(table: pd.DataFrame) -> list[str]:
     out = []
     for fixed, g in line_groups(table, "seq"):
         ok = g[g["status"] == "ok"]
-        parts = [f"Along context ({_line_name(fixed)})"]
+        parts = [f"Along context ({line_name(fixed)})"]
         if len(ok):
-            parts[0] += ": " + _context_words(ok)
+            first, *rest = _context_words(ok)
+            parts = [parts[0] + ": " + first, *rest]
         w = capacity_wall(g, "seq")
         if w is not None and (w.oom_at is not None or w.wall is not None):
             parts.append(_wall_words(w))
@@ -408,21 +498,32 @@ def context_findings(table: pd.DataFrame) -> list[str]:
 
 
 def roofline_findings(table: pd.DataFrame) -> list[str]:
+    """The time per step, and the GPU's busy time per step, against the decode model's
+    roofline time."""
     ok = table[(table["status"] == "ok")]
     r = (ok["tpot_ms"] / ok["model_tpot_ms"]).replace([np.inf, -np.inf], np.nan).dropna()
     if not len(r):
         return []
     lo, hi = ok.loc[r.idxmin()], ok.loc[r.idxmax()]
-    return [
+    s = (
         f"The measured time per step is {r.min():.2f}–{r.max():.2f}× the decode model's "
         f"roofline time (weights and KV cache at the copy ceiling, FLOPs at the matmul "
-        f"roof): closest at {lo['key']}, farthest at {hi['key']}."
-    ]
+        f"roof): closest at {lo['key']}, farthest at {hi['key']}"
+    )
+    busy = (ok["decode_gpu_busy_ms"] / ok["model_tpot_ms"]).replace([np.inf, -np.inf], np.nan)
+    busy = busy.dropna()
+    if len(busy):
+        blo, bhi = ok.loc[busy.idxmin()], ok.loc[busy.idxmax()]
+        s += (
+            f"; the GPU's busy time per step {busy.min():.2f}–{busy.max():.2f}× it (closest "
+            f"at {blo['key']}, farthest at {bhi['key']})"
+        )
+    return [s + "."]
 
 
 def generate_findings(table: pd.DataFrame) -> list[str]:
     """All findings of a generate sweep, in reading order."""
-    table = complete(table)
+    table = prepared(table)
     out = batch_findings(table) + context_findings(table) + roofline_findings(table)
     return out + failed_findings(table[table["status"] == "error"])
 
@@ -457,7 +558,7 @@ def linear_fits(table: pd.DataFrame) -> pd.DataFrame:
 
 def generate_fits(table: pd.DataFrame) -> pd.DataFrame:
     """``fits.csv`` of a generate sweep: power laws (``fit`` power) and lines."""
-    table = complete(table)
+    table = prepared(table)
     power = fit_table(table, POWER_QUANTITIES).assign(fit="power")
     lin = linear_fits(table)
     frame: pd.DataFrame = pd.concat([power, lin], ignore_index=True) if len(lin) else power
@@ -467,12 +568,12 @@ def generate_fits(table: pd.DataFrame) -> pd.DataFrame:
 def walls_table(table: pd.DataFrame) -> pd.DataFrame:
     """``decode.csv``: per line, the measured crossover against the predicted one (along
     batch) and the capacity wall (along batch and context)."""
-    table = complete(table)
+    table = prepared(table)
     recs: list[dict[str, Any]] = []
     for axis in ("batch", "seq"):
         for fixed, g in line_groups(table, axis):
             ok = g[g["status"] == "ok"]
-            rec: dict[str, Any] = {"axis": axis, "line": _line_name(fixed)}
+            rec: dict[str, Any] = {"axis": axis, "line": line_name(fixed)}
             c = measured_crossover(ok) if axis == "batch" and len(ok) >= 2 else None
             if c is not None:
                 rec.update({f"crossover_{k}": v for k, v in c.to_dict().items()})
@@ -482,6 +583,9 @@ def walls_table(table: pd.DataFrame) -> pd.DataFrame:
             if axis == "seq" and len(ok):
                 kv = kv_read_bandwidth(ok)
                 rec["kv_read_bw_Bps"] = kv[0] if kv else math.nan
+                rec["kv_read_fitted"] = kv[3] if kv else None
+            host = ok[(ok["decode_limit"] == HOST).to_numpy()]
+            rec["host_bound"] = ",".join(str(int(v)) for v in host[axis]) or None
             recs.append(rec)
     frame: pd.DataFrame = pd.DataFrame(recs)
     return frame

@@ -23,6 +23,7 @@ from tracekit.summary.memory_model import (
     StepOptions,
     estimate,
 )
+from tracekit.sweep.decode_limits import limit_columns
 from tracekit.sweep.plan import Point
 
 # Columns the classify stage fills: one time share per class.
@@ -292,6 +293,8 @@ def run_row(
         if config.get("workload") == "generate" and manifest and not manifest.get("ceilings"):
             man = {**manifest, "ceilings": ceil}  # one roof for every row of the sweep
         row.update(trace_columns(run_dir, man, row["matmul_roof_flops"], notes))
+    if config.get("workload") == "generate":  # what limits the decode step: host or GPU
+        row.update(limit_columns(row))
     row["notes"] = "; ".join(notes) or None
     return row
 
