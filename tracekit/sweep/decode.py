@@ -147,7 +147,7 @@ def measured_crossover(ok: pd.DataFrame) -> Crossover | None:
         return None
     a, c, r2 = _relative_line(b, y)
     knee = a / c if a > 0 and c > 0 else None
-    reached = knee is not None and knee <= b[-1] and y[-1] >= CROSSOVER_GROWTH * a
+    reached = bool(knee is not None and knee <= b[-1] and y[-1] >= CROSSOVER_GROWTH * a)
     between = None
     if reached and knee is not None:
         i = int(np.searchsorted(b, knee))
