@@ -281,7 +281,8 @@ def decode_bandwidth(d: dict[str, Any]) -> bytes:
     """A generate run's decode steps: left, the bandwidth each achieves by the decode
     model's, the kernels' and the measured bytes against the roof; right, each step's GPU
     time by kind beside its time per token and the roofline's. ``context``, ``model_bw``,
-    ``kernel_bw``, ``measured_bw`` [B/s], ``tpot_ms``, ``model_tpot_ms``, ``gemm_ms``,
+    ``kernel_bw``, ``measured_bw``, ``model_busy_bw`` (over the GPU busy time) [B/s],
+    ``tpot_ms``, ``model_tpot_ms``, ``gemm_ms``,
     ``attention_ms``, ``other_ms`` (arrays, one per step), ``roof`` [B/s] (None:
     unknown), ``roof_label``, ``basis``, ``title``."""
     fig = Figure(figsize=(11, 4.4))
@@ -296,6 +297,9 @@ def decode_bandwidth(d: dict[str, Any]) -> bytes:
         v = d[col]
         if np.isfinite(v).any():
             left.plot(ctx, v / 1e9, style, ms=3, label=f"{label} / time per step")
+    busy = d.get("model_busy_bw", np.zeros(0))
+    if np.isfinite(busy).any():  # what the kernels reach while they run
+        left.plot(ctx, busy / 1e9, "--v", ms=3, label="decode model's bytes / GPU busy time")
     if d["roof"]:
         left.axhline(d["roof"] / 1e9, color="k", ls="--", lw=1,
                      label=plain(f"bandwidth roof {d['roof_label']}"))  # fmt: skip

@@ -86,8 +86,11 @@ def _per_token(g: GenerateFacts) -> str:
 
 def _busy(g: GenerateFacts) -> str:
     return (
-        f"while the GPU works (the trace's busy time per step) the kernels move "
-        f"{fmt.pct(g.mean('busy_bw_pct'))} of the roof; over the whole step "
+        f"the GPU works {fmt.ms(g.mean('gpu_busy_ms'))} of each decode step "
+        f"({fmt.pct(g.mean('gpu_busy_pct'))}); while it works the decode model's bytes move "
+        f"{fmt.pct(g.mean('model_busy_bw_pct'))} of the roof, the kernels' "
+        f"{fmt.pct(g.mean('busy_bw_pct'))}; over the whole step "
+        f"{fmt.pct(g.mean('model_bw_pct'))} and "
         f"{fmt.pct(g.mean('measured_bw_pct') if g.measured else g.mean('kernel_bw_pct'))}"
     )
 
@@ -155,7 +158,9 @@ STEP_COLUMNS: list[tuple[str, str, str, Fmt]] = [
     ("% of roof (model)", "model", "model_bw_pct", fmt.pct),
     ("% of roof (kernels)", "kern", "kernel_bw_pct", fmt.pct),
     ("% of roof (measured)", "meas", "measured_bw_pct", fmt.pct),
-    ("% of roof while busy", "busy", "busy_bw_pct", fmt.pct),
+    ("GPU busy % of step", "GPU%", "gpu_busy_pct", fmt.pct),
+    ("% of roof while busy (model)", "mbusy", "model_busy_bw_pct", fmt.pct),
+    ("% of roof while busy (kernels)", "busy", "busy_bw_pct", fmt.pct),
     ("roofline time", "roof ms", "model_tpot_ms", lambda v: fmt.num(v, 3)),
     ("GEMM ms", "GEMM", "gemm_ms", lambda v: fmt.num(v, 3)),
     ("attention ms", "attn", "attention_ms", lambda v: fmt.num(v, 3)),
@@ -210,7 +215,8 @@ TERMINAL_STEP: list[tuple[str, str, Fmt]] = [
     ("model%", "model_bw_pct", _p),
     ("kern%", "kernel_bw_pct", _p),
     ("meas%", "measured_bw_pct", _p),
-    ("busy%", "busy_bw_pct", _p),
+    ("GPU%", "gpu_busy_pct", _p),
+    ("busy%", "model_busy_bw_pct", _p),
     ("roof ms", "model_tpot_ms", lambda v: fmt.num(v, 3)),
     ("GEMM", "gemm_ms", lambda v: fmt.num(v, 3)),
     ("attn", "attention_ms", lambda v: fmt.num(v, 3)),

@@ -137,8 +137,8 @@ def decode_bandwidth_data(sm: Summary) -> dict[str, Any]:
     """A generate run's per-step bandwidths against the roof and its per-step time split
     (``Summary.generate``; empty arrays for a training run)."""
     g = sm.generate
-    cols = ("context", "model_bw", "kernel_bw", "measured_bw", "tpot_ms", "model_tpot_ms",
-            "gemm_ms", "attention_ms", "other_ms")  # fmt: skip
+    cols = ("context", "model_bw", "kernel_bw", "measured_bw", "model_busy_bw", "tpot_ms",
+            "model_tpot_ms", "gemm_ms", "attention_ms", "other_ms")  # fmt: skip
     if g is None:
         return {c: np.zeros(0) for c in cols} | {"roof": None, "roof_label": "", "title": ""}
     out: dict[str, Any] = {c: g.per_step[c].to_numpy(dtype=float) for c in cols}

@@ -180,7 +180,8 @@ def _step_summary(w: _Writer, sm: Summary, t: float) -> None:
 GENERATE_STEP_SCALARS = tuple(
     c
     for c in GEN.PER_STEP_COLUMNS
-    if c not in ("step", "trace_step_ms", "kernel_bw", "measured_bw", "model_flops")
+    if c
+    not in ("step", "trace_step_ms", "kernel_bw", "measured_bw", "model_busy_bw", "model_flops")
 )
 
 

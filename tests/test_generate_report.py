@@ -234,3 +234,40 @@ def test_a_training_report_has_no_generate_section() -> None:
     assert sm.generate is None and sm.kv is None and sm.summary["generate"] is None
     assert "parameters" in sm.summary["step_summary"]["analytic_traffic"]
     assert isinstance(sm.step_summary.per_step, pd.DataFrame)
+
+
+def test_a_host_bound_decode_step(tmp_path: Path) -> None:
+    """The same trace with the host setting the pace: 0.5 ms per decode step for 65 µs of
+    kernels (13 %). The verdict is the step verdict's launch/host-bound (GPU idle ≥ 20 %,
+    as for training), the bandwidth over the step is named the host's beside the one over
+    the GPU's busy time, and the lever is the decode step as a CUDA graph."""
+    run = G.write_run(tmp_path / "host")
+    m = json.loads((run / "manifest.json").read_text())
+    slow = {"median": 0.5, "p10": 0.45, "p90": 0.6, "mean": 0.5, "n": 12}
+    m["metrics"].update(step_time_ms=slow, tpot_ms=slow, tpot_ms_by_step=[0.5] * 4)
+    (run / "manifest.json").write_text(json.dumps(m))
+    t = load(run)
+    sm = summarize(t, classify_trace(t, None, None))
+    v = sm.verdict
+    assert v.verdict == "launch/host-bound" and v.shares_pct["gpu_work"] == pytest.approx(13.0)
+    g = sm.generate
+    ps = g.per_step
+    assert ps["gpu_busy_pct"].tolist() == pytest.approx([13.0] * 4)
+    assert ps["model_busy_bw_pct"].tolist() == pytest.approx(
+        [100 * b / 65e-6 / G.BW for b in MODEL_BYTES]
+    )
+    assert ps["model_bw_pct"].tolist() == pytest.approx(
+        [100 * b / 0.5e-3 / G.BW for b in MODEL_BYTES]
+    )
+    host = next(e for e in v.evidence if e.startswith("the GPU works 13.0 % of the decode step"))
+    assert "its time is the host's launch pace (0.500 ms for 0.065 ms of kernels)" in host
+    assert "so the 7.3 % of the roof over it measures the host, not the memory" in host
+    assert "while the GPU works the decode model's bytes reach 55.9 %" in host
+    bw = next(e for e in v.evidence if e.startswith("a decode step reads"))
+    assert "over the GPU's busy time (0.065 ms per step, 13.0 % of it) the same bytes move" in bw
+    assert "CUDA graph, as gpt-fast and vLLM do" in v.lever and "0.500 → 0.065 ms" in v.lever
+    d = sm.summary["generate"]["decode"]
+    assert d["gpu_busy_ms"] == pytest.approx(0.065) and d["gpu_busy_pct"] == pytest.approx(13.0)
+    assert d["model_busy_bw_pct"] == pytest.approx(
+        np.mean([100 * b / 65e-6 / G.BW for b in MODEL_BYTES])
+    )

@@ -3,8 +3,10 @@
 The step verdict of :mod:`tracekit.summary.verdict` judges a decode step as it judges a
 training step (the split of its time, then the kernels' bounds); for a generate run
 :func:`decode_verdict` adds the decode evidence — the decode model's bytes per step over
-the time per output token against the bandwidth roof, the decode GEMMs' intensity against
-the ridge point — and replaces the training levers by the decode ones.
+the time per output token against the bandwidth roof (and over the GPU's busy time), the
+decode GEMMs' intensity against the ridge point; for a launch/host-bound step, why its
+bandwidth over the step is the host's — and replaces the training levers by the decode
+ones (for a launch/host-bound step: the decode step as a CUDA graph).
 """
 
 from __future__ import annotations
@@ -56,7 +58,26 @@ def bandwidth_words(g: GenerateFacts) -> str:
         text += f"; the kernels' modelled bytes give {_pct(g.mean('kernel_bw_pct'))}"
     if g.measured and _ok(g.mean("measured_bw")):
         text += f", Nsight Compute's DRAM bytes {_pct(g.mean('measured_bw_pct'))}"
+    if _ok(g.mean("model_busy_bw")):
+        text += (
+            f"; over the GPU's busy time ({g.mean('gpu_busy_ms') or math.nan:.3f} ms per step, "
+            f"{_pct(g.mean('gpu_busy_pct'))} of it) the same bytes move at "
+            f"{_si(g.mean('model_busy_bw'), 'B/s')} = {_pct(g.mean('model_busy_bw_pct'))} of "
+            "the roof"
+        )
     return text
+
+
+def host_words(g: GenerateFacts) -> str:
+    """Why a launch/host-bound decode step's bandwidth over its time is not the memory's."""
+    return (
+        f"the GPU works {_pct(g.mean('gpu_busy_pct'))} of the decode step: its time is the "
+        f"host's launch pace ({g.mean('tpot_ms') or math.nan:.3f} ms for "
+        f"{g.mean('gpu_busy_ms') or math.nan:.3f} ms of kernels), so the "
+        f"{_pct(g.mean('model_bw_pct'))} of the roof over it measures the host, not the "
+        f"memory; while the GPU works the decode model's bytes reach "
+        f"{_pct(g.mean('model_busy_bw_pct'))}"
+    )
 
 
 def gemm_words(g: GenerateFacts) -> str:
@@ -112,10 +133,15 @@ def _memory_lever(g: GenerateFacts) -> str:
 
 
 def _host_lever(g: GenerateFacts) -> str:
+    tpot, busy = g.mean("tpot_ms"), g.mean("gpu_busy_ms")
+    toward = (
+        f": the step falls toward its GPU time, {tpot:.3f} → {busy:.3f} ms" if tpot and busy else ""
+    )
     return (
-        "launch fewer kernels per decode step: capture it as a CUDA graph (the "
-        "preallocated KV cache keeps shapes static: torch.compile(mode='reduce-overhead')), "
-        "fuse with torch.compile; a larger batch gives each launch more work"
+        "launch the decode step as one CUDA graph, as gpt-fast and vLLM do (the "
+        "preallocated KV cache keeps shapes static: torch.compile(mode='reduce-overhead') "
+        f"or torch.cuda.graphs){toward}; fuse with torch.compile; a larger batch gives each "
+        "launch more work"
     )
 
 
@@ -136,9 +162,10 @@ _LEVERS = {
 def decode_verdict(v: Verdict, g: GenerateFacts) -> Verdict:
     """The step verdict with the decode evidence and levers."""
     lever = _LEVERS.get(v.verdict)
+    host = [host_words(g)] if v.verdict == "launch/host-bound" and g.has_gpu else []
     return replace(
         v,
-        evidence=[*v.evidence, bandwidth_words(g), gemm_words(g)],
+        evidence=[*v.evidence, bandwidth_words(g), *host, gemm_words(g)],
         lever=lever(g) if lever is not None else v.lever,
     )
 
@@ -189,6 +216,10 @@ def generate_json(
             "measured_bw": g.mean("measured_bw"),
             "measured_bw_pct": g.mean("measured_bw_pct"),
             "busy_bw_pct": g.mean("busy_bw_pct"),
+            "gpu_busy_ms": g.mean("gpu_busy_ms"),
+            "gpu_busy_pct": g.mean("gpu_busy_pct"),
+            "model_busy_bw": g.mean("model_busy_bw"),
+            "model_busy_bw_pct": g.mean("model_busy_bw_pct"),
             "roofline_tpot_ms": roof_tpot,
             "tpot_over_roofline": mean_tpot / roof_tpot if mean_tpot and roof_tpot else None,
         },

@@ -15,7 +15,10 @@ Definitions (docs/generate.md repeats them):
   Compute, ``--counters``; modelled bytes for the kernels without counters). Each over the
   step's time per output token is an **achieved bandwidth**; its share of the bandwidth
   roof (the run's measured copy bandwidth first) is the memory wall's number. Over the
-  step's GPU busy time instead (the trace) it is the bandwidth **while the GPU works**.
+  step's GPU busy time instead (the trace) it is the bandwidth **while the GPU works**:
+  the decode model's bytes (``model_busy_bw``) and the kernels' (``busy_bw_pct``). When the
+  GPU idles much of the step (``gpu_busy_pct`` = busy / time per token low: a
+  launch/host-bound step) the first measures the host, the second the kernels.
 * The **decode GEMMs** are the ``gemm`` kernels of the decode steps: matrix-vector-like
   products with M = batch rows; their intensity is FLOPs / bytes over all of them, their
   bound that intensity against the ridge point of their pipe.
@@ -62,6 +65,9 @@ PER_STEP_COLUMNS = [
     "kernel_bw_pct",
     "measured_bw_pct",
     "busy_bw_pct",
+    "gpu_busy_pct",
+    "model_busy_bw",
+    "model_busy_bw_pct",
     "model_tpot_ms",
     "gemm_ms",
     "attention_ms",
@@ -272,6 +278,7 @@ def per_step_table(
     kbytes = kb["bytes_modelled"].to_numpy(dtype=np.float64)
     meas = kb["bytes_measured"].to_numpy(dtype=np.float64)
     busy = st["gpu_busy_ms"].to_numpy(dtype=np.float64) / 1e3
+    on = np.where(busy > 0, busy, np.nan)  # a CPU run's steps have no GPU busy time
     g = dm.shape
     with np.errstate(invalid="ignore", divide="ignore"):
         out = pd.DataFrame(
@@ -291,7 +298,10 @@ def per_step_table(
                 "model_bw_pct": 100.0 * mb / secs / bw,
                 "kernel_bw_pct": 100.0 * kbytes / secs / bw,
                 "measured_bw_pct": 100.0 * meas / secs / bw,
-                "busy_bw_pct": 100.0 * np.where(np.isfinite(meas), meas, kbytes) / busy / bw,
+                "busy_bw_pct": 100.0 * np.where(np.isfinite(meas), meas, kbytes) / on / bw,
+                "gpu_busy_pct": 100.0 * busy / secs,
+                "model_busy_bw": mb / on,
+                "model_busy_bw_pct": 100.0 * mb / on / bw,
                 "model_tpot_ms": [
                     1e3 * s.time_s(bw, peak) if peak and roofs.bandwidth else math.nan
                     for s in model

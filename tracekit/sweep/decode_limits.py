@@ -52,7 +52,7 @@ def _f(v: Any) -> float:
         return math.nan
 
 
-def limit_columns(row: Mapping[str, Any]) -> dict[str, Any]:
+def limit_columns(row: Mapping[Any, Any]) -> dict[str, Any]:
     """:data:`LIMIT_COLUMNS` of one generate row (NaN / None where a figure is missing)."""
     tpot, busy = _f(row.get("tpot_ms")), _f(row.get("decode_gpu_busy_ms"))
     ok = tpot > 0 and busy > 0
@@ -110,11 +110,11 @@ def short_limit(v: object) -> str:
     return {HOST: "host", GPU: "GPU"}.get(str(v), "-")
 
 
-def host_bound(r: Mapping[str, Any]) -> bool:
+def host_bound(r: Mapping[Any, Any]) -> bool:
     return r.get("decode_limit") == HOST
 
 
-def noisy(r: Mapping[str, Any]) -> bool:
+def noisy(r: Mapping[Any, Any]) -> bool:
     return _f(r.get("tpot_spread_pct")) > NOISE_PCT
 
 
@@ -229,7 +229,7 @@ def _noise_words(host: pd.DataFrame, axis: str, name: str) -> str:
     return s
 
 
-def change_words(a: Mapping[str, Any], b: Mapping[str, Any], axis: str) -> str | None:
+def change_words(a: Mapping[Any, Any], b: Mapping[Any, Any], axis: str) -> str | None:
     """Why a change from row ``a`` to row ``b`` cannot be read as the GPU's (None: both
     GPU-bound and steady, or unknown)."""
     if host_bound(a) or host_bound(b):
