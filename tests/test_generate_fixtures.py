@@ -30,6 +30,8 @@ EXACT: dict[str, dict[tuple[str, ...], float]] = {
         ("decode", "kernel_bw_pct"): 5.028328425738382,
         ("decode", "measured_bw_pct"): 5.007839686535349,
         ("decode", "busy_bw_pct"): 24.523273429542577,
+        ("decode", "gpu_busy_pct"): 20.420449398561125,
+        ("decode", "model_busy_bw_pct"): 24.26247561595406,
         ("gemm", "intensity"): 7.9734030206569395,
         ("gemm", "ms_per_step"): 0.5511088125,
         ("time", "prefill_gpu_pct"): 7.924270928688047,
@@ -41,6 +43,8 @@ EXACT: dict[str, dict[tuple[str, ...], float]] = {
         ("decode", "kernel_bw_pct"): 3.487021380713845,
         ("decode", "measured_bw_pct"): 3.4637308263800883,
         ("decode", "busy_bw_pct"): 18.338081139048448,
+        ("decode", "gpu_busy_pct"): 18.888423839706835,
+        ("decode", "model_busy_bw_pct"): 18.133025539672765,
         ("gemm", "intensity"): 11.005764390679548,
         ("gemm", "ms_per_step"): 0.25574621875,
         ("time", "prefill_gpu_pct"): 5.980448739003078,
@@ -104,6 +108,9 @@ def test_prefill_kv_cache_and_the_summary_block(gen: tuple[Path, Any]) -> None:
     assert sm.verdict is not None and any("decode model" in e for e in sm.verdict.evidence)
     if run.name in EXACT:  # batch 8 on an H200: the GPU works ~20 % of a decode step
         assert sm.verdict.verdict == "launch/host-bound"
+        # the bandwidth over the step is the host's; the lever is the decode step as a graph
+        assert any("measures the host, not the memory" in e for e in sm.verdict.evidence)
+        assert "CUDA graph" in sm.verdict.lever
     for path, value in EXACT.get(run.name, {}).items():
         got: Any = doc
         for k in path:
