@@ -34,10 +34,14 @@ class Measured:
     inputs: dict[str, Any] | None = None
     device_type: str | None = None
     memory_points: tuple[str, ...] = ()
+    probed: str = "the timed steps"  # where inputs and average memory were read
 
 
 def per_step(
-    samples: int | None, tokens: int | None, inputs: dict[str, Any] | None
+    samples: int | None,
+    tokens: int | None,
+    inputs: dict[str, Any] | None,
+    probed: str = "the timed steps",
 ) -> tuple[int | None, int | None, str]:
     """Samples and tokens per step: the options' values, else those inferred from the
     model's inputs (:class:`tracekit.collectors.introspect.InputRecorder`); and a sentence
@@ -57,7 +61,7 @@ def per_step(
     if inferred:
         parts.append(
             f"{' and '.join(inferred)} per step inferred from the model's input "
-            f"{inputs['argument'] if inputs else ''} (median over the timed steps)"
+            f"{inputs['argument'] if inputs else ''} (median over {probed})"
         )
     if samples is None or tokens is None:
         parts.append(
@@ -102,8 +106,8 @@ def metrics(
         "final_loss": None,
         "memory_method": (
             "peak: torch.cuda.max_memory_allocated/reserved over the timed steps after "
-            "reset_peak_memory_stats; avg: mean of torch.cuda.memory_allocated sampled "
-            f"{'; '.join(m.memory_points) if m.memory_points else 'nowhere'}"
+            "reset_peak_memory_stats; avg: mean of torch.cuda.memory_allocated sampled in "
+            f"{m.probed}: {'; '.join(m.memory_points) if m.memory_points else 'nowhere'}"
             if m.device_type == "cuda"
             else "not measured on CPU (no caching-allocator counters)"
         ),
@@ -134,7 +138,7 @@ def build(
     ``tokens_per_step`` as given, None otherwise) and the runner's (``step_definition``)."""
     m = measured
     samples, tokens, source = per_step(
-        config.get("samples_per_step"), config.get("tokens_per_step"), m.inputs
+        config.get("samples_per_step"), config.get("tokens_per_step"), m.inputs, m.probed
     )
     n_params = optimizer["n_params"] if optimizer else None
     step_definition = str(config.get("step_definition", "from one step end to the next"))

@@ -121,6 +121,18 @@ class Phases:
         self.profiled = self.timed + cfg.steps
         self.snapshot = self.profiled + cfg.profiler.steps
         self.done = self.snapshot + (cfg.snapshot_steps if snapshot else 0)
+        # The probed steps (the model's input, average memory) follow step end probe_from
+        # up to probe_to: the warm-up steps after the first, so that the timed steps run
+        # without tracekit's hooks; with one warm-up step, the profiled steps.
+        self.probe_from, self.probe_to = (
+            (1, self.timed) if cfg.warmup >= 2 else (self.profiled, self.snapshot)
+        )
+
+    def probed(self) -> str:
+        """Which steps are probed, in words."""
+        lo, hi = self.probe_from + 1, self.probe_to
+        where = "warm-up" if self.probe_to == self.timed else "profiled"
+        return f"the {where} step{'s' if hi > lo else ''} {lo}" + (f"-{hi}" if hi > lo else "")
 
     def describe(self, cfg: SessionConfig) -> str:
         p = cfg.profiler
@@ -134,7 +146,12 @@ class Phases:
 
 
 class BoundaryTimer:
-    """Times steps between two step ends without synchronising; :meth:`millis` syncs once."""
+    """Times steps between step ends without synchronising; :meth:`millis` syncs once.
+
+    One mark per step end: a CUDA event recorded on the current stream (``perf_counter``
+    on CPU); :meth:`lap` ends the open step and starts the next at the same mark, as a
+    loop that records one event per iteration does. :meth:`start`/:meth:`stop` leave out
+    what runs between two steps (the profiler's ``step()``)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -156,6 +173,12 @@ class BoundaryTimer:
             self._spans.append((self._open, self._mark()))
             self._open = None
 
+    def lap(self) -> None:
+        mark = self._mark()
+        if self._open is not None:
+            self._spans.append((self._open, mark))
+        self._open = mark
+
     def millis(self) -> list[float]:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -163,14 +186,19 @@ class BoundaryTimer:
         return [(e - s) * 1e3 for s, e in self._spans]
 
 
-class Probes:
-    """Hooks that watch the user's loop without changing it.
+AT_STEP_END = "at the step's end (after the optimizer step)"
 
-    Global optimizer step hooks record which optimizers step; when sampling (the timed
-    steps on CUDA) ``torch.cuda.memory_allocated`` (a host-side counter: no sync) is read
-    where ``collect`` reads it: at the step's end (after the optimizer step), after the
-    backward pass (the optimizer's pre-step hook), and — once the model is found — before
-    and after its forward (module hooks; no-ops inside ``torch.compile``)."""
+
+class Probes:
+    """Hooks that watch the user's loop without changing it, only in the probed steps.
+
+    Global optimizer step hooks record which optimizers step (from the first step on);
+    in the probed steps (:meth:`start` … :meth:`stop`) ``torch.cuda.memory_allocated`` (a
+    host-side counter: no sync, but tens of µs of Python) is read where ``collect`` reads
+    it: at the step's end (after the optimizer step), after the backward pass (the
+    optimizer's pre-step hook), and before and after the model's forward (module hooks;
+    no-ops inside ``torch.compile``), where an :class:`InputRecorder` also records the
+    model's input. :meth:`stop` removes every hook: the timed steps run without them."""
 
     def __init__(self) -> None:
         self.optimizers: list[torch.optim.Optimizer] = []
@@ -190,9 +218,29 @@ class Probes:
         self._handles.append(register_optimizer_step_pre_hook(self._pre_step))
         self._handles.append(register_optimizer_step_post_hook(self._post_step))
 
-    def watch_model(self, model: torch.nn.Module) -> None:
-        self._handles.append(model.register_forward_pre_hook(self._pre_forward, with_kwargs=True))
-        self._handles.append(model.register_forward_hook(self._post_forward))
+    def start(self, model: torch.nn.Module | None) -> None:
+        """Probe the steps from here on: hooks (the model's too), inputs, memory."""
+        if not self._handles:
+            self.install()
+        if model is not None:
+            self._handles.append(
+                model.register_forward_pre_hook(self._pre_forward, with_kwargs=True)
+            )
+            self._handles.append(model.register_forward_hook(self._post_forward))
+        self.samples.clear()
+        self.sampling = True
+        self.recorder.enabled = True
+        self.sample(AT_STEP_END)
+
+    def end_step(self) -> None:
+        self.sample(AT_STEP_END)
+        self.recorder.end_step()
+
+    def stop(self) -> None:
+        """No probe from here on: sampling and recording off, every hook removed."""
+        self.sampling = False
+        self.recorder.enabled = False
+        self.remove()
 
     def remove(self) -> None:
         for h in self._handles:
@@ -384,6 +432,7 @@ class Session:
         self.probes.device = device
         snapshot = self.cfg.memory_snapshot and memory_snapshot_absent_reason(device) is None
         self.phases = Phases(self.cfg, snapshot)
+        self.measured.probed = self.phases.probed()
 
     def _discover(self) -> None:
         """End of the first step: the device, the optimizer's parameters, the model."""
@@ -399,31 +448,33 @@ class Session:
             self.model = introspect.find_model(params)
             if self.model is None:
                 self.model_absent = "no live nn.Module holds the optimizer's parameters"
-            else:
-                self.probes.watch_model(self.model)
         assert self.phases is not None
         self.log(
             f"schedule: {self.phases.describe(self.cfg)}; device {self.device}; optimizer: "
             f"{', '.join(type(o).__name__ for o in self.probes.optimizers) or 'none'}; model: "
-            f"{type(self.model).__name__ if self.model is not None else 'not found'}"
+            f"{type(self.model).__name__ if self.model is not None else 'not found'}; "
+            f"input and memory probes in {self.phases.probed()}"
         )
 
     def _advance(self, n: int) -> None:
+        ph = self.phases
+        # the timed steps: one mark per step end, before anything else runs here
+        if ph is not None and ph.timed < n <= ph.profiled and self._timer is not None:
+            self._timer.lap()
         if n == 1:
             self._discover()
         ph, dev = self.phases, self.device
         assert ph is not None and dev is not None
-        self.probes.recorder.end_step()
         # ends of steps
-        if ph.timed < n <= ph.profiled and self._timer is not None:
-            self._timer.stop()
-        if ph.timed <= n <= ph.profiled:
-            self.probes.sample("at the step's end (after the optimizer step)")
+        if ph.probe_from < n <= ph.probe_to:
+            self.probes.end_step()
         if ph.profiled < n <= ph.snapshot and self._ptimer is not None:
             self._ptimer.stop()
             assert self._profiler is not None
             self._profiler.step()
         # phase changes
+        if n == ph.probe_to:
+            self._end_probes()
         if n == ph.profiled:
             self._end_timed()
             self._start_profiler()
@@ -437,11 +488,13 @@ class Session:
             stop_memory_history()
             self._recording = False
             self.artifacts["memory_snapshot"] = SNAPSHOT
+        if n == ph.probe_from:
+            self.probes.start(self.model)
+        elif n == 1:
+            self.probes.stop()  # found the optimizers; the probes come back later
         if n == ph.timed:
             self._start_timed()
         # starts of steps
-        if ph.timed <= n < ph.profiled and self._timer is not None:
-            self._timer.start()
         if ph.profiled <= n < ph.snapshot and self._ptimer is not None:
             self._ptimer.start()
         if n == ph.done:
@@ -453,35 +506,35 @@ class Session:
         assert self._tmp is not None
         return self._tmp / name
 
+    def _end_probes(self) -> None:
+        """The probed steps are over: inputs and average memory; every hook removed."""
+        m, p = self.measured, self.probes
+        p.stop()
+        m.inputs = p.recorder.summary()
+        if self.device is not None and self.device.type == "cuda":
+            m.avg_allocated = sum(p.samples) / len(p.samples) if p.samples else None
+
     def _start_timed(self) -> None:
         dev = self.device
         assert dev is not None
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
             torch.cuda.reset_peak_memory_stats(dev)
-        self.probes.samples.clear()
-        self.probes.sampling = True
-        self.probes.recorder.enabled = True
-        self.probes.sample("at the step's end (after the optimizer step)")
         self._timer = BoundaryTimer(dev)
+        self._timer.start()
 
     def _end_timed(self) -> None:
         dev = self.device
         assert dev is not None and self._timer is not None
         m = self.measured
         m.timed_ms = self._timer.millis()  # synchronises once, after the last timed step
-        self.probes.sampling = False
-        self.probes.recorder.enabled = False
         if dev.type == "cuda":
             m.peak_allocated = int(torch.cuda.max_memory_allocated(dev))
             m.peak_reserved = int(torch.cuda.max_memory_reserved(dev))
-            s = self.probes.samples
-            m.avg_allocated = sum(s) / len(s) if s else None
         m.matmul_precision = torch.get_float32_matmul_precision()
         m.tf32 = bool(torch.backends.cuda.matmul.allow_tf32) or m.matmul_precision != "highest"
         if self.probes.optimizers:
             m.optimizer = introspect.optimizer_info(self.probes.optimizers)
-        m.inputs = self.probes.recorder.summary()
 
     def _start_profiler(self) -> None:
         assert self.device is not None
@@ -507,6 +560,8 @@ class Session:
     # ----------------------------------------------------------------- the folder
 
     def _finalize(self, status: str, error: str | None) -> None:
+        if self.probes.sampling:  # the loop ended in the probed steps
+            self._end_probes()
         self.probes.remove()
         if not self.artifacts["memory_snapshot"]:
             self.artifacts["memory_snapshot_absent"] = self._snapshot_absent()

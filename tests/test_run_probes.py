@@ -1,0 +1,93 @@
+"""The timed steps of `tracekit run` / `tracekit.profile()` run without tracekit's probes.
+
+The model's forward hooks, the global optimizer hooks that find the optimizer and sample
+memory, and the input recorder run in the warm-up steps after the first (with one warm-up
+step: the profiled steps); in the timed steps only the step marker and one timing mark per
+step end are left.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.optim import optimizer as optim_mod
+
+import tracekit
+from tracekit.collectors.session import BoundaryTimer
+
+QUIET: dict[str, Any] = dict(wait=0, profile_warmup=1, active=1, ceilings=False, quiet=True)
+
+
+def _global_hooks() -> int:
+    return len(optim_mod._global_optimizer_pre_hooks) + len(optim_mod._global_optimizer_post_hooks)
+
+
+def _watch(out: Path, warmup: int, steps: int, n: int) -> tuple[list[tuple[int, int]], int]:
+    """Run a loop of ``n`` steps under tracekit.profile; per step (1-based) the number of
+    the model's forward hooks and of global optimizer hooks *while the step ran*."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(4, 8), torch.randn(4, 1)
+    base = _global_hooks()
+    seen: list[tuple[int, int]] = []
+    with tracekit.profile(out, warmup=warmup, steps=steps, **QUIET) as prof:
+        for _ in range(n):
+            hooks = (len(model._forward_pre_hooks) + len(model._forward_hooks),
+                     _global_hooks() - base)  # fmt: skip
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+            seen.append(hooks)
+    assert _global_hooks() == base
+    return seen, prof.steps_done
+
+
+def test_probes_run_in_the_warm_up_and_leave_before_the_timed_steps(tmp_path: Path) -> None:
+    seen, done = _watch(tmp_path / "p", warmup=3, steps=4, n=9)
+    assert done == 9  # 3 warm-up + 4 timed + 2 profiled
+    # step 1: the optimizer hooks find the optimizer; steps 2-3: the model's two hooks
+    # too; the timed steps 4-7 and the profiled ones: nothing of tracekit's
+    assert seen == [(0, 2), (2, 2), (2, 2)] + [(0, 0)] * 6
+    m = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    assert m["inputs"]["steps"] == 2 and m["inputs"]["shape"] == [4, 8]
+    assert m["config"]["samples_per_step"] == 4
+    assert "(median over the warm-up steps 2-3)" in m["config"]["per_step_source"]
+    assert m["metrics"]["step_time_ms"]["n"] == 4
+
+
+def test_with_one_warm_up_step_the_profiled_steps_are_probed(tmp_path: Path) -> None:
+    seen, _ = _watch(tmp_path / "p", warmup=1, steps=2, n=5)
+    # step 1 finds the optimizer; the timed steps 2-3 run bare; the profiled steps 4-5
+    # carry the probes (they run under the profiler anyway)
+    assert seen == [(0, 2), (0, 0), (0, 0), (2, 2), (2, 2)]
+    m = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    assert m["inputs"]["steps"] == 2
+    assert "(median over the profiled steps 4-5)" in m["config"]["per_step_source"]
+
+
+def test_the_inputs_of_a_loop_that_ends_in_the_warm_up_are_kept(tmp_path: Path) -> None:
+    with pytest.raises(tracekit.TracekitError):
+        _watch(tmp_path / "p", warmup=5, steps=2, n=3)
+    m = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    assert m["status"] == "incomplete" and m["inputs"]["steps"] == 2
+
+
+def test_timed_steps_share_one_mark_per_step_end() -> None:
+    timer = BoundaryTimer(torch.device("cpu"))
+    timer.start()
+    for _ in range(3):
+        timer.lap()
+    timer.stop()
+    spans = timer._spans
+    assert len(spans) == 4
+    # each step starts at the mark that ended the one before: no gap, no double mark
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
+    assert len(timer.millis()) == 4 and min(timer.millis()) >= 0
