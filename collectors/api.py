@@ -13,8 +13,9 @@
             prof.step()  # one call per training step
 
 The schedule, the measurements and the run folder are those of ``tracekit run``
-(:mod:`tracekit.collectors.session`): ``warmup`` steps untouched, ``steps`` steps timed
-without the profiler, the profiler's steps, a CUDA memory snapshot; the folder is written
+(:mod:`tracekit.collectors.session`): ``warmup`` warm-up steps (tracekit's probes run in
+those after the first), ``steps`` steps timed without the profiler or the probes, the
+profiler's steps, a CUDA memory snapshot; the folder is written
 as soon as the schedule is complete (the loop goes on unprofiled), or when the block ends.
 A block that ends before the schedule is complete writes the folder with status
 ``incomplete`` and raises :class:`tracekit.errors.TracekitError`; a block that raises writes
@@ -186,7 +187,7 @@ def profile(
 ) -> Profile:
     """Profile the loop inside the ``with`` block; call ``prof.step()`` once per step.
 
-    ``steps`` timed unprofiled steps after ``warmup`` untouched ones, then the profiler's
+    ``steps`` timed unprofiled steps after ``warmup`` warm-up ones, then the profiler's
     ``wait``/``profile_warmup``/``active`` steps (× ``repeat``) with the profiler options
     of ``tracekit collect``; ``device``: ``auto`` (the optimizer's parameters' device),
     ``cuda`` or ``cpu``. Every value is checked first (:class:`tracekit.errors.UsageError`).

@@ -35,6 +35,24 @@ class Measured:
     device_type: str | None = None
     memory_points: tuple[str, ...] = ()
     probed: str = "the timed steps"  # where inputs and average memory were read
+    timed_steps: tuple[int, int] | None = None  # the first and last timed step (1-based)
+
+
+def step_time_method(m: Measured) -> str:
+    """How the timed steps were timed, and what of tracekit's ran in them."""
+    clock = (
+        "a CUDA event recorded on the current stream"
+        if m.device_type == "cuda"
+        else "time.perf_counter()"
+    )
+    steps = f"steps {m.timed_steps[0]}-{m.timed_steps[1]}" if m.timed_steps else "the timed steps"
+    return (
+        f"{steps}: {clock} at each step end, one mark per end (a step runs from one mark to "
+        "the next), read once after the last timed step; without the profiler and without "
+        "tracekit's probes (forward hooks on the model, global optimizer step hooks, "
+        f"torch.cuda.memory_allocated reads: in {m.probed}); in the timed steps tracekit "
+        "runs only its step marker"
+    )
 
 
 def per_step(
@@ -89,6 +107,7 @@ def metrics(
     return {
         "step_time_ms": step,
         "step_definition": step_definition,
+        "step_time_method": step_time_method(m),
         "samples_per_s": samples / median_s if samples else None,
         "tokens_per_s": tokens / median_s if tokens else None,
         "model_flops_per_s": flops,

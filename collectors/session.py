@@ -4,12 +4,14 @@
 when a step ends (:meth:`Session.boundary`: an optimizer step hook, a marked function,
 ``prof.step()``). Counting those ends, the session runs ``collect``'s schedule:
 
-1. ``warmup`` steps untouched (at the end of the first one it learns the device, the
-   optimizer, the model: :mod:`tracekit.collectors.introspect`);
-2. ``steps`` steps timed **without the profiler**: CUDA events recorded at the step ends
-   and read once after the last (``perf_counter`` on CPU); peak memory from
-   ``torch.cuda.max_memory_allocated/reserved`` after ``reset_peak_memory_stats``, the
-   average from ``torch.cuda.memory_allocated`` samples (see :class:`Probes`);
+1. ``warmup`` warm-up steps: at the end of the first one it learns the device, the
+   optimizer, the model (:mod:`tracekit.collectors.introspect`); the ones after it are
+   *probed* (:class:`Probes`: the model's input, ``torch.cuda.memory_allocated`` samples
+   for the average memory; with ``warmup=1``, the profiled steps are probed instead);
+2. ``steps`` steps timed **without the profiler and without the probes**: one CUDA event
+   recorded at each step end, read once after the last (``perf_counter`` on CPU); peak
+   memory from ``torch.cuda.max_memory_allocated/reserved`` after
+   ``reset_peak_memory_stats``;
 3. the profiler's ``wait + warmup + active`` steps (× ``repeat``) under
    :class:`tracekit.collectors.profiler.Profiler`, the active ones timed as above;
 4. on CUDA, ``snapshot_steps`` steps recorded into a memory snapshot.
@@ -433,6 +435,7 @@ class Session:
         snapshot = self.cfg.memory_snapshot and memory_snapshot_absent_reason(device) is None
         self.phases = Phases(self.cfg, snapshot)
         self.measured.probed = self.phases.probed()
+        self.measured.timed_steps = (self.phases.timed + 1, self.phases.profiled)
 
     def _discover(self) -> None:
         """End of the first step: the device, the optimizer's parameters, the model."""
@@ -510,7 +513,8 @@ class Session:
         """The probed steps are over: inputs and average memory; every hook removed."""
         m, p = self.measured, self.probes
         p.stop()
-        m.inputs = p.recorder.summary()
+        inputs = p.recorder.summary()
+        m.inputs = {**inputs, "probed": m.probed} if inputs else None
         if self.device is not None and self.device.type == "cuda":
             m.avg_allocated = sum(p.samples) / len(p.samples) if p.samples else None
 

@@ -46,7 +46,7 @@ class ScriptCommand(TyperCommand):
 def run_script_cmd(
     ctx: typer.Context,
     steps: Annotated[int, typer.Option(help="Timed (unprofiled) steps for the metrics.")] = 20,
-    warmup: Annotated[int, typer.Option(help="Untouched warm-up steps first (>= 1).")] = 5,
+    warmup: Annotated[int, typer.Option(help="Warm-up steps, probed after the first (>= 1).")] = 5,
     step_marker: Annotated[
         str,
         typer.Option(
