@@ -1,6 +1,8 @@
 """Summarise ``tracekit run`` folders for benchmarks/gpu_run_scripts.sh: per run, the step
 time measured by tracekit against the script's own (``--time``) step time from its log
-(the cost of tracekit's hooks on the unprofiled step), the profiler's overhead, the
+(another process: one pair, which the host's drift from process to process can move by
+tens of percent; ``benchmarks/run_overhead.py`` measures tracekit's cost in paired,
+alternating rounds and on the same steps), the profiler's overhead, the
 inputs tracekit inferred, the counters passes' wall time and the report's class table.
 
     python benchmarks/run_scripts_summary.py OUTDIR [RUNS_DIR]
@@ -29,13 +31,13 @@ def describe(run: Path, plain: float | None) -> list[str]:
     met = m.get("metrics") or {}
     opt = m.get("optimizer") or {}
     st = (met.get("step_time_ms") or {}).get("median")
-    hooks = (st / plain - 1) * 100 if st and plain else None
+    diff = (st / plain - 1) * 100 if st and plain else None
     lines = [
         f"== {run.name}: status {m['status']}, {m['model'].get('class')}, "
         f"{_f(m['model'].get('n_params'), ',')} parameters, optimizer {opt.get('classes')}, "
         f"state {_f((opt.get('state_bytes') or 0) / 2**20, '.1f')} MiB",
-        f"   step {_f(st)} ms unprofiled (the script's own loop: {_f(plain)} ms; tracekit "
-        f"run's hooks {_f(hooks, '+.2f')} %); profiled {_f(met.get('profiled_step_time_ms'))} "
+        f"   step {_f(st)} ms unprofiled (the script's own loop, another process: "
+        f"{_f(plain)} ms, {_f(diff, '+.2f')} %); profiled {_f(met.get('profiled_step_time_ms'))} "
         f"ms (profiler {_f(met.get('profiler_overhead_pct'), '+.1f')} %)",
         f"   samples/s {_f(met.get('samples_per_s'), ',.1f')}, tokens/s "
         f"{_f(met.get('tokens_per_s'), ',.0f')}, peak allocated "
