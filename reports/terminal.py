@@ -23,6 +23,9 @@ import tracekit.reports.verdict as VR
 from tracekit.summary import Summary
 
 BAR = 14  # width of the time-share bars
+# the label column of the first screen's grids (header, then verdict and step summary):
+# one width, so that their texts start in one column ("throughput" is the longest label)
+LABEL = len("throughput")
 
 
 def _t(v: Any, style: str = "") -> Text:
@@ -76,11 +79,17 @@ def _table(title: str, cols: Iterable[tuple[str, str]], gap: int = 2) -> Table:
     return t
 
 
+def _labelled() -> Table:
+    """A grid of (label, text) rows whose texts start at column ``LABEL`` + 1."""
+    g = Table.grid(padding=(0, 1))
+    g.add_column(style="bold", no_wrap=True, min_width=LABEL)
+    g.add_column(overflow="fold")
+    return g
+
+
 def header(sm: Summary) -> RenderableType:
     h = sm.header
-    g = Table.grid(padding=(0, 1))
-    g.add_column(style="bold", no_wrap=True)
-    g.add_column(overflow="fold")
+    g = _labelled()
     dev = [h.device or sm.roofs.device or "unknown device"]
     if h.cuda_runtime:
         dev.append(f"CUDA {h.cuda_runtime}")
@@ -117,9 +126,7 @@ def verdict(sm: Summary) -> RenderableType:
     """The verdict with its evidence and lever, then the step summary's figures (one grid,
     so that wrapped lines stay in their column)."""
     v = sm.verdict
-    g = Table.grid(padding=(0, 1))
-    g.add_column(style="bold", no_wrap=True)
-    g.add_column(overflow="fold")
+    g = _labelled()
     g.add_row("verdict", Text(VR.verdict_line(sm), style="bold magenta"))
     if v is not None:
         for e in v.evidence[:EVIDENCE_SHOWN]:

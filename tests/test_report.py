@@ -139,10 +139,14 @@ def test_terminal_fits_80_columns(trace_file: Path) -> None:
         "Memory",
         "Top allocating operators",
         "GPU utilisation",
-        "verdict   launch/host-bound (0.100 ms step, profiled)",
+        "verdict    launch/host-bound (0.100 ms step, profiled)",
         "Critical path",
     ):
         assert section in text
+    # the first screen's labels share one column width: every text starts in column 11
+    for label in ("device", "steps", "step time", "profiler", "verdict", "bandwidth", "memory"):
+        line = next(x for x in lines if x.startswith(label + " "))
+        assert len(line) - len(line[len(label) :].lstrip()) == terminal.LABEL + 1, line
     # the launch-bound warning says what the verdict says: printed once, as the verdict
     assert "warning: launch-bound" not in text
 
