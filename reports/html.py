@@ -288,6 +288,7 @@ def roofline(sm: Summary, plots: Mapping[str, bytes], n: int = 25) -> str:
             _roofs(sm),
             f"<p>Top {n} operators by {w.time} (grouped by name, class and input shapes).</p>",
             _table(sm.operators.head(n), cols, fields, "wide"),
+            f"<p class='miss'>{esc(sm.roof_note)}</p>" if sm.roof_note else "",
             _img(plots["roofline"], "roofline plot") if "roofline" in plots else "",
         ]
     )

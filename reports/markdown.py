@@ -104,7 +104,7 @@ def classes(sm: Summary) -> str:
 
 
 def operators(sm: Summary, n: int = 25) -> str:
-    return table(
+    body = table(
         sm.operators.head(n),
         [
             ("operator", "name", _s),
@@ -120,6 +120,7 @@ def operators(sm: Summary, n: int = 25) -> str:
             ("source", "source", _s),
         ],
     )
+    return body + (f"\n\nnote: {sm.roof_note}" if sm.roof_note else "")
 
 
 def kernels(sm: Summary, n: int = 20) -> str:

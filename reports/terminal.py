@@ -251,6 +251,8 @@ def operators(sm: Summary, n: int = 12) -> RenderableType:
         "prf profiler (with_flops)",
         style="dim",
     )
+    if sm.roof_note:
+        return Group(t, legend, Text(f"note: {sm.roof_note}", style="yellow"))
     return Group(t, legend)
 
 

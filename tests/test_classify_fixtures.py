@@ -44,7 +44,9 @@ def test_every_kernel_of_the_step_is_classed_and_judged(name: str) -> None:
     for c, t in r.classes.set_index("class")["gpu_time"].items():  # independent sum
         assert t == k.loc[k["class"] == c, "dur"].sum()
     assert r.device.spec_key == "h200-sxm"
-    assert r.device.bandwidth_source.startswith("measured")
+    # the measured ceiling, or the spec sheet's where an operator beat the measured one
+    src = r.device.bandwidth_source
+    assert src.startswith("measured") or src.startswith("spec, above the measured"), src
 
 
 @pytest.mark.parametrize("name", GPU)
@@ -53,7 +55,13 @@ def test_normalisation_softmax_activation_and_casts_are_memory_bound(name: str) 
     k = in_step(r)
     for cls in ("layernorm", "softmax", "activation", "optimizer"):
         m = k[k["class"] == cls]
-        assert len(m) and (m["bound"] == "memory-bound").all(), cls
+        assert len(m), cls
+        assert cls == "activation" or (m["bound"] == "memory-bound").all(), cls
+    # GELU does ~23 FLOPs per element: with the DRAM bytes Nsight Compute measured (its
+    # input half from L2) it sits just above the ridge point, else below it
+    gelu = k[k["class"] == "activation"]
+    near = gelu["intensity"] < 1.1 * gelu["ridge"]
+    assert ((gelu["bound"] == "memory-bound") | near).all() and near.all()
     casts = k[k["op_name"].isin(["aten::copy_", "aten::_to_copy"]) & (k["kind"] == "kernel")]
     assert (casts["bound"] == "memory-bound").all()
 

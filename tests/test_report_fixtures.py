@@ -7,6 +7,7 @@ against the classify stage's own class table; the memory peak against the raw JS
 from __future__ import annotations
 
 import gzip
+import html
 import json
 import shutil
 from collections import defaultdict
@@ -98,6 +99,13 @@ def test_fixture_report(run: Path, tmp_path: Path) -> None:
     more = len(doc["step_summary"]["evidence"]) - terminal.EVIDENCE_SHOWN
     assert any(f"· {more} more in report.html" in line for line in lines) == (more > 0)
     assert sum("launch/host-bound (the GPU waits" in n for n in res.summary.notes) <= 1
+    # no share of a roof above 100 % without the note that says why, in every output
+    shown = [r["roof_pct"] for r in doc["top_operators"] if r["roof_pct"] is not None]
+    if max(shown, default=0.0) > 100.0:
+        assert doc["roof_note"] and "above 100 % of" in doc["roof_note"]
+        assert "note: " + doc["roof_note"][:30] in " ".join(lines)
+        page = (out / "report.html").read_text()
+        assert html.escape(doc["roof_note"][:30]) in page
 
 
 def test_stack_fixture_has_aligned_category_timeline(tmp_path: Path) -> None:

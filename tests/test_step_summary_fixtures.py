@@ -55,11 +55,11 @@ GOLDEN = {
             "bytes_measured_per_step": None,
             "measured_time_pct": None,
             "bandwidth_used": 1364374589982.7488,
-            "bandwidth_utilisation_pct": 33.389216545748845,
+            "bandwidth_utilisation_pct": 28.424470624640602,
             "flops_per_s": 53174636454949.91,
-            "compute_utilisation_pct": 7.186553725395245,
+            "compute_utilisation_pct": 5.812445131492558,
             "arithmetic_intensity": 38.97363440022894,
-            "ridge_point": 192.66723387227253,
+            "ridge_point": 206.14583333333334,
             "traffic_total": 6011846656,
             "kernel_bytes_ratio": 3.316849341141944,
         },
@@ -79,7 +79,7 @@ GOLDEN = {
             "the host",
             "748 kernels per step, median 4.9 µs against 3.9 µs per launch call; host busy 100 % "
             "of the profiled step",
-            "the GPU work itself: 79.3 % of GPU time in memory-bound kernels, 20.7 % in "
+            "the GPU work itself: 77.6 % of GPU time in memory-bound kernels, 22.4 % in "
             "compute-bound ones",
         ],
         pipe="tensor_bf16",
@@ -91,11 +91,11 @@ GOLDEN = {
             "bytes_measured_per_step": 12522545032.0,
             "measured_time_pct": 99.22784862925428,
             "bandwidth_used": 1076721341516.6926,
-            "bandwidth_utilisation_pct": 26.226173629954346,
+            "bandwidth_utilisation_pct": 22.431694614931097,
             "flops_per_s": 67685158547822.086,
-            "compute_utilisation_pct": 9.4498892526264,
+            "compute_utilisation_pct": 7.728414764244181,
             "arithmetic_intensity": 62.86228008862472,
-            "ridge_point": 192.28158266315612,
+            "ridge_point": 206.14583333333334,
             "traffic_total": 5786140672,
             "kernel_bytes_ratio": 2.164231003334998,
         },
@@ -129,9 +129,9 @@ GOLDEN = {
             "bandwidth_used": 1544891373715.5896,
             "bandwidth_utilisation_pct": 37.67333537808142,
             "flops_per_s": 73956861060563.3,
-            "compute_utilisation_pct": 10.464120089072836,
+            "compute_utilisation_pct": 8.598262481912434,
             "arithmetic_intensity": 47.871884275391494,
-            "ridge_point": 192.77525189174327,
+            "ridge_point": 241.29699984637432,
             "traffic_total": 5786140672,
             "kernel_bytes_ratio": 2.7942661501887525,
         },
@@ -149,8 +149,8 @@ GOLDEN = {
             "the unprofiled 26.66 ms step",
             "23.2 % of GPU time in memory-bound kernels, 76.8 % in compute-bound ones (intensity "
             "against the ridge point of their pipe)",
-            "step intensity 48.7 FLOP/B, above the ridge point 12.4 of simt_fp32",
-            "the step reaches 57.5 % of the simt_fp32 roof",
+            "step intensity 48.7 FLOP/B, above the ridge point 16.3 of simt_fp32",
+            "the step reaches 43.8 % of the simt_fp32 roof",
         ],
         pipe="simt_fp32",
         bytes_source="measured",
@@ -163,9 +163,9 @@ GOLDEN = {
             "bandwidth_used": 602190042645.6426,
             "bandwidth_utilisation_pct": 14.633708302527781,
             "flops_per_s": 29348942649423.203,
-            "compute_utilisation_pct": 57.45637590538257,
+            "compute_utilisation_pct": 43.80439201406448,
             "arithmetic_intensity": 48.73701086202371,
-            "ridge_point": 12.412951378389486,
+            "ridge_point": 16.281545472951468,
             "traffic_total": 5767659520,
             "kernel_bytes_ratio": 2.7831308766298326,
         },
@@ -183,8 +183,8 @@ GOLDEN = {
             "the unprofiled 26.67 ms step",
             "21.9 % of GPU time in memory-bound kernels, 78.1 % in compute-bound ones (intensity "
             "against the ridge point of their pipe)",
-            "step intensity 36.3 FLOP/B, above the ridge point 12.7 of simt_fp32",
-            "the step reaches 57.1 % of the simt_fp32 roof",
+            "step intensity 36.3 FLOP/B, above the ridge point 14.0 of simt_fp32",
+            "the step reaches 43.5 % of the simt_fp32 roof",
         ],
         pipe="simt_fp32",
         bytes_source="modelled",
@@ -195,11 +195,11 @@ GOLDEN = {
             "bytes_measured_per_step": None,
             "measured_time_pct": None,
             "bandwidth_used": 801728185392.643,
-            "bandwidth_utilisation_pct": 20.036973388319137,
+            "bandwidth_utilisation_pct": 16.702670529013393,
             "flops_per_s": 29140301899246.766,
-            "compute_utilisation_pct": 57.14739832281155,
+            "compute_utilisation_pct": 43.492987909323524,
             "arithmetic_intensity": 36.34685973398257,
-            "ridge_point": 12.74390580521089,
+            "ridge_point": 13.958333333333334,
             "traffic_total": 5767659520,
             "kernel_bytes_ratio": 3.707131884927909,
         },
@@ -264,8 +264,11 @@ def test_step_summary_recomputed_independently(name: str) -> None:
     assert doc["bytes_source"] == ("measured" if measured else "modelled")
     assert doc["bytes_per_step"] == pytest.approx(nbytes / n, rel=1e-12)
     assert doc["bandwidth_used"] == pytest.approx(nbytes / n / secs, rel=1e-12)
-    bw = man["ceilings"]["memory_bandwidth_Bps"]
-    assert doc["bandwidth_roof"] == bw  # the measured ceiling first
+    bw = man["ceilings"]["memory_bandwidth_Bps"]  # the measured ceiling first, unless beaten:
+    if doc["bandwidth_roof_source"].startswith("spec, above the measured"):
+        assert bw < 4.8e12  # an operator beat it: the H200's spec sheet
+        bw = 4.8e12
+    assert doc["bandwidth_roof"] == bw
     assert doc["bandwidth_utilisation_pct"] == pytest.approx(100 * nbytes / n / secs / bw)
     assert doc["flops_per_s"] == pytest.approx(flops / n / secs, rel=1e-12)
     assert doc["arithmetic_intensity"] == pytest.approx(flops / nbytes, rel=1e-12)

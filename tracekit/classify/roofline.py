@@ -12,8 +12,11 @@
 4. **counters** — measured FLOPs and bytes in place of the model where Nsight Compute
    counters are given (:mod:`~tracekit.classify.measured`);
 5. **bounds** — intensity, memory- or compute-bound, attained fraction of the roof
-   (:mod:`~tracekit.classify.bounds`);
-6. **tables** — kernels, operators, classes, steps (:mod:`~tracekit.classify.tables`).
+   (:mod:`~tracekit.classify.bounds`), with the per-kernel and per-operator tables
+   (:mod:`~tracekit.classify.tables`);
+6. **ceilings** — a measured roof that an operator beats gives way to the spec figure, and
+   the bounds are placed again under the raised roof (:mod:`~tracekit.classify.ceiling`);
+7. **tables** — classes, steps (:mod:`~tracekit.classify.tables`).
 
 Each stage appends its plain-sentence notes to the list the result carries.
 """
@@ -30,6 +33,7 @@ import pandas as pd
 
 from tracekit.classify.attribution import cost_notes, kernel_costs
 from tracekit.classify.bounds import kernel_bounds, kernel_pipes
+from tracekit.classify.ceiling import raise_beaten
 from tracekit.classify.classes import OpContext, kernel_classes, op_context
 from tracekit.classify.columns import KernelColumns, require
 from tracekit.classify.devices import Roofline, resolve_roofline
@@ -99,13 +103,21 @@ def classify(
     measured = join_measured(trace, kernels, counters, gemm_counters, counters_mode, notes)
     if measured is not None:
         roof = apply_measured(measured, kernels, cost, pipe, roof, notes)
-    # 5. bounds
+    # 5. bounds, per kernel and per operator
     b = kernel_bounds(cost, pipe, k.dur, roof)
-    # 6. tables
     kr = kernel_table(k, cls, cost, pipe, b, roof)
-    return _tables(
-        kr, ops, getattr(trace, "steps", None), roof, ctx, manifest, measured, notes, cpu
-    )
+    op_df = op_roofline(kr, ops, roof, ctx)
+    # 6. ceilings: a measured roof an operator beats gives way to the spec; bounds again
+    #    (a CPU has no spec sheet to give way to)
+    raised, said = raise_beaten(roof, op_df) if not cpu else (roof, [])
+    notes += said
+    if raised is not roof:
+        roof = raised
+        kr = kernel_table(k, cls, cost, pipe, kernel_bounds(cost, pipe, k.dur, roof), roof)
+        op_df = op_roofline(kr, ops, roof, ctx)
+    # 7. tables
+    steps_in = getattr(trace, "steps", None)
+    return _tables(kr, op_df, steps_in, roof, manifest, measured, notes, cpu)
 
 
 def _inputs(
@@ -187,19 +199,17 @@ def _with_torch_flops(
 
 def _tables(
     kr: pd.DataFrame,
-    ops: pd.DataFrame,
+    op_df: pd.DataFrame,
     steps_in: pd.DataFrame | None,
     roof: Roofline,
-    ctx: OpContext | None,
     manifest: Mapping[str, Any] | None,
     measured: Measured | None,
     notes: list[str],
     cpu: bool = False,
 ) -> Classification:
-    """The operator, class and step tables from the kernel rows, and the result (``cpu``: a
-    CPU run, where the time outside the work operators is not a GPU waiting for launches)."""
+    """The class and step tables from the kernel rows, and the result (``cpu``: a CPU run,
+    where the time outside the work operators is not a GPU waiting for launches)."""
     scope = in_scope(kr)
-    op_df = op_roofline(kr, ops, roof, ctx)
     analysed = kr[["class", "dur", "flops", "bytes", "bound", "step"]]
     if not scope.all():
         analysed = analysed[scope]

@@ -44,7 +44,7 @@ from tracekit.summary.facts import (
     TraceFacts,
 )
 from tracekit.summary.kvcache import kv_growth
-from tracekit.summary.roofs import Roofs, roofs_from
+from tracekit.summary.roofs import Roofs, roof_note, roofs_from
 
 __all__ = [  # the dataclasses live in facts.py, summary.json in document.py; re-exported
     "SUMMARY_FORMAT",
@@ -416,6 +416,13 @@ def summarize(
         warnings=[f.launch.message] if f.launch.message else [],
         critical_path=None if cpu else CP.for_report(trace, cls, steps),
         generate=gen,
+        roof_note=roof_note(
+            operators,
+            {
+                "FLOP rate": ss.overall["compute_utilisation_pct"],
+                "bandwidth": ss.overall["bandwidth_utilisation_pct"],
+            },
+        ),
     )
     sm.summary = summary_json(sm, top_operators=top_operators, top_kernels=top_kernels)
     return sm

@@ -59,6 +59,7 @@ def summary_json(
         **_time(sm),
         "memory": memory_json(sm),
         "top_operators": ops,
+        "roof_note": sm.roof_note,
         "top_kernels": _records(sm.kernels.head(top_kernels), KERNEL_KEYS),
         "top_allocators": _records(sm.allocators, ALLOCATOR_KEYS),
         "sources": _sources(sm),

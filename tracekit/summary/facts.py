@@ -105,3 +105,4 @@ class Summary(TraceFacts):
     generate: GEN.GenerateFacts | None = None  # a generate run: prefill, decode, the model
     # the multi-rank analysis (tracekit.ranks.reduce.RanksSummary) of a multi-rank report
     ranks: Any = None
+    roof_note: str | None = None  # why a figure above 100 % of its roof is shown

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 
@@ -63,4 +64,38 @@ def roofs_from(device: Any) -> Roofs:
         name = str(frame["device"].dropna().iloc[0])
     return Roofs(
         device=name, peaks=peaks, peak_sources=sources, bandwidth=bw, bandwidth_source=bw_src
+    )
+
+
+def roof_note(operators: pd.DataFrame, utilisation_pct: dict[str, float | None]) -> str | None:
+    """The note any figure above 100 % of its roof needs (None: there is none).
+
+    ``operators``: the report's operator table (``name``, ``input_dims``, ``roof_pct``);
+    ``utilisation_pct``: the step summary's shares of the roofs, by what they measure. A
+    roof is a ceiling (the classify stage raised every measured roof that an operator beat
+    to the spec where that is higher), so what is left above it is in the figures: bytes
+    that L2 served counted as DRAM traffic, or a fused kernel's cost modelled from the
+    operators it fused, or tensor-list sizes assumed."""
+    parts = []
+    if "roof_pct" in operators and len(operators):
+        pct = operators["roof_pct"].to_numpy(dtype=float)
+        over = np.flatnonzero(np.isfinite(pct) & (pct > 100.0))
+        if len(over):
+            top = over[np.argmax(pct[over])]
+            name = str(operators["name"].iloc[top])
+            parts.append(
+                f"{len(over)} operator{'s' if len(over) > 1 else ''} above 100 % of "
+                f"{'their' if len(over) > 1 else 'its'} roof (up to {pct[top]:.0f} %, {name})"
+            )
+    for what, v in utilisation_pct.items():
+        if v is not None and math.isfinite(v) and v > 100.0:
+            parts.append(f"the step's {what} at {v:.0f} % of its roof")
+    if not parts:
+        return None
+    return (
+        "; ".join(parts) + ": a roof is a ceiling (measured roofs an operator beat were "
+        "raised to the spec sheet's), so the excess is in the figures, not the hardware: "
+        "bytes served from L2 counted as DRAM traffic, a fused kernel costed from the "
+        "operators it fused, or tensor sizes the profiler did not record (operators.parquet "
+        "and classify's cost_note say which)"
     )
