@@ -6,11 +6,15 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tracekit.classify import classify
 from tracekit.classify.result import Classification
+from tracekit.cli import main
 from tracekit.parse import load
+from tracekit.summary.memory_model import manifest_traffic
+from tracekit.sweep.rows import classify_columns
 
 FIX = Path(__file__).parents[1] / "fixtures"
 GPU = [
@@ -120,15 +124,22 @@ def test_compiled_run_names_triton_kernels_by_their_fused_ops() -> None:
     assert tri["flops"].notna().all() and (tri["bytes"] > 0).all()
 
 
-def test_step_summary_and_analytic_traffic() -> None:
+def test_step_summary_and_analytic_traffic(tmp_path: Path) -> None:
+    """`tracekit classify` fills the analytic columns with the report's estimate."""
+    fix = FIX / "h200-gpt2s-b8-s128-bf16-sdpa"
+    assert main(["classify", str(fix), "-o", str(tmp_path / "c")]) == 0
     r, m = run("h200-gpt2s-b8-s128-bf16-sdpa")
-    s = r.steps.iloc[0]
+    s = pd.read_parquet(tmp_path / "c" / "step_summary.parquet").iloc[0]
+    t = manifest_traffic(m)
+    assert t is not None and s["analytic_bytes"] == t.total == 5786140672  # the report's
+    cols, _ = classify_columns(load(fix), m)  # and the sweep's
+    assert cols["analytic_traffic_bytes"] == t.total
     assert s["step"] == 2 and s["gpu_busy"] < s["gpu_span"]
     assert 0 < s["gpu_idle_pct"] < 100
     idle = [n for n in r.notes if "GPU idle" in n]
     assert s["launch_bound"] and idle and "profiler's own overhead" in idle[0]
     p = m["model"]["n_params"] * 4
-    assert s["analytic_param_bytes"] == 2 * p and s["analytic_optim_bytes"] == 4 * p
+    assert s["analytic_grad_bytes"] == 2 * p and s["analytic_optim_bytes"] == 4 * p
     # the foreach AdamW passes over parameter-sized lists ~10 times, not 4: kernel-derived
     # traffic is a few times the hand estimate
     assert np.isfinite(s["bytes_vs_analytic"]) and 1 < s["bytes_vs_analytic"] < 5

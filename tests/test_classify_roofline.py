@@ -14,7 +14,7 @@ import pytest
 from tests._synth import Builder, Trace
 from tracekit.classify import classify, write_classification
 from tracekit.classify.families.registry import CLASSES
-from tracekit.classify.manifest import analytic_traffic
+from tracekit.summary.memory_model import Traffic
 from tracekit.classify.schema import ARROW, TABLES
 from tracekit.errors import TraceError
 
@@ -267,35 +267,20 @@ def test_measured_ceilings_change_the_roofline() -> None:
     assert r.device.bandwidth_source.startswith("measured")
 
 
-def test_analytic_traffic_from_the_manifest() -> None:
-    manifest = {
-        "model": {"params": 124_000_000},
-        "config": {
-            "batch": 8,
-            "seq": 128,
-            "n_layer": 12,
-            "n_embd": 768,
-            "n_head": 12,
-            "vocab_size": 50304,
-            "dtype": "bf16",
-            "attention": "sdpa",
-        },
-    }
+def test_analytic_traffic_is_the_one_passed_in() -> None:
+    """classify knows no model: the step table shows the estimate its caller passes
+    (tracekit.summary.memory_model.traffic, which the report and the sweep show too)."""
+    traffic = Traffic(parameters=10, gradients=20, optimizer_state=40, activations=30)
     b, _ = gpt_block()
-    r = classify(b.trace(manifest=manifest))
-    s = r.steps.iloc[0]
-    p = 124e6 * 4
-    act = 12 * 128 * 8 * 768 * 34 + 2 * 8 * 128 * 50304 * 4
-    assert s["analytic_param_bytes"] == 2 * p and s["analytic_optim_bytes"] == 4 * p
-    assert s["analytic_act_bytes"] == 2 * act
-    assert s["analytic_bytes"] == pytest.approx(2 * p + 2 * p + 4 * p + 2 * act)
-    assert s["bytes_vs_analytic"] == pytest.approx(s["bytes"] / s["analytic_bytes"])
-    naive = analytic_traffic(1.0, batch=8, seq=128, n_layer=12, n_embd=768, n_head=12)
-    flash = analytic_traffic(1.0, batch=8, seq=128, n_layer=12, n_embd=768, n_head=12, flash=True)
-    per_layer_scores = 128 * 8 * 768 * 5 * 12 * 128 / 768
-    assert naive["analytic_act_bytes"] - flash["analytic_act_bytes"] == pytest.approx(
-        2 * 12 * per_layer_scores
-    )
+    s = classify(b.trace(), traffic=traffic).steps.iloc[0]
+    assert s["analytic_param_bytes"] == 10 and s["analytic_grad_bytes"] == 20
+    assert s["analytic_optim_bytes"] == 40 and s["analytic_act_bytes"] == 30
+    assert s["analytic_bytes"] == 100
+    assert s["bytes_vs_analytic"] == pytest.approx(s["bytes"] / 100)
+    r = classify(b.trace())
+    assert math.isnan(r.steps["analytic_bytes"].iloc[0])
+    assert any("no analytic traffic estimate given" in n for n in r.notes)
+
 
 
 def test_trace_without_operators() -> None:

@@ -11,7 +11,6 @@ from tracekit.classify.counters import join_counters
 from tracekit.classify.devices import SPECS, Roofline, pipe_for, resolve_roofline
 from tracekit.classify.families.inputs import Cost
 from tracekit.classify.families.registry import CLASSES, RULES
-from tracekit.classify.manifest import analytic_traffic
 from tracekit.classify.ncu import ncu_command, ncu_metrics, read_ncu_csv
 from tracekit.classify.output import write_classification
 from tracekit.classify.result import Classification
@@ -24,7 +23,6 @@ __all__ = [
     "Classification",
     "Cost",
     "Roofline",
-    "analytic_traffic",
     "classify",
     "classify_kernel_name",
     "classify_kernels",

@@ -1,5 +1,6 @@
 """What a run folder's manifest tells the classifier: the model's parameter count, the
-unprofiled step time, artifacts beside the trace, and the analytic traffic estimate."""
+unprofiled step time, artifacts beside the trace; and the shape of the analytic traffic
+estimate its caller may pass in."""
 
 from __future__ import annotations
 
@@ -60,81 +61,33 @@ def n_params(manifest: Mapping[str, Any] | None) -> int | None:
     return None
 
 
-def analytic_traffic(
-    params: float,
-    *,
-    batch: int,
-    seq: int,
-    n_layer: int,
-    n_embd: int,
-    n_head: int,
-    vocab: int = 0,
-    act_bytes: int = 2,
-    flash: bool = False,
-) -> dict[str, float]:
-    """Per-step traffic users estimate by hand: each of parameters (fp32), gradients
-    (fp32), AdamW state (2 × fp32) and saved activations moved twice.
+class AnalyticTraffic(Protocol):
+    """The analytic per-step traffic of a run's model, per term (bytes moved).
 
-    Activations: Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
-    Transformer Models"), per layer ``s·b·h·(34 + 5·a·s/h)`` bytes at 2-byte elements
-    (the ``5·a·s/h`` attention-score term vanishes with fused attention), scaled by
-    ``act_bytes / 2``, plus the logits ``b·s·vocab`` in fp32 (and their gradient).
-    """
-    per_layer = seq * batch * n_embd * (34 + (0 if flash else 5 * n_head * seq / n_embd))
-    act = n_layer * per_layer * act_bytes / 2 + 2 * batch * seq * vocab * 4
-    p = params * 4.0
-    out = {
-        "analytic_param_bytes": 2 * p,
-        "analytic_grad_bytes": 2 * p,
-        "analytic_optim_bytes": 2 * 2 * p,
-        "analytic_act_bytes": 2 * act,
+    ``tracekit.summary.memory_model.Traffic`` is one (``traffic(from_manifest(m))``): the
+    same estimate the report shows and the sweep tabulates. classify knows no model; its
+    caller passes the estimate (``classify(..., traffic=...)``)."""
+
+    @property
+    def parameters(self) -> int: ...
+    @property
+    def gradients(self) -> int: ...
+    @property
+    def optimizer_state(self) -> int: ...
+    @property
+    def activations(self) -> int: ...
+    @property
+    def total(self) -> int: ...
+
+
+def analytic_columns(traffic: AnalyticTraffic | None) -> dict[str, float] | None:
+    """The step table's ``analytic_*`` columns from an estimate (None: none given)."""
+    if traffic is None:
+        return None
+    return {
+        "analytic_bytes": float(traffic.total),
+        "analytic_param_bytes": float(traffic.parameters),
+        "analytic_grad_bytes": float(traffic.gradients),
+        "analytic_optim_bytes": float(traffic.optimizer_state),
+        "analytic_act_bytes": float(traffic.activations),
     }
-    out["analytic_bytes"] = sum(out.values())
-    return out
-
-
-def analytic_from_manifest(manifest: Mapping[str, Any] | None) -> dict[str, float] | None:
-    if not manifest:
-        return None
-    cfg: dict[str, Any] = {}
-    for key in ("model", "config"):
-        v = manifest.get(key)
-        if isinstance(v, Mapping):
-            for k2 in ("model", "gpt"):
-                if isinstance(v.get(k2), Mapping):
-                    cfg.update(v[k2])
-            cfg.update({k: x for k, x in v.items() if not isinstance(x, Mapping)})
-    params = None
-    for where in (manifest.get("model"), manifest.get("metrics"), manifest, cfg):
-        if isinstance(where, Mapping):
-            for k in ("params", "n_params", "num_params", "parameters"):
-                if isinstance(where.get(k), (int, float)) and not isinstance(where.get(k), bool):
-                    params = float(where[k])
-                    break
-        if params is not None:
-            break
-
-    def geti(*keys: str) -> int | None:
-        for k in keys:
-            v = cfg.get(k)
-            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-                return v
-        return None
-
-    batch, seq = geti("batch", "batch_size"), geti("seq", "seq_len", "block_size")
-    n_layer, n_embd = geti("n_layer", "layers", "n_layers"), geti("n_embd", "d_model", "width")
-    n_head = geti("n_head", "heads", "n_heads")
-    if params is None or None in (batch, seq, n_layer, n_embd, n_head):
-        return None
-    dtype = str(cfg.get("dtype", "fp32"))
-    return analytic_traffic(
-        params,
-        batch=batch or 0,
-        seq=seq or 0,
-        n_layer=n_layer or 0,
-        n_embd=n_embd or 0,
-        n_head=n_head or 0,
-        vocab=geti("vocab_size", "vocab") or 0,
-        act_bytes=4 if dtype in ("fp32", "float32") else 2,
-        flash=str(cfg.get("attention", "")) == "sdpa",
-    )

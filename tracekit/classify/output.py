@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tracekit.classify.manifest import AnalyticTraffic
 from tracekit.classify.result import Classification, in_scope
 from tracekit.classify.schema import ARROW
 from tracekit.io import atomic_dir, atomic_write_json
@@ -112,8 +114,10 @@ def classify_path(
     peak_tflops: float | None = None,
     bandwidth_gbs: float | None = None,
     counters: Path | None = None,
+    traffic_of: Callable[[Mapping[str, Any] | None], AnalyticTraffic | None] | None = None,
 ) -> str:
-    """Load a trace or run folder, classify it, write the tables; returns a short report."""
+    """Load a trace or run folder, classify it, write the tables; returns a short report.
+    ``traffic_of(manifest)``: the run's analytic traffic estimate (see ``classify``)."""
     from tracekit.classify.roofline import classify
     from tracekit.errors import UsageError
     from tracekit.parse import load
@@ -132,6 +136,7 @@ def classify_path(
         peak_tflops=peak_tflops,
         bandwidth_gbs=bandwidth_gbs,
         counters=counters,
+        traffic=traffic_of(manifest) if traffic_of is not None else None,
     )
     dest = write_classification(result, out or default_out(path))
     return describe(result, dest)

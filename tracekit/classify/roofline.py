@@ -38,8 +38,9 @@ from tracekit.classify.classes import OpContext, kernel_classes, op_context
 from tracekit.classify.columns import KernelColumns, require
 from tracekit.classify.devices import Roofline, resolve_roofline
 from tracekit.classify.manifest import (
+    AnalyticTraffic,
     TraceLike,
-    analytic_from_manifest,
+    analytic_columns,
     n_params,
     profiler_overhead,
 )
@@ -61,6 +62,7 @@ def classify(
     counters_mode: str = "auto",
     profiler_flops: pd.DataFrame | str | Path | None = None,
     gemm_counters: Counters = None,
+    traffic: AnalyticTraffic | None = None,
 ) -> Classification:
     """Classify every GPU activity and operator of ``trace`` against the device roofline.
 
@@ -73,6 +75,9 @@ def classify(
     ``profiler_flops``: torch's own per-(operator, shapes) FLOP estimates (the collector's
     ``*.profiler_flops.json.gz``, found through the manifest by default); they fill
     ``ops.flops`` where the trace has none, and are preferred to the model.
+    ``traffic``: the run's analytic per-step traffic (``tracekit.summary.memory_model``'s
+    ``traffic(from_manifest(manifest))``, as the report and the sweep use it) for the step
+    table's ``analytic_*`` columns; without it they are NaN.
     """
     kernels, ops, manifest = _inputs(trace, manifest)
     notes: list[str] = []
@@ -117,7 +122,7 @@ def classify(
         op_df = op_roofline(kr, ops, roof, ctx)
     # 7. tables
     steps_in = getattr(trace, "steps", None)
-    return _tables(kr, op_df, steps_in, roof, manifest, measured, notes, cpu)
+    return _tables(kr, op_df, steps_in, roof, manifest, traffic, measured, notes, cpu)
 
 
 def _inputs(
@@ -203,6 +208,7 @@ def _tables(
     steps_in: pd.DataFrame | None,
     roof: Roofline,
     manifest: Mapping[str, Any] | None,
+    traffic: AnalyticTraffic | None,
     measured: Measured | None,
     notes: list[str],
     cpu: bool = False,
@@ -214,7 +220,7 @@ def _tables(
     if not scope.all():
         analysed = analysed[scope]
     classes = class_table(analysed, n_steps(analysed))
-    steps = step_table(kr, steps_in, roof, analytic_from_manifest(manifest), notes)
+    steps = step_table(kr, steps_in, roof, analytic_columns(traffic), notes)
     if cpu and len(steps):
         steps["launch_bound"] = False
     note = _launch_bound_note(steps, profiler_overhead(manifest))

@@ -184,17 +184,23 @@ STEP_SUMMARY: list[Column] = [
         "analytic_bytes",
         F64,
         "bytes",
-        "Analytic traffic: parameters, gradients, optimizer "
-        "state and activations each moved twice per step (NaN without model config).",
+        "Analytic traffic (tracekit.summary.memory_model, as in the report): parameters, "
+        "gradients, optimizer state and saved activations each moved twice per step (NaN "
+        "without a model config).",
     ),
-    Column("analytic_param_bytes", F64, "bytes", "Parameters (fp32 master weights)."),
-    Column("analytic_grad_bytes", F64, "bytes", "Gradients (fp32)."),
-    Column("analytic_optim_bytes", F64, "bytes", "AdamW state (two fp32 moments)."),
+    Column(
+        "analytic_param_bytes",
+        F64,
+        "bytes",
+        "Parameters: 2 × (fp32 master weights + autocast copies).",
+    ),
+    Column("analytic_grad_bytes", F64, "bytes", "Gradients: 2 × fp32."),
+    Column("analytic_optim_bytes", F64, "bytes", "AdamW state: 2 × two fp32 moments."),
     Column(
         "analytic_act_bytes",
         F64,
         "bytes",
-        "Saved activations (Korthikanti et al. 2022) plus logits.",
+        "Saved activations: 2 × what the analytic memory model saves for backward.",
     ),
     Column("bytes_vs_analytic", F64, "", "bytes / analytic_bytes."),
 ]

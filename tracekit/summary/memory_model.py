@@ -594,3 +594,10 @@ def from_manifest(manifest: Mapping[str, Any] | None) -> tuple[MemoryEstimate | 
         "the CUDA graph's private memory pool is not modelled" if cfg.get("cuda_graphs") else "",
     ]
     return est, "; ".join(c for c in caveats if c)
+
+
+def manifest_traffic(manifest: Mapping[str, Any] | None) -> Traffic | None:
+    """:func:`traffic` of a ``tracekit collect`` run's model (None: no estimate), the one
+    figure the report, the sweep and ``tracekit classify``'s step table show."""
+    est, _ = from_manifest(manifest)
+    return traffic(est) if est is not None else None

@@ -22,6 +22,7 @@ from tracekit.summary.memory_model import (
     TIMELINE_TO_CATEGORY,
     StepOptions,
     estimate,
+    manifest_traffic,
 )
 from tracekit.sweep.decode_limits import limit_columns
 from tracekit.sweep.plan import Point
@@ -93,7 +94,7 @@ def classify_columns(
 
     ``classes`` gives ``time_share_pct`` per class; ``steps`` gives bandwidth/FLOP/s
     achieved and their utilisation, the memory-/compute-bound time shares and the
-    analytic traffic.
+    analytic traffic (``memory_model.traffic``: the figure the report shows).
     """
     result = _classify(trace, manifest)
     return classify_frames_to_columns(result.classes, getattr(result, "steps", None)), None
@@ -102,7 +103,9 @@ def classify_columns(
 def _classify(trace: Any, manifest: Mapping[str, Any] | None) -> Any:
     from tracekit.classify import classify
 
-    return classify(trace, manifest=dict(manifest) if manifest else None)
+    return classify(
+        trace, manifest=dict(manifest) if manifest else None, traffic=manifest_traffic(manifest)
+    )
 
 
 def classify_frames_to_columns(classes: Any, steps: Any) -> dict[str, float]:
