@@ -14,9 +14,9 @@ import pytest
 from tests._synth import Builder, Trace
 from tracekit.classify import classify, write_classification
 from tracekit.classify.families.registry import CLASSES
-from tracekit.summary.memory_model import Traffic
 from tracekit.classify.schema import ARROW, TABLES
 from tracekit.errors import TraceError
+from tracekit.summary.memory_model import Traffic
 
 BF = "c10::BFloat16"
 GEMM = (
