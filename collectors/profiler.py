@@ -59,7 +59,8 @@ class ProfilerConfig:
     with_flops: bool = True
     with_stack: bool = False
     with_modules: bool = False
-    memory_timeline: bool = True
+    memory_timeline: bool = True  # per category: from this window, else one more step
+    timeline_pass: bool = True  # a light CUDA-only pass first (collectors/passes.py)
 
     def __post_init__(self) -> None:
         for name, low in (("wait", 0), ("warmup", 0), ("active", 1), ("repeat", 1)):
@@ -275,20 +276,20 @@ class Profiler:
     def build(self) -> torch.profiler.profile:
         """The configured (not yet started) ``torch.profiler.profile``."""
         prof = torch.profiler.profile(
-            activities=activities(self.device),
+            activities=self.activities(),
             schedule=self.schedule or self.config.schedule(),
             on_trace_ready=self._trace_ready,
-            record_shapes=self.config.record_shapes,
-            profile_memory=self.config.profile_memory,
-            with_flops=self.config.with_flops,
-            with_stack=self.config.with_stack,
-            with_modules=self.config.with_modules,
+            **self.config.torch_kwargs(),
         )
         if not self.step_ranges:
             # torch (2.0 - 2.13) opens "ProfilerStep#N" in start() and step() only when
             # this attribute, set from the schedule, is true.
             prof.record_steps = False
         return prof
+
+    def activities(self) -> list[torch.profiler.ProfilerActivity]:
+        """What the profiler records (a pass of ``collectors/passes.py`` records less)."""
+        return activities(self.device)
 
     def __enter__(self) -> Profiler:
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -346,6 +347,10 @@ class Profiler:
             self.flops_tables.append(
                 write_profiler_flops(prof, self.out_dir / f"{stem}.profiler_flops.json.gz")
             )
+        self._memory_timeline(prof, stem)
+
+    def _memory_timeline(self, prof: torch.profiler.profile, stem: str) -> None:
+        """``<stem>.memory_timeline.json.gz``, where the options allow it."""
         if self.memory_timeline_absent is None:
             if self.on_export:
                 self.on_export("memory timeline")

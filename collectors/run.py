@@ -29,7 +29,18 @@ from tracekit.collectors.ceilings import measure_ceilings
 from tracekit.collectors.config import CollectConfig, resolve_device
 from tracekit.collectors.generate import kv_cache_bytes, run_generate
 from tracekit.collectors.gpt import count_params, train_flops_per_token
-from tracekit.collectors.profiler import Profiler, default_worker_name, snapshot_artifacts
+from tracekit.collectors.passes import (
+    MAIN_PASS,
+    CategoryProfiler,
+    LightProfiler,
+    MarkedProfiler,
+    StepMarker,
+    category_config,
+    category_pass_needed,
+    profiled_steps,
+    timeline_absent_reason,
+)
+from tracekit.collectors.profiler import ProfilerConfig, default_worker_name, snapshot_artifacts
 from tracekit.collectors.train import (
     StepTimer,
     Workload,
@@ -302,21 +313,12 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
     if not math.isfinite(final_loss):
         raise TracekitError(f"the training loss is {final_loss} after {n} steps")
 
-    pcfg = cfg.profiler
-    ui.phase("profiling", pcfg.steps)
-    ptimer = StepTimer(device)
-    profiler = Profiler(pcfg, run_dir, device=device, on_export=lambda what: ui.note(
-        f"exporting {what}"), worker_name=prefix + default_worker_name())  # fmt: skip
-    with profiler:
-        run_steps(wl.step, pcfg.steps, start=n, timer=ptimer, stepper=profiler,
-                  on_step=ui.advance)  # fmt: skip
-    n += pcfg.steps
-    all_ms = ptimer.millis()
-    profiled_ms = [t for i, t in enumerate(all_ms) if pcfg.is_active(i)]
-    arts.update(profiler.artifacts())
+    name = prefix + default_worker_name()
+    n, profiled_ms, timeline_ms = _profile(wl, cfg.profiler, device, run_dir, ui, manifest, name, n)
     manifest["metrics"] = _metrics(
         cfg, wl, timed_ms, profiled_ms, peak_alloc, peak_reserved, avg_alloc, final_loss
     )
+    manifest["metrics"].update(timeline_metrics(timeline_ms, timed_ms))
 
     def snapshot_steps() -> None:
         ui.phase("recording CUDA memory snapshot", cfg.snapshot_steps)
@@ -327,6 +329,61 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
     if arts["memory_snapshot"]:
         n += cfg.snapshot_steps
     manifest["total_steps"] = n
+
+
+def _profile(wl: Workload, pcfg: ProfilerConfig, device: torch.device, run_dir: Path,
+             ui: Display, manifest: dict[str, Any], name: str, n: int,
+             ) -> tuple[int, list[float], list[float]]:  # fmt: skip
+    """The profiled passes from global step ``n``: the light timeline pass (CUDA only),
+    the full pass, and the category step where the full pass could not export the memory
+    timeline (``collectors/passes.py``). Returns the next step and the full and light
+    passes' recorded step times."""
+    arts = manifest["artifacts"]
+
+    def note(what: str) -> None:
+        ui.note(f"exporting {what}")
+
+    timeline_ms: list[float] = []
+    why = timeline_absent_reason(pcfg, device)
+    arts["timeline_trace_absent"] = why
+    if why is None:
+        ui.phase("profiling the timeline (CUDA activity only)", pcfg.steps)
+        light = LightProfiler(pcfg, run_dir, device=device, worker_name=name, on_export=note)
+        timeline_ms = profiled_steps(wl.step, light, n, ui.advance)
+        n += pcfg.steps
+        arts.update(light.artifacts())
+        manifest["profiler"]["timeline"] = light.describe()
+    ui.phase("profiling", pcfg.steps)
+    marker = StepMarker(device) if why is None else None  # the same launches as the light pass
+    full = MarkedProfiler(pcfg, run_dir, device=device, worker_name=name, on_export=note,
+                          marker=marker)  # fmt: skip
+    profiled_ms = profiled_steps(wl.step, full, n, ui.advance)
+    n += pcfg.steps
+    arts.update(full.artifacts())
+    if category_pass_needed(pcfg, full.memory_timeline_absent):
+        ui.phase("memory by category: one more step, with stacks", category_config(pcfg).steps)
+        cat = CategoryProfiler(pcfg, run_dir, device=device, worker_name=name, on_export=note)
+        profiled_steps(wl.step, cat, n, ui.advance)
+        n += cat.config.steps
+        arts.update(cat.artifacts())
+    elif arts["memory_timeline"]:
+        arts["memory_timeline_pass"] = MAIN_PASS
+    return n, profiled_ms, timeline_ms
+
+
+def timeline_metrics(timeline_ms: list[float], timed_ms: list[float]) -> dict[str, Any]:
+    """The manifest metrics of the light pass: its recorded steps' median time and how
+    much longer than the unprofiled median that is (None: no light pass)."""
+    if not timeline_ms or not timed_ms:
+        return {"timeline_step_time_ms": None, "timeline_step_time": None,
+                "timeline_overhead_pct": None}  # fmt: skip
+    light = summarize_ms(timeline_ms)
+    base = float(summarize_ms(timed_ms)["median"])
+    return {
+        "timeline_step_time_ms": light["median"],
+        "timeline_step_time": light,
+        "timeline_overhead_pct": (float(light["median"]) / base - 1.0) * 100,
+    }
 
 
 def step_entry(cfg: CollectConfig) -> dict[str, Any]:
@@ -360,6 +417,11 @@ def empty_artifacts() -> dict[str, Any]:
         "traces": [],
         "memory_timeline": None,
         "memory_timeline_absent": None,
+        "memory_timeline_pass": None,
+        "timeline_trace": None,
+        "timeline_traces": [],
+        "timeline_trace_absent": None,
+        "timeline_steps": None,
         "memory_snapshot": None,
         "memory_snapshot_absent": None,
         "profiler_flops": None,
@@ -389,6 +451,7 @@ def base_manifest(cfg: CollectConfig, device: torch.device) -> dict[str, Any]:
             **cfg.profiler.to_dict(),
             "activities": ["cpu", "cuda"] if device.type == "cuda" else ["cpu"],
             "steps": cfg.profiler.steps,
+            "timeline": None,  # the light pass as it ran (collectors/passes.py)
         },
         "artifacts": empty_artifacts(),
         "command": sys.argv if Path(sys.argv[0]).name == "tracekit" else None,

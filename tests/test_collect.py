@@ -228,7 +228,22 @@ def test_collect_cli_writes_a_complete_run_folder(
     assert trace.name.endswith(".pt.trace.json.gz")
     assert (out / arts["tensorboard"]).is_dir()
     assert arts["memory_snapshot"] is None and "cpu" in arts["memory_snapshot_absent"]
-    assert arts["memory_timeline"] is None and "with_stack" in arts["memory_timeline_absent"]
+    # memory by category by default: one more step recorded with stacks, not in the trace
+    assert arts["memory_timeline_absent"] is None
+    assert arts["memory_timeline_pass"] == "category step (with stacks)"
+    cat = json.loads(gzip.decompress((out / arts["memory_timeline"]).read_bytes()))
+    assert cat["format"] == "tracekit.memory_timeline" and len(cat["times_us"]) > 0
+    # the light timeline pass records CUDA activity: on CPU it is skipped, with the reason
+    assert arts["timeline_trace"] is None and "CUDA activity only" in arts["timeline_trace_absent"]
+    assert met["timeline_step_time_ms"] is None and m["profiler"]["timeline"] is None
+    assert m["profiler"]["timeline_pass"] is True
+    assert m["total_steps"] == 1 + 3 + 4 + 2  # warm-up, timed, profiled (1+1+2), category
+    assert sorted(p.name.split(".", 2)[-1] for p in out.iterdir() if p.is_file()) == [
+        "json",  # manifest.json
+        "memory_timeline.json.gz",
+        "profiler_flops.json.gz",
+        "pt.trace.json.gz",
+    ]
     doc = json.loads(gzip.decompress(trace.read_bytes()))
     names = {e.get("name", "") for e in doc["traceEvents"]}
     assert any(n.startswith("ProfilerStep#") for n in names)
@@ -251,6 +266,8 @@ def test_with_stack_exports_the_memory_timeline(tmp_path: Path) -> None:
     )
     m = json.loads((out / "manifest.json").read_text())
     assert m["artifacts"]["memory_timeline_absent"] is None
+    assert m["artifacts"]["memory_timeline_pass"] == "main window"  # no category step
+    assert m["total_steps"] == 1 + 2 + 2
     doc = json.loads(gzip.decompress((out / m["artifacts"]["memory_timeline"]).read_bytes()))
     assert doc["format"] == "tracekit.memory_timeline" and doc["time_unit"] == "us"
     cats = doc["categories"]

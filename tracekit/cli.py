@@ -186,8 +186,19 @@ def collect(
     ] = False,
     with_modules: Annotated[bool, typer.Option(help="Record the module hierarchy.")] = False,
     memory_timeline: Annotated[
-        bool, typer.Option(help="Export the per-category memory timeline (needs --with-stack).")
+        bool,
+        typer.Option(
+            help="Export the per-category memory timeline (from the window with --with-stack, "
+            "else from one more step recorded with stacks)."
+        ),
     ] = True,
+    single_pass: Annotated[
+        bool,
+        typer.Option(
+            "--single-pass",
+            help="Record one profiled pass (no light CUDA-only timeline pass before it).",
+        ),
+    ] = False,
     memory_snapshot: Annotated[
         bool, typer.Option(help="Record a CUDA memory snapshot (pickle; CUDA only).")
     ] = True,
@@ -230,7 +241,7 @@ def collect(
             wait=profile_wait, warmup=profile_warmup, active=profile_active,
             repeat=profile_repeat, record_shapes=record_shapes, profile_memory=profile_memory,
             with_flops=with_flops, with_stack=with_stack, with_modules=with_modules,
-            memory_timeline=memory_timeline,
+            memory_timeline=memory_timeline, timeline_pass=not single_pass,
         ),
     )  # fmt: skip
     _check_counters(counters, device, gpus)
