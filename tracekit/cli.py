@@ -130,6 +130,21 @@ _BlockSize = Annotated[
     ),
 ]
 
+_MemoryTimeline = Annotated[
+    bool,
+    typer.Option(
+        help="Export the per-category memory timeline (from the window with --with-stack, "
+        "else from one more step recorded with stacks)."
+    ),
+]
+_SinglePass = Annotated[
+    bool,
+    typer.Option(
+        "--single-pass",
+        help="Record one profiled pass (no light CUDA-only timeline pass before it).",
+    ),
+]
+
 
 def _workload_defaults(
     workload: str, seq: int | None, profile_active: int | None, new_tokens: int | None
@@ -185,20 +200,8 @@ def collect(
         bool, typer.Option(help="Record Python stacks (needed for the memory timeline).")
     ] = False,
     with_modules: Annotated[bool, typer.Option(help="Record the module hierarchy.")] = False,
-    memory_timeline: Annotated[
-        bool,
-        typer.Option(
-            help="Export the per-category memory timeline (from the window with --with-stack, "
-            "else from one more step recorded with stacks)."
-        ),
-    ] = True,
-    single_pass: Annotated[
-        bool,
-        typer.Option(
-            "--single-pass",
-            help="Record one profiled pass (no light CUDA-only timeline pass before it).",
-        ),
-    ] = False,
+    memory_timeline: _MemoryTimeline = True,
+    single_pass: _SinglePass = False,
     memory_snapshot: Annotated[
         bool, typer.Option(help="Record a CUDA memory snapshot (pickle; CUDA only).")
     ] = True,
