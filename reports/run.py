@@ -107,10 +107,12 @@ def _tb_target(
 def classify_trace(trace: Trace, peak_tflops: float | None, bandwidth_gbs: float | None) -> Any:
     """Run the classify stage (``tracekit.classify``) on a parsed trace."""
     from tracekit.classify import classify
+    from tracekit.summary.memory_model import manifest_traffic
 
     return classify(
-        trace, manifest=trace.manifest, peak_tflops=peak_tflops, bandwidth_gbs=bandwidth_gbs
-    )
+        trace, manifest=trace.manifest, peak_tflops=peak_tflops, bandwidth_gbs=bandwidth_gbs,
+        traffic=manifest_traffic(trace.manifest),
+    )  # fmt: skip
 
 
 def _parquet(df: pd.DataFrame, path: Path) -> None:

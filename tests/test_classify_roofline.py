@@ -279,8 +279,7 @@ def test_analytic_traffic_is_the_one_passed_in() -> None:
     assert s["bytes_vs_analytic"] == pytest.approx(s["bytes"] / 100)
     r = classify(b.trace())
     assert math.isnan(r.steps["analytic_bytes"].iloc[0])
-    assert any("no analytic traffic estimate given" in n for n in r.notes)
-
+    assert any("analytic traffic estimate unavailable" in n for n in r.notes)
 
 
 def test_trace_without_operators() -> None:

@@ -296,6 +296,7 @@ def test_report_gets_from_a_run_manifest_what_it_gets_from_collect(
     from tracekit.classify import classify
     from tracekit.parse import load
     from tracekit.summary import summarize
+    from tracekit.summary.memory_model import manifest_traffic
 
     out = tmp_path / "mlp"
     opts = [a for a in FAST if a != "--no-ceilings"]  # measured after the script ended
@@ -330,7 +331,8 @@ def test_report_gets_from_a_run_manifest_what_it_gets_from_collect(
 
     def summary(p: Path) -> dict[str, Any]:
         t = load(p)
-        doc: dict[str, Any] = summarize(t, classify(t, manifest=t.manifest)).summary
+        cls = classify(t, manifest=t.manifest, traffic=manifest_traffic(t.manifest))
+        doc: dict[str, Any] = summarize(t, cls).summary  # as tracekit report does
         return doc
 
     want, got = summary(fx), summary(run)

@@ -272,8 +272,8 @@ def step_table(
     rows = [_step_row(int(steps_sorted[g[0]]), g, a, given, roof, analytic) for g in groups]
     if analytic is None:
         notes.append(
-            "no analytic traffic estimate given (classify(traffic=...): "
-            "tracekit.summary.memory_model.traffic of a tracekit collect run's model)"
+            "analytic traffic estimate unavailable: the manifest gives no model parameter "
+            "count and config"
         )
     if not rows:
         return cast(pd.DataFrame, pd.DataFrame({c: pd.Series(dtype=object) for c in cols}))
