@@ -25,6 +25,7 @@ import tracekit.summary.memory as M
 import tracekit.summary.memory_model as MM
 import tracekit.summary.steps as S
 import tracekit.summary.stepsummary as SS
+import tracekit.summary.timeline as TL
 import tracekit.summary.verdict as V
 from tracekit.parse.cpuview import device_label
 from tracekit.summary.decode_model import DecodeModel, DecodeTraffic
@@ -60,6 +61,7 @@ __all__ = [  # the dataclasses live in facts.py, summary.json in document.py; re
 ]
 
 TOP_ALLOCATORS = 10
+MAIN_WINDOW = "main window"  # manifest artifacts.memory_timeline_pass (collectors/passes.py)
 WHOLE_TRACE = "(whole trace)"  # tracekit.parse's step name for a trace without step markers
 NO_STEPS = (
     "the trace has no ProfilerStep markers: it is judged as one step, set-up (CUDA "
@@ -201,6 +203,12 @@ def _categories(trace: Any) -> tuple[CategoryMemory | None, list[str]]:
         return None, ([f"no per-category memory timeline: {why}"] if why else [])
     path = Path(run_dir) / str(rel)
     tl = M.downsample_categories(M.load_category_timeline(path))
+    which = _get(man, "artifacts", "memory_timeline_pass")
+    if which and which != MAIN_WINDOW:  # collect's category step, after the main window
+        return CategoryMemory(tl, None, str(path)), [
+            f"the per-category memory timeline is the {which}, recorded after the main "
+            "window: it is plotted from its own start, without the trace's step boundaries"
+        ]
     offset = _category_offset(trace, tl.times_us)
     notes = (
         []
@@ -264,18 +272,22 @@ def memory_facts(
     )
 
 
-def trace_facts(trace: Any) -> TraceFacts:
-    """The trace's part of :func:`summarize` (``trace``: a ``tracekit.parse.Trace``)."""
+def trace_facts(trace: Any, timeline: TL.Timeline | str = "auto") -> TraceFacts:
+    """The trace's part of :func:`summarize` (``trace``: a ``tracekit.parse.Trace``).
+    ``timeline``: the light pass joined to it (:func:`tracekit.summary.timeline.for_report`,
+    or its ``mode``: ``auto``, ``light``, ``full``); when its ``source`` is ``light`` the
+    step table, step time, GPU idle and the launch check come from the light pass,
+    everything else from ``trace``."""
     steps = S.analysed_steps(trace.steps)
-    table = S.step_table(trace.steps)
+    tl = TL.for_report(trace, steps, timeline) if isinstance(timeline, str) else timeline
+    full_table = S.step_table(trace.steps)
+    table = S.step_table(tl.steps) if tl.light else full_table
     n = max(1, len(steps))
     header = _header(trace, steps, table)
     cpu = _is_cpu(trace)
-    launch = (
-        CPU.NO_LAUNCH
-        if cpu
-        else S.launch_check(table, trace.kernels, trace.runtime, header.measured_step_time_ms)
-    )
+    k, rt = (tl.kernels, tl.runtime) if tl.light else (trace.kernels, trace.runtime)
+    launch = CPU.NO_LAUNCH if cpu else S.launch_check(table, k, rt, header.measured_step_time_ms)
+    tl_facts = TL.timeline_facts(tl, full_table, header.measured_step_time_ms, trace.manifest)
 
     # memory: the trace's [memory] events, else the run's unprofiled measurement
     window_end = None
@@ -312,10 +324,12 @@ def trace_facts(trace: Any) -> TraceFacts:
             memory, steps, mem, categories, header.tokens_per_step, trace.manifest
         ),
         input_wait_ns=V.input_wait_ns(spans, trace.kernels),
-        notes=cat_notes,
+        notes=cat_notes + tl_facts.notes,
         kv=kv_growth(trace.manifest, steps, starts, mem_tl),
         device_kind="cpu" if cpu else "gpu",
         cpu=CPU.utilisation(trace.kernels, table, trace.manifest) if cpu else None,
+        timeline=tl if tl.light else None,
+        timeline_facts=tl_facts,
     )
 
 
@@ -334,6 +348,7 @@ def summarize(
     on_table: Callable[[str, Any], None] | None = None,
     exposed_comm_pct: float | None = None,
     union_shares: bool = False,
+    timeline: TL.Timeline | str = "auto",
 ) -> Summary:
     """Everything the report shows. ``trace``: a ``tracekit.parse.Trace``; ``cls``: its
     ``tracekit.classify.Classification``; ``facts``: :func:`trace_facts` of the trace, if
@@ -343,8 +358,9 @@ def summarize(
     in which communication runs exposed, from a multi-rank analysis (replaces this trace's
     own figure and the manifest's ``metrics.exposed_comm_pct``). ``union_shares``: class
     time shares of the union of GPU activity (a multi-rank report; see
-    :func:`tracekit.summary.classes.union_shares`)."""
-    f = facts if facts is not None else trace_facts(trace)
+    :func:`tracekit.summary.classes.union_shares`). ``timeline``: see :func:`trace_facts`
+    (ignored when ``facts`` is given)."""
+    f = facts if facts is not None else trace_facts(trace, timeline)
     steps = f.steps
     n = max(1, len(steps))
     roofs = roofs_from(cls.device)
@@ -395,7 +411,7 @@ def summarize(
         # a CPU run's operators are lengthened by the profiler too: the profiled step
         measured_step_ms=None if cpu else f.header.measured_step_time_ms,
         input_wait=f.input_wait_ns,
-        exposed_comm=V.exposed_comm_ns(cls.kernels[["class", "ts", "dur", "step"]]),
+        exposed_comm=V.exposed_comm_ns(_timeline_kernels(f, cls)),
         exposed_comm_pct=comm,
     )
     sm = Summary(
@@ -413,7 +429,7 @@ def summarize(
         if bd and total
         else None,
         notes=[*notes, CPU.CRITICAL_PATH_NOTE] if cpu else notes,
-        warnings=[f.launch.message] if f.launch.message else [],
+        warnings=[w for w in (f.launch.message, _timeline_warning(f)) if w],
         critical_path=None if cpu else CP.for_report(trace, cls, steps),
         generate=gen,
         roof_note=roof_note(
@@ -426,6 +442,19 @@ def summarize(
     )
     sm.summary = summary_json(sm, top_operators=top_operators, top_kernels=top_kernels)
     return sm
+
+
+def _timeline_kernels(f: TraceFacts, cls: Any) -> pd.DataFrame:
+    """The GPU activities whose overlap the verdict measures (``class``, ``ts``, ``dur``,
+    ``step``): the light pass's, with their full partners' classes, where it is used."""
+    cols = ["class", "ts", "dur", "step"]
+    k = TL.with_classes(f.timeline.kernels, cls.kernels) if f.timeline else cls.kernels
+    frame: pd.DataFrame = k[cols]
+    return frame
+
+
+def _timeline_warning(f: TraceFacts) -> str | None:
+    return f.timeline_facts.warning() if f.timeline_facts is not None else None
 
 
 def _verdict(
@@ -494,4 +523,5 @@ def _evidence(
         short_kernels=lc.short_kernels,
         host_busy_pct=lc.host_busy_pct,
         tensor_peaks={p: v for p, v in r.peaks.items() if p.startswith("tensor_")},
+        traced_step="the light timeline pass's step" if f.timeline else "the profiled step",
     )

@@ -23,6 +23,11 @@ TOP_KERNELS = 10
 # the operator table's columns in summary.json (and the HTML table)
 OPERATOR_KEYS = tuple(c for c in OPERATOR_COLUMNS if c not in ("input_types", "gpu_time_ns"))
 KERNEL_KEYS = ("name", "class", "kind", "calls", "ms_per_step", "mean_us", "time_share_pct")
+STEP_TIME_SOURCE = {  # by whether the timeline comes from the light pass
+    False: "measured: ProfilerStep spans and GPU activity in the trace (with the profiler on)",
+    True: "measured: the light timeline pass's steps (CUDA activity only; between its step "
+    "markers) and their GPU activity",
+}
 ALLOCATOR_KEYS = ("op_name", "allocations", "bytes_per_step", "largest_bytes", "pct")
 
 
@@ -57,6 +62,7 @@ def summary_json(
         **_run(sm),
         "step_summary": step_summary_json(sm),
         **_time(sm),
+        "timeline": sm.timeline_facts.to_dict() if sm.timeline_facts is not None else None,
         "memory": memory_json(sm),
         "top_operators": ops,
         "roof_note": sm.roof_note,
@@ -242,11 +248,12 @@ def _sources(sm: Summary) -> dict[str, Any]:
     roofs = sm.roofs
     ss = sm.step_summary
     pct = ss.mean.measured_time_pct
+    light = sm.timeline_facts is not None and sm.timeline_facts.source == "light"
     return {
         "time_share_pct": "measured: kernel, memcpy and memset durations in the trace",
-        "step_time_ms": "measured: ProfilerStep spans and GPU activity in the trace "
-        "(with the profiler on)",
-        "gpu_idle_pct": "measured: union of GPU activity per step in the trace",
+        "step_time_ms": STEP_TIME_SOURCE[light],
+        "gpu_idle_pct": "measured: union of GPU activity per step in the "
+        + ("light timeline pass" if light else "trace"),
         "gpu_idle_unprofiled_pct": "estimated: the trace's GPU busy time per step over "
         "the step time measured without the profiler (manifest)"
         if sm.launch.gpu_idle_unprofiled_pct is not None

@@ -16,6 +16,7 @@ import tracekit.summary.memory as M
 import tracekit.summary.memory_model as MM
 import tracekit.summary.steps as S
 import tracekit.summary.stepsummary as SS
+import tracekit.summary.timeline as TL
 import tracekit.summary.verdict as V
 from tracekit.summary.kvcache import KVGrowth
 from tracekit.summary.roofs import Roofs
@@ -83,6 +84,8 @@ class TraceFacts:
     kv: KVGrowth | None = None  # a generate run's KV cache over its decode steps
     device_kind: str = "gpu"  # 'cpu': a CPU run, its work operators stand in for kernels
     cpu: CPU.CpuUtilisation | None = None  # a CPU run's operator busy time per thread
+    timeline: TL.Timeline | None = None  # the light pass, where the timeline comes from it
+    timeline_facts: TL.TimelineFacts | None = None  # which pass, the join, the step times
 
 
 @dataclass(kw_only=True)

@@ -208,6 +208,7 @@ class Evidence:
     short_kernels: bool  # the launch check's "kernels are short"
     host_busy_pct: float | None
     tensor_peaks: dict[str, float] = field(default_factory=dict)  # tensor-core pipes known
+    traced_step: str = "the profiled step"  # the trace step host_busy_pct is a share of
 
 
 @dataclass(frozen=True)
@@ -302,7 +303,7 @@ def _host(b: Breakdown, e: Evidence) -> tuple[list[str], str]:
     kern = (
         f"{e.kernels_per_step:.0f} kernels per step, median {_f(e.median_kernel_us)} µs "
         f"against {_f(e.median_launch_us)} µs per launch call; host busy "
-        f"{_f(e.host_busy_pct, '.0f')} % of the profiled step"
+        f"{_f(e.host_busy_pct, '.0f')} % of {e.traced_step}"
     )
     text = [
         f"the GPU idles {b.host_idle_ms:.2f} ms per step outside data loading and "

@@ -1,0 +1,375 @@
+"""A faithful timeline: the light pass's steps joined to the full pass's, kernel by kernel.
+
+``tracekit collect`` records each step twice (``collectors/passes.py``): a light pass with
+CUDA activity only, whose step is close to the unprofiled one, then the full pass (shapes,
+memory, FLOPs), whose host side the profiler stretches. Kernel durations survive the
+profiler; idle time, launch gaps and overlap do not. So the report takes
+
+* from the **light** pass: the step table (step time, GPU span and busy time), GPU idle,
+  the launch check (kernels per step, launch calls) and the verdict's overlap figure
+  (exposed communication);
+* from the **full** pass: classes, FLOPs, bytes, the roofline, per-class durations,
+  memory, input spans (they need CPU operators) and the critical path (its host graph is
+  built from CPU operators, which the light pass does not record).
+
+**Join.** The k-th light step pairs with the k-th analysed full step (both passes run the
+same schedule of the same step function; extra steps on either side are left out, with a
+note). Within a pair the GPU activities are taken in launch order (the runtime call's
+start, then the activity's own), the step markers left out, and paired by position. The
+join is all or nothing, never a guess:
+
+* every paired step must have launched as many GPU activities in both passes; and
+* at least :data:`MIN_MATCHED_PCT` % of the positional pairs must have the same kernel
+  name (a pair whose names differ stays unmatched: its light activity is classed by its
+  own name).
+
+Otherwise the passes ran different work: the report falls back to the full pass and says
+why (``--timeline light`` makes that an error instead). A light activity carries the
+class of its full partner, so the overlap of communication with other work is measured
+on the light timeline with the full pass's classes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracekit.classify.classes import classify_kernel_name
+from tracekit.errors import TracekitError, UsageError
+from tracekit.parse import load
+from tracekit.parse.timeline import is_marker, launch_ts, with_light_steps
+from tracekit.summary.steps import step_table
+
+MODES = ("auto", "light", "full")
+MIN_MATCHED_PCT = 95.0  # below this share of same-name pairs the light pass is not used
+FAITHFUL_PCT = 10.0  # a timeline step further than this from the unprofiled one is flagged
+KERNEL_COLUMNS = ("step", "kind", "name", "ts", "dur", "runtime_id")
+LIGHT = "light"
+FULL = "full"
+
+
+@dataclass
+class Timeline:
+    """Which pass the timeline figures come from, and the light pass joined to the full.
+
+    ``source``: ``light`` or ``full``; ``reason``: why ``full`` (None when light).
+    ``kernels``/``runtime``/``steps``: the light pass's GPU activities, runtime calls and
+    steps table (parser columns), renumbered with the full pass's step numbers (empty
+    without a light pass); ``kernels`` also holds ``full_kernel_id`` (-1: unmatched),
+    ``matched`` and ``marker``. ``per_step``: ``step``, ``light_step``,
+    ``light_kernels``, ``full_kernels``, ``matched``, ``matched_pct``."""
+
+    source: str
+    requested: str  # auto | light | full
+    reason: str | None = None
+    path: str | None = None
+    kernels: pd.DataFrame = field(default_factory=pd.DataFrame)
+    runtime: pd.DataFrame = field(default_factory=pd.DataFrame)
+    steps: pd.DataFrame = field(default_factory=pd.DataFrame)
+    per_step: pd.DataFrame = field(default_factory=pd.DataFrame)
+    matched_pct: float | None = None
+    step_source: str | None = None  # marker kernels | host step starts
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def light(self) -> bool:
+        return self.source == LIGHT
+
+
+def _launch_order(idx: np.ndarray, ts: np.ndarray, launch: np.ndarray) -> np.ndarray:
+    return idx[np.lexsort((ts[idx], launch[idx]))]
+
+
+def _step_row(s: int, k: int, lc: np.ndarray, fc: np.ndarray) -> dict[str, Any]:
+    same = int((lc == fc).sum()) if len(lc) == len(fc) else 0
+    big = max(len(lc), len(fc))
+    return {
+        "step": int(s),
+        "light_step": k,
+        "light_kernels": len(lc),
+        "full_kernels": len(fc),
+        "matched": same,
+        "matched_pct": 100.0 * same / big if big else 100.0,
+    }
+
+
+def mismatch(per_step: pd.DataFrame) -> str | None:
+    """Why the light pass cannot stand for the full one (None: it can)."""
+    if not len(per_step):
+        return "the light pass has no step to pair with the full pass's"
+    for r in per_step.to_dict("records"):
+        if r["light_kernels"] != r["full_kernels"]:
+            return (
+                f"step {r['step']}: the light pass launched {r['light_kernels']} GPU "
+                f"activities, the full pass {r['full_kernels']} (the passes ran different work)"
+            )
+    pct = 100.0 * float(per_step["matched"].sum()) / max(1, int(per_step["full_kernels"].sum()))
+    if pct < MIN_MATCHED_PCT:
+        return (
+            f"only {pct:.1f} % of the light pass's GPU activities have the full pass's kernel "
+            f"at the same launch position (< {MIN_MATCHED_PCT:.0f} %): the passes ran "
+            "different kernels"
+        )
+    return None
+
+
+def join(light: Any, full: Any, steps: list[int]) -> Timeline:
+    """Join a light trace (with its steps: ``tracekit.parse.timeline.with_light_steps``)
+    to the full trace's analysed ``steps`` (see the module docstring)."""
+    lk, fk = light.kernels, full.kernels
+    n = min(len(light.steps), len(steps))
+    names = pd.concat([lk["name"].astype(object), fk["name"].astype(object)], ignore_index=True)
+    codes = pd.factorize(names)[0]
+    l_codes, f_codes = codes[: len(lk)], codes[len(lk) :]
+    l_launch, f_launch = launch_ts(lk, light.runtime), launch_ts(fk, full.runtime)
+    l_mark = lk["marker"].to_numpy(dtype=bool) if "marker" in lk else is_marker(lk["name"])
+    f_mark = is_marker(fk["name"])
+    l_step, f_step = lk["step"].to_numpy(), fk["step"].to_numpy()
+    l_ts, f_ts = lk["ts"].to_numpy(dtype=np.int64), fk["ts"].to_numpy(dtype=np.int64)
+    f_id = fk["kernel_id"].to_numpy(dtype=np.int64)
+    partner = np.full(len(lk), -1, dtype=np.int64)
+    new_step = np.full(len(lk), -1, dtype=np.int64)
+    rows = []
+    for k, s in enumerate(steps[:n]):
+        li = _launch_order(np.flatnonzero((l_step == k) & ~l_mark), l_ts, l_launch)
+        fi = _launch_order(np.flatnonzero((f_step == s) & ~f_mark), f_ts, f_launch)
+        rows.append(_step_row(s, k, l_codes[li], f_codes[fi]))
+        if len(li) == len(fi):
+            same = l_codes[li] == f_codes[fi]
+            partner[li[same]] = f_id[fi[same]]
+        new_step[l_step == k] = s
+    per_step = pd.DataFrame(rows)
+    why = mismatch(per_step)
+    matched = per_step["matched"].sum() if n else 0
+    total = per_step[["light_kernels", "full_kernels"]].max(axis=1).sum() if n else 0
+    kern = lk[[c for c in KERNEL_COLUMNS if c in lk]].assign(
+        step=new_step.astype(np.int32), full_kernel_id=partner, matched=partner >= 0, marker=l_mark
+    )
+    notes = []
+    if len(light.steps) != len(steps):
+        notes.append(
+            f"the light pass has {len(light.steps)} steps, the full pass {len(steps)}: "
+            f"the first {n} of each are paired"
+        )
+    return Timeline(
+        source=FULL if why else LIGHT,
+        requested="auto",
+        reason=why,
+        path=str(light.path),
+        kernels=kern[new_step >= 0],
+        runtime=_renumber_runtime(light.runtime, steps[:n]),
+        steps=_renumber_steps(light.steps, steps[:n]),
+        per_step=per_step,
+        matched_pct=100.0 * float(matched) / max(1, int(total)) if n else None,
+        step_source=(light.meta.get("timeline") or {}).get("source"),
+        notes=notes,
+    )
+
+
+def _renumber_runtime(rt: pd.DataFrame, steps: list[int]) -> pd.DataFrame:
+    """The light runtime calls with the full pass's step numbers (-1: no paired step)."""
+    if not len(rt):
+        return rt
+    remap = np.asarray([*steps, -1], dtype=np.int64)
+    k = rt["step"].to_numpy(dtype=np.int64)
+    k = np.where((k >= 0) & (k < len(steps)), k, len(steps))
+    frame: pd.DataFrame = rt.assign(step=remap[k].astype(np.int32))
+    return frame
+
+
+def _renumber_steps(st: pd.DataFrame, steps: list[int]) -> pd.DataFrame:
+    out: pd.DataFrame = st[st["step"] < len(steps)].copy()
+    out["step"] = np.asarray(steps, dtype=np.int32)[out["step"].to_numpy()]
+    return out
+
+
+def with_classes(kernels: pd.DataFrame, classified: pd.DataFrame) -> pd.DataFrame:
+    """The light activities with a ``class``: their full partner's (``classified``: the
+    classify stage's kernels, ``kernel_id`` and ``class``), else by kernel name."""
+    ids = classified["kernel_id"].to_numpy(dtype=np.int64)
+    cls = classified["class"].astype(object).to_numpy()
+    pos = pd.Index(ids).get_indexer(kernels["full_kernel_id"].to_numpy(dtype=np.int64))
+    out = np.full(len(kernels), None, dtype=object)
+    if len(cls):
+        out[pos >= 0] = cls[pos[pos >= 0]]
+    names, kinds = kernels["name"].astype(str).tolist(), kernels["kind"].astype(str).tolist()
+    for i in np.flatnonzero(pos < 0):
+        out[i] = classify_kernel_name(names[i], kinds[i])
+    frame: pd.DataFrame = kernels.assign(**{"class": out})
+    return frame
+
+
+def _manifest(trace: Any) -> dict[str, Any]:
+    man = getattr(trace, "manifest", None)
+    return man if isinstance(man, dict) else {}
+
+
+def _artifact(trace: Any, key: str) -> Path | None:
+    rel = (_manifest(trace).get("artifacts") or {}).get(key)
+    run_dir = getattr(trace, "run_dir", None)
+    if not rel or run_dir is None:
+        return None
+    return Path(run_dir) / str(rel)
+
+
+def _absent(trace: Any) -> str:
+    why = (_manifest(trace).get("artifacts") or {}).get("timeline_trace_absent")
+    if why:
+        return f"no light timeline pass: {why}"
+    if getattr(trace, "run_dir", None) is None:
+        return "a bare trace has no light timeline pass (tracekit collect records one)"
+    return "no light timeline pass (the run was collected without one)"
+
+
+def for_report(trace: Any, steps: list[int], mode: str = "auto") -> Timeline:
+    """The report's timeline: the run folder's light pass joined to ``trace`` (the full
+    pass) where it exists and ``mode`` allows, else the full pass with the reason.
+    ``mode``: ``auto``; ``light`` (an error when the light pass cannot be used); ``full``."""
+    if mode not in MODES:
+        raise UsageError(f"--timeline must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == FULL:
+        return Timeline(FULL, mode, reason="the full pass was asked for (--timeline full)")
+    path = _artifact(trace, "timeline_trace")
+    if path is None or not path.is_file():
+        why = _absent(trace) if path is None else f"{path}: the light trace is missing"
+        if mode == LIGHT:
+            raise UsageError(f"--timeline light: {why}")
+        return Timeline(FULL, mode, reason=why)
+    sidecar = _artifact(trace, "timeline_steps")
+    try:
+        light = with_light_steps(load(path), sidecar if sidecar and sidecar.is_file() else None)
+    except TracekitError as e:
+        if mode == LIGHT:
+            raise UsageError(f"--timeline light: {e}") from None
+        return Timeline(FULL, mode, reason=f"the light timeline pass is unreadable: {e}")
+    tl = join(light, trace, steps)
+    tl.requested = mode
+    if tl.reason and mode == LIGHT:
+        raise UsageError(f"--timeline light: the light pass does not match the full: {tl.reason}")
+    return tl
+
+
+def _pct(a: float | None, b: float | None) -> float | None:
+    return 100.0 * (a / b - 1.0) if a is not None and b else None
+
+
+def _mean_step(table: pd.DataFrame | None) -> float | None:
+    return float(table["step_time_ms"].mean()) if table is not None and len(table) else None
+
+
+def _metric(manifest: Any, key: str) -> float | None:
+    met = manifest.get("metrics") if isinstance(manifest, dict) else None
+    v = met.get(key) if isinstance(met, dict) else None
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+@dataclass(frozen=True)
+class TimelineFacts:
+    """What the report says about its timeline (``summary.json`` ``timeline``).
+
+    Step times: ``*_step_time_ms`` from the traces (the mean analysed step, ``max`` of its
+    CPU and GPU spans, as the step table has it); ``*_measured_step_time_ms`` by CUDA
+    events while the pass ran (manifest). ``vs_unprofiled_pct`` and ``faithful`` are
+    those of the pass the timeline figures come from, its trace step against the
+    unprofiled median."""
+
+    source: str
+    requested: str
+    reason: str | None
+    light_trace: str | None
+    step_markers: str | None
+    matched_pct: float | None
+    light_step_time_ms: float | None
+    light_measured_step_time_ms: float | None
+    full_step_time_ms: float | None
+    full_measured_step_time_ms: float | None
+    unprofiled_step_time_ms: float | None
+    per_step: list[dict[str, Any]]
+    notes: list[str]
+
+    @property
+    def light_vs_unprofiled_pct(self) -> float | None:
+        return _pct(self.light_step_time_ms, self.unprofiled_step_time_ms)
+
+    @property
+    def full_vs_unprofiled_pct(self) -> float | None:
+        return _pct(self.full_step_time_ms, self.unprofiled_step_time_ms)
+
+    @property
+    def step_time_ms(self) -> float | None:
+        """The step time of the pass the timeline comes from."""
+        return self.light_step_time_ms if self.source == LIGHT else self.full_step_time_ms
+
+    @property
+    def vs_unprofiled_pct(self) -> float | None:
+        return _pct(self.step_time_ms, self.unprofiled_step_time_ms)
+
+    @property
+    def faithful(self) -> bool | None:
+        v = self.vs_unprofiled_pct
+        return None if v is None else abs(v) <= FAITHFUL_PCT
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "requested": self.requested,
+            "reason": self.reason,
+            "light_trace": self.light_trace,
+            "step_markers": self.step_markers,
+            "matched_pct": self.matched_pct,
+            "min_matched_pct": MIN_MATCHED_PCT,
+            "step_time_ms": self.step_time_ms,
+            "light_step_time_ms": self.light_step_time_ms,
+            "light_measured_step_time_ms": self.light_measured_step_time_ms,
+            "full_step_time_ms": self.full_step_time_ms,
+            "full_measured_step_time_ms": self.full_measured_step_time_ms,
+            "unprofiled_step_time_ms": self.unprofiled_step_time_ms,
+            "vs_unprofiled_pct": self.vs_unprofiled_pct,
+            "light_vs_unprofiled_pct": self.light_vs_unprofiled_pct,
+            "full_vs_unprofiled_pct": self.full_vs_unprofiled_pct,
+            "faithful": self.faithful,
+            "faithful_pct": FAITHFUL_PCT,
+            "per_step": self.per_step,
+            "notes": self.notes,
+        }
+
+    def warning(self) -> str | None:
+        """The report's warning when the light timeline is not within FAITHFUL_PCT of the
+        unprofiled step (the full pass's distance is today's, said on the timeline line)."""
+        v = self.vs_unprofiled_pct
+        if self.source != LIGHT or self.faithful is not False or v is None:
+            return None
+        return (
+            f"the light timeline pass's step ({self.light_step_time_ms:.2f} ms) is "
+            f"{abs(v):.0f} % {'longer' if v > 0 else 'shorter'} than the unprofiled step "
+            f"({self.unprofiled_step_time_ms:.2f} ms; target within {FAITHFUL_PCT:.0f} %): its "
+            "idle, launch and overlap figures still carry profiler overhead, or the unprofiled "
+            "steps ran differently"
+        )
+
+
+def timeline_facts(
+    tl: Timeline, full_table: pd.DataFrame, unprofiled_ms: float | None, manifest: Any
+) -> TimelineFacts:
+    """The timeline block from the join and the full pass's step table
+    (``tracekit.summary.steps.step_table``)."""
+    light_table = step_table(tl.steps) if len(tl.steps) else None
+    return TimelineFacts(
+        source=tl.source,
+        requested=tl.requested,
+        reason=tl.reason,
+        light_trace=tl.path,
+        step_markers=tl.step_source,
+        matched_pct=tl.matched_pct,
+        light_step_time_ms=_mean_step(light_table),
+        light_measured_step_time_ms=_metric(manifest, "timeline_step_time_ms"),
+        full_step_time_ms=_mean_step(full_table),
+        full_measured_step_time_ms=_metric(manifest, "profiled_step_time_ms"),
+        unprofiled_step_time_ms=unprofiled_ms,
+        per_step=[{str(k): v for k, v in r.items()} for r in tl.per_step.to_dict("records")],
+        notes=list(tl.notes),
+    )
