@@ -111,10 +111,10 @@ def header(sm: Summary) -> str:
         + ", ".join(str(s) for s in h.steps[:20])
         + (" …" if len(h.steps) > 20 else "")
     )
-    st = f"{fmt.ms(h.step_time_ms)} in the trace (profiled)"
-    if h.measured_step_time_ms is not None:
-        st += f"; {fmt.ms(h.measured_step_time_ms)} measured without the profiler"
-    items["step time"] = st
+    items["step time"] = VR.step_time_text(sm)
+    tl = VR.timeline_text(sm)
+    if tl:
+        items["timeline"] = tl
     tp = []
     if h.tokens_per_s:
         tp.append(f"{h.tokens_per_s:,.0f} tokens/s from the trace step time")
@@ -372,10 +372,16 @@ def _categories(sm: Summary) -> str:
     )
 
 
+def _traced(sm: Summary) -> str:
+    tf = sm.timeline_facts
+    light = tf is not None and tf.source == "light"
+    return "light timeline pass, CUDA activity only" if light else "with the profiler"
+
+
 def gpu(sm: Summary) -> str:
     lc = sm.launch
     items = {
-        "GPU idle": f"{fmt.pct(lc.gpu_idle_pct)} of step time (with the profiler)",
+        "GPU idle": f"{fmt.pct(lc.gpu_idle_pct)} of step time ({_traced(sm)})",
         "GPU idle, unprofiled": (
             f"{fmt.pct(lc.gpu_idle_unprofiled_pct)} of the step time measured without the "
             "profiler (estimate: traced GPU busy time / unprofiled step time)"

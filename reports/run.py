@@ -30,6 +30,7 @@ from tracekit.errors import TraceError, UsageError
 from tracekit.io import atomic_dir, atomic_write_json, atomic_write_text
 from tracekit.parse import TRACE_SUFFIXES, Trace, find_trace, load
 from tracekit.summary import Summary, TraceFacts, summarize, trace_facts
+from tracekit.summary.timeline import MODES as TIMELINE_MODES
 
 REPORT_DIR = "report"
 # GPU activities + operators from which the plots are drawn in a worker process: its start
@@ -171,6 +172,7 @@ def report(
     rank: int | None = None,
     scheduler: str | None = None,
     workers: int | None = None,
+    timeline: str = "auto",
 ) -> ReportResult:
     """Run the whole report for a trace file, a run folder or a parsed folder.
 
@@ -182,12 +184,16 @@ def report(
     ``classification`` replaces the classify stage's output (tests only). ``plot_worker``:
     draw the plots in a separate process while this one classifies and summarises (None:
     for traces of at least ``WORKER_ROWS`` GPU activities and operators, where that saves
-    more than the worker's start costs, when this process may use more than one core)."""
+    more than the worker's start costs, when this process may use more than one core).
+    ``timeline``: where the idle, launch and overlap figures come from
+    (``tracekit.summary.timeline.for_report``: auto, light or full)."""
     path = Path(path)
     if not path.exists():
         raise UsageError(f"{path}: no such file or folder")
     if tensorboard is not None and no_tensorboard:
         raise UsageError("--tensorboard and --no-tensorboard exclude each other")
+    if timeline not in TIMELINE_MODES:
+        raise UsageError(f"--timeline must be one of {', '.join(TIMELINE_MODES)}, not {timeline!r}")
     dest = Path(out) if out is not None else default_out(path)
     job = _job(path, rank, scheduler, workers)
     target = _tb_target(
@@ -206,7 +212,7 @@ def report(
         try:
             result = _run(
                 path, dest, target, peak_tflops, bandwidth_gbs, classification, plot_worker,
-                timings, job,
+                timings, job, timeline,
             )  # fmt: skip
             if copy is not None:
                 t = time.perf_counter()
@@ -234,6 +240,7 @@ def _run(
     plot_worker: bool | None,
     timings: dict[str, float],
     job: Job | None = None,
+    timeline: str = "auto",
 ) -> ReportResult:
     t = time.perf_counter()
     trace = load(path) if job is None else job.load()
@@ -256,6 +263,7 @@ def _run(
         return _analyse(
             trace, dest, target, peak_tflops, bandwidth_gbs, classification, worker, timings,
             job.summary if job is not None else None,
+            timeline,
         )  # fmt: skip
 
 
@@ -281,9 +289,10 @@ def _analyse(
     worker: plots.PlotWorker | None,
     timings: dict[str, float],
     ranks: Any = None,
+    timeline: str = "auto",
 ) -> ReportResult:
     t = time.perf_counter()
-    facts = trace_facts(trace)  # all the memory timeline needs: drawn during classify
+    facts = trace_facts(trace, timeline)  # all the memory timeline needs: drawn meanwhile
     if worker is not None:
         worker.submit("memory_timeline", plots.memory_timeline_data(facts))
     timings["summarize"] = time.perf_counter() - t

@@ -155,7 +155,8 @@ STEP_SCALARS = (
 def _step_summary(w: _Writer, sm: Summary, t: float) -> None:
     """``step_summary/<figure>`` per step (profiled step time) and, at the first step, the
     overall figures over the step summary's basis (``step_summary/<basis>/<figure>``);
-    memory model and dynamic memory at the first step."""
+    memory model, dynamic memory and the timeline passes' distance from the unprofiled
+    step at the first step."""
     for r in sm.step_summary.per_step.to_dict("records"):
         for key in STEP_SCALARS:
             w.scalar(f"step_summary/{key}", r[key], int(r["step"]), t)
@@ -170,9 +171,21 @@ def _step_summary(w: _Writer, sm: Summary, t: float) -> None:
         ("memory/dynamic_peak_bytes", mf.dynamic_peak_bytes),
         ("memory/activation_bytes_per_token", mf.activation_bytes_per_token),
         ("memory/model_peak_bytes", mf.model.peak if mf.model is not None else None),
+        *_timeline_scalars(sm),
     ):
         if v is not None:
             w.scalar(key, v, first, t)
+
+
+def _timeline_scalars(sm: Summary) -> list[tuple[str, float | None]]:
+    """Each pass's trace step against the unprofiled one (``summary.json`` ``timeline``)."""
+    tf = sm.timeline_facts
+    if tf is None:
+        return []
+    return [
+        ("step_summary/timeline/light_vs_unprofiled_pct", tf.light_vs_unprofiled_pct),
+        ("step_summary/timeline/full_vs_unprofiled_pct", tf.full_vs_unprofiled_pct),
+    ]
 
 
 # a generate run's per-step figures (tracekit.summary.generate.PER_STEP_COLUMNS) but the

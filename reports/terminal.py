@@ -99,10 +99,10 @@ def header(sm: Summary) -> RenderableType:
         g.add_row("config", _t(" ".join(f"{k}={v}" for k, v in h.config.items())))
     steps = ", ".join(str(s) for s in h.steps[:8]) + (" …" if len(h.steps) > 8 else "")
     g.add_row("steps", _t(f"{len(h.steps)} analysed ({steps})"))
-    st = f"{fmt.ms(h.step_time_ms)} in the trace (profiled)"
-    if h.measured_step_time_ms is not None:
-        st += f", {fmt.ms(h.measured_step_time_ms)} measured without profiler"
-    g.add_row("step time", _t(st))
+    g.add_row("step time", _t(VR.step_time_text(sm)))
+    tl = VR.timeline_text(sm)
+    if tl:
+        g.add_row("timeline", _t(tl))
     if h.tokens_per_s or h.measured_tokens_per_s:
         tp = []
         if h.tokens_per_s:
@@ -350,6 +350,11 @@ def categories(sm: Summary) -> RenderableType:
     )
 
 
+def _step_of(sm: Summary) -> str:
+    tf = sm.timeline_facts
+    return "the light pass's step" if tf is not None and tf.source == "light" else "step time"
+
+
 def gpu(sm: Summary) -> RenderableType:
     lc = sm.launch
     unprof = (
@@ -358,7 +363,7 @@ def gpu(sm: Summary) -> RenderableType:
         else ""
     )
     txt = (
-        f"GPU idle {fmt.pct(lc.gpu_idle_pct)} of step time{unprof}; host busy "
+        f"GPU idle {fmt.pct(lc.gpu_idle_pct)} of {_step_of(sm)}{unprof}; host busy "
         f"{fmt.pct(lc.host_busy_pct, 0)}; {lc.kernels_per_step:.0f} kernels per step, "
         f"median {fmt.us(lc.median_kernel_us)} (launch call {fmt.us(lc.median_launch_us)})"
     )

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 import tracekit.reports.fmt as fmt
+import tracekit.summary.timeline as TL
 from tracekit.summary import Summary
 
 TRAFFIC_TERMS = {
@@ -55,6 +56,43 @@ def _verdict_step(sm: Summary) -> str:
     if sm.cpu is not None and b is not None and b.basis != sm.step_summary.basis:
         return f"{fmt.ms(b.step_ms)} step, profiled"
     return step_words(sm)
+
+
+def step_time_text(sm: Summary) -> str:
+    """The header's step times: the trace's (the light pass's and the full pass's when
+    the timeline comes from the light one) and the unprofiled measurement."""
+    h, tf = sm.header, sm.timeline_facts
+    if tf is not None and tf.source == "light":
+        st = (
+            f"{fmt.ms(tf.light_step_time_ms)} in the light timeline pass (CUDA only), "
+            f"{fmt.ms(tf.full_step_time_ms)} in the full pass (profiled)"
+        )
+    else:
+        st = f"{fmt.ms(h.step_time_ms)} in the trace (profiled)"
+    if h.measured_step_time_ms is not None:
+        st += f", {fmt.ms(h.measured_step_time_ms)} measured without profiler"
+    return st
+
+
+def timeline_text(sm: Summary) -> str | None:
+    """Which pass the idle, launch and overlap figures come from, how far its step is
+    from the unprofiled one, and why the full pass where it is that."""
+    tf = sm.timeline_facts
+    if tf is None:
+        return None
+    vs = tf.vs_unprofiled_pct
+    gap = ""
+    if vs is not None:
+        within = "within" if tf.faithful else "not within"
+        gap = f", {vs:+.1f} % vs unprofiled ({within} {TL.FAITHFUL_PCT:.0f} %)"
+    if tf.source == "light":
+        per = [int(r["light_kernels"]) for r in tf.per_step]
+        n = sum(per) / len(per) if per else 0
+        return (
+            f"light pass (CUDA only){gap}; {n:,.0f} GPU activities per step joined to the "
+            "full pass; idle, launch and overlap from it"
+        )
+    return f"full pass{gap}: {tf.reason}"
 
 
 def verdict_line(sm: Summary) -> str:

@@ -288,3 +288,51 @@ def test_collect_marks_each_recorded_step_on_the_trace_clock(tmp_path: Path) -> 
     assert np.all(np.abs(bounds[:-1] - starts) < 2_000_000)  # within 2 ms of each start
     last_end = int(starts[-1] + st["cpu_dur"].iloc[-1])
     assert starts[-1] < bounds[-1] <= last_end + 2_000_000
+
+
+def test_every_output_says_where_the_timeline_comes_from(
+    tmp_path: Path, marked: dict[str, Any]
+) -> None:
+    from rich.console import Console
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    from tracekit.cli import main
+    from tracekit.reports import report, terminal
+
+    path = _run(tmp_path, marked, host_scale=0.5)
+    res = report(path, tmp_path / "out", tensorboard=tmp_path / "tb")
+    tf = res.summary.timeline_facts
+    c = Console(width=80, record=True, color_system=None)
+    terminal.render(res.summary, c)
+    text = c.export_text()
+    lines = text.splitlines()
+    at = [i for i, line in enumerate(lines) if line.startswith("timeline ")]
+    assert at and at[0] < 12  # in the header, on the first screen
+    shown = " ".join(line.strip() for line in lines[at[0] : at[0] + 3])
+    assert shown.startswith(
+        f"timeline   light pass (CUDA only), {tf.vs_unprofiled_pct:+.1f} % vs unprofiled "
+        "(within 10 %); 822 GPU activities per step joined to the full pass"
+    )
+    assert "in the light timeline pass (CUDA only)" in text
+    assert "GPU idle" in text and "of the light pass's step" in text
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "light pass (CUDA only)" in html and "light timeline pass, CUDA activity only" in html
+    doc = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert doc["timeline"]["source"] == "light" and doc["timeline"]["faithful"] is True
+    acc = ea.EventAccumulator(str(res.events.parent), size_guidance={ea.SCALARS: 0})
+    acc.Reload()
+    sc = {t: {e.step: e.value for e in acc.Scalars(t)} for t in acc.Tags()["scalars"]}
+    assert sc["step_summary/timeline/light_vs_unprofiled_pct"] == pytest.approx(
+        {2: tf.light_vs_unprofiled_pct}
+    )
+    assert sc["step_summary/timeline/full_vs_unprofiled_pct"] == pytest.approx(
+        {2: tf.full_vs_unprofiled_pct}
+    )
+    assert sc["step_time_ms"] == pytest.approx({2: tf.light_step_time_ms})
+    # --timeline full: today's single-pass figures, labelled
+    code = main(["report", str(path), "-o", str(tmp_path / "o2"), "--no-tensorboard",
+                 "--timeline", "full", "--format", "json"])  # fmt: skip
+    assert code == 0
+    doc2 = json.loads((tmp_path / "o2" / "summary.json").read_text())
+    assert doc2["timeline"]["source"] == "full" and "--timeline full" in doc2["timeline"]["reason"]
+    assert doc2["step_time_ms"] == pytest.approx(FULL_MS)

@@ -145,6 +145,15 @@ _SinglePass = Annotated[
     ),
 ]
 
+_Timeline = Annotated[
+    str,
+    typer.Option(
+        help="Where idle, launch and overlap figures come from: auto (the run's light "
+        "CUDA-only pass when it matches the full pass, else the full pass), light (an error "
+        "when it cannot be used) or full."
+    ),
+]
+
 
 def _workload_defaults(
     workload: str, seq: int | None, profile_active: int | None, new_tokens: int | None
@@ -585,6 +594,7 @@ def report(
     rank: _Rank = None,
     scheduler: _Scheduler = None,
     workers: _Workers = None,
+    timeline: _Timeline = "auto",
 ) -> None:
     """Report time per class, roofline, memory and GPU idle time: terminal, HTML, JSON,
     plots, Parquet and TensorBoard. On a folder of a job's rank traces: every rank's
@@ -608,6 +618,7 @@ def report(
         rank=rank,
         scheduler=scheduler,
         workers=workers,
+        timeline=timeline,
     )
     if format == "json":
         typer.echo(summary_text(result), nl=False)
