@@ -553,6 +553,11 @@ def summary(run_dir: Path) -> str:
                 f"profiled step: {met['profiled_step_time_ms']:.2f} ms "
                 f"(profiler overhead {met['profiler_overhead_pct']:+.1f} %)"
             )
+        if met.get("timeline_step_time_ms") is not None:
+            lines.append(
+                f"light timeline pass step: {met['timeline_step_time_ms']:.2f} ms "
+                f"(overhead {met['timeline_overhead_pct']:+.1f} %)"
+            )
         lines.append(
             f"memory: peak allocated {_bytes(met['peak_allocated_bytes'])}, peak reserved "
             f"{_bytes(met['peak_reserved_bytes'])}, average allocated "
@@ -572,8 +577,11 @@ def summary(run_dir: Path) -> str:
         lines += summary_lines(m)
     arts = m["artifacts"]
     lines.append(f"trace: {arts['trace'] or 'none'}")
-    for key in ("memory_timeline", "memory_snapshot"):
-        lines.append(
-            f"{key.replace('_', ' ')}: {arts[key] or 'none (' + str(arts[key + '_absent']) + ')'}"
-        )
+    for key in ("timeline_trace", "memory_timeline", "memory_snapshot"):
+        if key not in arts:  # a manifest from before the light timeline pass
+            continue
+        what = arts[key] or "none (" + str(arts.get(key + "_absent")) + ")"
+        if key == "memory_timeline" and arts[key] and arts.get("memory_timeline_pass"):
+            what += f", from the {arts['memory_timeline_pass']}"
+        lines.append(f"{key.replace('_', ' ')}: {what}")
     return "\n".join(lines)

@@ -204,7 +204,10 @@ def test_collect_cli_writes_a_complete_run_folder(
 ) -> None:
     out = tmp_path / "run"
     assert main(["collect", *FAST, "-o", str(out)]) == 0
-    assert str(out) in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert str(out) in said
+    assert "timeline trace: none (the timeline pass records CUDA activity only" in said
+    assert "memory_timeline.json.gz, from the category step (with stacks)" in said
     m = json.loads((out / "manifest.json").read_text())
     assert m["schema_version"] == 1 and m["status"] == "ok" and m["error"] is None
     for key in ("config", "model", "versions", "device", "metrics", "ceilings", "profiler",
@@ -258,6 +261,11 @@ def test_collect_cli_writes_a_complete_run_folder(
     t = parse.load(out)
     assert t.manifest is not None and t.manifest["status"] == "ok"
     assert len(t.steps) == 2
+    from tracekit.summary import trace_facts
+
+    tf = trace_facts(t).timeline_facts  # the report says why its timeline is the full pass's
+    assert tf is not None and tf.source == "full" and tf.reason is not None
+    assert tf.reason.startswith("no light timeline pass: the timeline pass records CUDA")
 
 
 def test_with_stack_exports_the_memory_timeline(tmp_path: Path) -> None:
