@@ -35,7 +35,8 @@ EXACT: dict[str, dict[tuple[str, ...], float]] = {
         ("gemm", "intensity"): 7.9734030206569395,
         ("gemm", "ms_per_step"): 0.5511088125,
         ("time", "prefill_gpu_pct"): 7.924270928688047,
-        ("prefill", "compute_utilisation_pct"): 52.14954346805756,
+        # of the spec's 990 TFLOP/s: a prefill addmm (785.5) beat the measured 768.9
+        ("prefill", "compute_utilisation_pct"): 40.52271164679593,
     },
     "h200-gen-gpt2s-b8-p512-n64-bf16-sdpa": {
         ("decode", "tpot_ms"): 2.8749614991247654,
