@@ -100,7 +100,7 @@ def header(sm: Summary) -> RenderableType:
     steps = ", ".join(str(s) for s in h.steps[:8]) + (" …" if len(h.steps) > 8 else "")
     g.add_row("steps", _t(f"{len(h.steps)} analysed ({steps})"))
     g.add_row("step time", _t(VR.step_time_text(sm)))
-    tl = VR.timeline_text(sm)
+    tl = VR.timeline_text(sm, brief=True)  # summary.json and the HTML say why in full
     if tl:
         g.add_row("timeline", _t(tl))
     if h.tokens_per_s or h.measured_tokens_per_s:

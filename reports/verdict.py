@@ -74,9 +74,10 @@ def step_time_text(sm: Summary) -> str:
     return st
 
 
-def timeline_text(sm: Summary) -> str | None:
+def timeline_text(sm: Summary, brief: bool = False) -> str | None:
     """Which pass the idle, launch and overlap figures come from, how far its step is
-    from the unprofiled one, and why the full pass where it is that."""
+    from the unprofiled one, and why the full pass where it is that (``brief``: in a few
+    words, so that the line fits the terminal's first screen)."""
     tf = sm.timeline_facts
     if tf is None:
         return None
@@ -92,7 +93,7 @@ def timeline_text(sm: Summary) -> str | None:
             f"light pass (CUDA only){gap}; {n:,.0f} GPU activities per step joined to the "
             "full pass; idle, launch and overlap from it"
         )
-    return f"full pass{gap}: {tf.reason}"
+    return f"full pass{gap}: {(tf.brief or tf.reason) if brief else tf.reason}"
 
 
 def verdict_line(sm: Summary) -> str:

@@ -66,6 +66,7 @@ class Timeline:
     source: str
     requested: str  # auto | light | full
     reason: str | None = None
+    brief: str | None = None  # the reason in a few words (the terminal's header line)
     path: str | None = None
     kernels: pd.DataFrame = field(default_factory=pd.DataFrame)
     runtime: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -159,6 +160,7 @@ def join(light: Any, full: Any, steps: list[int]) -> Timeline:
         source=FULL if why else LIGHT,
         requested="auto",
         reason=why,
+        brief="the passes ran different work" if why else None,
         path=str(light.path),
         kernels=kern[new_step >= 0],
         runtime=_renumber_runtime(light.runtime, steps[:n]),
@@ -232,20 +234,22 @@ def for_report(trace: Any, steps: list[int], mode: str = "auto") -> Timeline:
     if mode not in MODES:
         raise UsageError(f"--timeline must be one of {', '.join(MODES)}, got {mode!r}")
     if mode == FULL:
-        return Timeline(FULL, mode, reason="the full pass was asked for (--timeline full)")
+        why = "the full pass was asked for (--timeline full)"
+        return Timeline(FULL, mode, reason=why, brief="--timeline full")
     path = _artifact(trace, "timeline_trace")
     if path is None or not path.is_file():
         why = _absent(trace) if path is None else f"{path}: the light trace is missing"
         if mode == LIGHT:
             raise UsageError(f"--timeline light: {why}")
-        return Timeline(FULL, mode, reason=why)
+        return Timeline(FULL, mode, reason=why, brief="no light pass")
     sidecar = _artifact(trace, "timeline_steps")
     try:
         light = with_light_steps(load(path), sidecar if sidecar and sidecar.is_file() else None)
     except TracekitError as e:
         if mode == LIGHT:
             raise UsageError(f"--timeline light: {e}") from None
-        return Timeline(FULL, mode, reason=f"the light timeline pass is unreadable: {e}")
+        why = f"the light timeline pass is unreadable: {e}"
+        return Timeline(FULL, mode, reason=why, brief="light pass unreadable")
     tl = join(light, trace, steps)
     tl.requested = mode
     if tl.reason and mode == LIGHT:
@@ -280,6 +284,7 @@ class TimelineFacts:
     source: str
     requested: str
     reason: str | None
+    brief: str | None
     light_trace: str | None
     step_markers: str | None
     matched_pct: float | None
@@ -362,6 +367,7 @@ def timeline_facts(
         source=tl.source,
         requested=tl.requested,
         reason=tl.reason,
+        brief=tl.brief,
         light_trace=tl.path,
         step_markers=tl.step_source,
         matched_pct=tl.matched_pct,
