@@ -277,9 +277,12 @@ def test_analytic_traffic_is_the_one_passed_in() -> None:
     assert s["analytic_optim_bytes"] == 40 and s["analytic_act_bytes"] == 30
     assert s["analytic_bytes"] == 100
     assert s["bytes_vs_analytic"] == pytest.approx(s["bytes"] / 100)
-    r = classify(b.trace())
+    r = classify(b.trace(), traffic=None)  # the caller looked: the run has none
     assert math.isnan(r.steps["analytic_bytes"].iloc[0])
     assert any("analytic traffic estimate unavailable" in n for n in r.notes)
+    r = classify(b.trace())  # not asked for (ranks, advise): NaN, and no note
+    assert math.isnan(r.steps["analytic_bytes"].iloc[0])
+    assert not any("analytic traffic" in n for n in r.notes)
 
 
 def test_trace_without_operators() -> None:

@@ -80,9 +80,22 @@ class AnalyticTraffic(Protocol):
     def total(self) -> int: ...
 
 
-def analytic_columns(traffic: AnalyticTraffic | None) -> dict[str, float] | None:
-    """The step table's ``analytic_*`` columns from an estimate (None: none given)."""
-    if traffic is None:
+class NotGiven:
+    """``classify(traffic=...)`` left out: the caller did not look for an estimate (the
+    ``analytic_*`` columns are NaN without a note); ``None`` says the run has none."""
+
+    def __repr__(self) -> str:
+        return "NOT_GIVEN"
+
+
+NOT_GIVEN = NotGiven()
+_NO_MODEL = "the manifest gives no model parameter count and config"
+NO_TRAFFIC_NOTE = f"analytic traffic estimate unavailable: {_NO_MODEL}"
+
+
+def analytic_columns(traffic: AnalyticTraffic | NotGiven | None) -> dict[str, float] | None:
+    """The step table's ``analytic_*`` columns from an estimate (None: none)."""
+    if traffic is None or isinstance(traffic, NotGiven):
         return None
     return {
         "analytic_bytes": float(traffic.total),

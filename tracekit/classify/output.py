@@ -11,7 +11,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracekit.classify.manifest import AnalyticTraffic
+from tracekit.classify.manifest import NOT_GIVEN, AnalyticTraffic
 from tracekit.classify.result import Classification, in_scope
 from tracekit.classify.schema import ARROW
 from tracekit.io import atomic_dir, atomic_write_json
@@ -136,7 +136,7 @@ def classify_path(
         peak_tflops=peak_tflops,
         bandwidth_gbs=bandwidth_gbs,
         counters=counters,
-        traffic=traffic_of(manifest) if traffic_of is not None else None,
+        traffic=traffic_of(manifest) if traffic_of is not None else NOT_GIVEN,
     )
     dest = write_classification(result, out or default_out(path))
     return describe(result, dest)

@@ -38,7 +38,10 @@ from tracekit.classify.classes import OpContext, kernel_classes, op_context
 from tracekit.classify.columns import KernelColumns, require
 from tracekit.classify.devices import Roofline, resolve_roofline
 from tracekit.classify.manifest import (
+    NO_TRAFFIC_NOTE,
+    NOT_GIVEN,
     AnalyticTraffic,
+    NotGiven,
     TraceLike,
     analytic_columns,
     n_params,
@@ -62,7 +65,7 @@ def classify(
     counters_mode: str = "auto",
     profiler_flops: pd.DataFrame | str | Path | None = None,
     gemm_counters: Counters = None,
-    traffic: AnalyticTraffic | None = None,
+    traffic: AnalyticTraffic | NotGiven | None = NOT_GIVEN,
 ) -> Classification:
     """Classify every GPU activity and operator of ``trace`` against the device roofline.
 
@@ -77,7 +80,8 @@ def classify(
     ``ops.flops`` where the trace has none, and are preferred to the model.
     ``traffic``: the run's analytic per-step traffic (``tracekit.summary.memory_model``'s
     ``traffic(from_manifest(manifest))``, as the report and the sweep use it) for the step
-    table's ``analytic_*`` columns; without it they are NaN.
+    table's ``analytic_*`` columns; ``None`` (the run has none: a note says so) or left out
+    (the caller did not look: no note) makes them NaN.
     """
     kernels, ops, manifest = _inputs(trace, manifest)
     notes: list[str] = []
@@ -208,7 +212,7 @@ def _tables(
     steps_in: pd.DataFrame | None,
     roof: Roofline,
     manifest: Mapping[str, Any] | None,
-    traffic: AnalyticTraffic | None,
+    traffic: AnalyticTraffic | NotGiven | None,
     measured: Measured | None,
     notes: list[str],
     cpu: bool = False,
@@ -220,7 +224,9 @@ def _tables(
     if not scope.all():
         analysed = analysed[scope]
     classes = class_table(analysed, n_steps(analysed))
-    steps = step_table(kr, steps_in, roof, analytic_columns(traffic), notes)
+    steps = step_table(kr, steps_in, roof, analytic_columns(traffic))
+    if traffic is None:
+        notes.append(NO_TRAFFIC_NOTE)
     if cpu and len(steps):
         steps["launch_bound"] = False
     note = _launch_bound_note(steps, profiler_overhead(manifest))

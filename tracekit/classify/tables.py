@@ -248,7 +248,6 @@ def step_table(
     steps_in: pd.DataFrame | None,
     roof: Roofline,
     analytic: dict[str, float] | None,
-    notes: list[str],
 ) -> pd.DataFrame:
     """The ``step_summary`` table: one row per analysed step. ``steps_in``: the parser's
     steps table (its GPU span and busy time are used where it has them)."""
@@ -270,11 +269,6 @@ def step_table(
     }
     given = _given(steps_in)
     rows = [_step_row(int(steps_sorted[g[0]]), g, a, given, roof, analytic) for g in groups]
-    if analytic is None:
-        notes.append(
-            "analytic traffic estimate unavailable: the manifest gives no model parameter "
-            "count and config"
-        )
     if not rows:
         return cast(pd.DataFrame, pd.DataFrame({c: pd.Series(dtype=object) for c in cols}))
     out = pd.DataFrame(rows)
