@@ -15,6 +15,12 @@ try:  # typer >= 0.20 vendors click
 except ImportError:  # pragma: no cover
     from click import exceptions as click_exc  # type: ignore[no-redef]
 
+from tracekit.cli_options import (
+    MemoryTimelineOption,
+    SinglePassOption,
+    TimelineOption,
+    workload_defaults,
+)
 from tracekit.cli_run import RUN_METAVAR, ScriptCommand, run_script_cmd
 from tracekit.errors import TracekitError, UsageError
 from tracekit.io import keep_freed_memory
@@ -130,45 +136,6 @@ _BlockSize = Annotated[
     ),
 ]
 
-_MemoryTimeline = Annotated[
-    bool,
-    typer.Option(
-        help="Export the per-category memory timeline (from the window with --with-stack, "
-        "else from one more step recorded with stacks)."
-    ),
-]
-_SinglePass = Annotated[
-    bool,
-    typer.Option(
-        "--single-pass",
-        help="Record one profiled pass (no light CUDA-only timeline pass before it).",
-    ),
-]
-
-_Timeline = Annotated[
-    str,
-    typer.Option(
-        help="Where idle, launch and overlap figures come from: auto (the run's light "
-        "CUDA-only pass when it matches the full pass, else the full pass), light (an error "
-        "when it cannot be used) or full."
-    ),
-]
-
-
-def _workload_defaults(
-    workload: str, seq: int | None, profile_active: int | None, new_tokens: int | None
-) -> tuple[int, int]:
-    """(seq, profile_active): training defaults 128 and 2; generate takes no --seq and
-    records every decode step unless told otherwise."""
-    from tracekit.collectors.config import GENERATE_NEW_TOKENS
-
-    generating = workload == "generate"
-    if generating and seq is not None:
-        raise UsageError("--seq is the training length; generate takes --prompt and --new-tokens")
-    if profile_active is None:
-        profile_active = (new_tokens or GENERATE_NEW_TOKENS) if generating else 2
-    return (128 if seq is None else seq), profile_active
-
 
 @app.command()
 def collect(
@@ -209,8 +176,8 @@ def collect(
         bool, typer.Option(help="Record Python stacks (needed for the memory timeline).")
     ] = False,
     with_modules: Annotated[bool, typer.Option(help="Record the module hierarchy.")] = False,
-    memory_timeline: _MemoryTimeline = True,
-    single_pass: _SinglePass = False,
+    memory_timeline: MemoryTimelineOption = True,
+    single_pass: SinglePassOption = False,
     memory_snapshot: Annotated[
         bool, typer.Option(help="Record a CUDA memory snapshot (pickle; CUDA only).")
     ] = True,
@@ -240,7 +207,7 @@ def collect(
     generate: profile its prefill and decode steps instead."""
     from tracekit.collectors import CollectConfig, ProfilerConfig, collect_run, summary
 
-    seq, profile_active = _workload_defaults(workload, seq, profile_active, new_tokens)
+    seq, profile_active = workload_defaults(workload, seq, profile_active, new_tokens)
     cfg = CollectConfig(
         preset=preset, device=device, dtype=dtype, attention=attention, compile=compile,
         batch=batch, seq=seq, layers=layers, block_size=block_size, steps=steps,
@@ -594,7 +561,7 @@ def report(
     rank: _Rank = None,
     scheduler: _Scheduler = None,
     workers: _Workers = None,
-    timeline: _Timeline = "auto",
+    timeline: TimelineOption = "auto",
 ) -> None:
     """Report time per class, roofline, memory and GPU idle time: terminal, HTML, JSON,
     plots, Parquet and TensorBoard. On a folder of a job's rank traces: every rank's

@@ -405,15 +405,7 @@ def summarize(
     )
     if gen is not None:
         notes.extend(gen.notes)
-    comm = _exposed_comm(trace.manifest, exposed_comm_pct)
-    bd = V.breakdown(
-        f.step_table,
-        # a CPU run's operators are lengthened by the profiler too: the profiled step
-        measured_step_ms=None if cpu else f.header.measured_step_time_ms,
-        input_wait=f.input_wait_ns,
-        exposed_comm=V.exposed_comm_ns(_timeline_kernels(f, cls)),
-        exposed_comm_pct=comm,
-    )
+    bd = _breakdown(f, cls, trace.manifest, exposed_comm_pct)
     sm = Summary(
         **{x.name: getattr(f, x.name) for x in fields(TraceFacts) if x.name != "notes"},
         classes=classes,
@@ -442,6 +434,20 @@ def summarize(
     )
     sm.summary = summary_json(sm, top_operators=top_operators, top_kernels=top_kernels)
     return sm
+
+
+def _breakdown(
+    f: TraceFacts, cls: Any, manifest: Any, exposed_comm_pct: float | None
+) -> V.Breakdown | None:
+    """The verdict's split of the step; a CPU run's over its profiled step (its operators
+    are lengthened by the profiler too)."""
+    return V.breakdown(
+        f.step_table,
+        measured_step_ms=None if f.cpu is not None else f.header.measured_step_time_ms,
+        input_wait=f.input_wait_ns,
+        exposed_comm=V.exposed_comm_ns(_timeline_kernels(f, cls)),
+        exposed_comm_pct=_exposed_comm(manifest, exposed_comm_pct),
+    )
 
 
 def _timeline_kernels(f: TraceFacts, cls: Any) -> pd.DataFrame:

@@ -1,0 +1,50 @@
+"""Options of ``tracekit collect`` and ``tracekit report`` kept out of ``cli.py`` (a module
+under 700 lines): the profiled passes, where the report's timeline comes from, collect's
+workload defaults."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tracekit.errors import UsageError
+
+MemoryTimelineOption = Annotated[
+    bool,
+    typer.Option(
+        help="Export the per-category memory timeline (from the window with --with-stack, "
+        "else from one more step recorded with stacks)."
+    ),
+]
+SinglePassOption = Annotated[
+    bool,
+    typer.Option(
+        "--single-pass",
+        help="Record one profiled pass (no light CUDA-only timeline pass before it).",
+    ),
+]
+
+TimelineOption = Annotated[
+    str,
+    typer.Option(
+        help="Where idle, launch and overlap figures come from: auto (the run's light "
+        "CUDA-only pass when it matches the full pass, else the full pass), light (an error "
+        "when it cannot be used) or full."
+    ),
+]
+
+
+def workload_defaults(
+    workload: str, seq: int | None, profile_active: int | None, new_tokens: int | None
+) -> tuple[int, int]:
+    """(seq, profile_active): training defaults 128 and 2; generate takes no --seq and
+    records every decode step unless told otherwise."""
+    from tracekit.collectors.config import GENERATE_NEW_TOKENS
+
+    generating = workload == "generate"
+    if generating and seq is not None:
+        raise UsageError("--seq is the training length; generate takes --prompt and --new-tokens")
+    if profile_active is None:
+        profile_active = (new_tokens or GENERATE_NEW_TOKENS) if generating else 2
+    return (128 if seq is None else seq), profile_active
