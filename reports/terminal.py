@@ -100,9 +100,6 @@ def header(sm: Summary) -> RenderableType:
     steps = ", ".join(str(s) for s in h.steps[:8]) + (" …" if len(h.steps) > 8 else "")
     g.add_row("steps", _t(f"{len(h.steps)} analysed ({steps})"))
     g.add_row("step time", _t(VR.step_time_text(sm)))
-    tl = VR.timeline_text(sm, brief=True)  # summary.json and the HTML say why in full
-    if tl:
-        g.add_row("timeline", _t(tl))
     if h.tokens_per_s or h.measured_tokens_per_s:
         tp = []
         if h.tokens_per_s:
@@ -139,6 +136,11 @@ def verdict(sm: Summary) -> RenderableType:
             g.add_row("", Text.assemble(("next lever: ", "bold"), v.lever))
     for label, text in VR.figures(sm):
         g.add_row(label, _t(text))
+    # which pass the idle and launch evidence comes from: the last line of the first
+    # screen's grid (summary.json and the HTML say why in full)
+    tl = VR.timeline_text(sm, brief=True)
+    if tl:
+        g.add_row("timeline", _t(tl))
     parts: list[RenderableType] = [g]
     ps = sm.step_summary.per_step
     if len(ps) > 1 and ps[["bandwidth_used", "flops_per_s"]].notna().any(axis=None):

@@ -307,7 +307,8 @@ def test_every_output_says_where_the_timeline_comes_from(
     text = c.export_text()
     lines = text.splitlines()
     at = [i for i, line in enumerate(lines) if line.startswith("timeline ")]
-    assert at and at[0] < 12  # in the header, on the first screen
+    mem = [i for i, line in enumerate(lines) if line.startswith("memory ")]
+    assert at and mem and mem[0] < at[0] < 40  # after the step summary, on the first screen
     shown = " ".join(line.strip() for line in lines[at[0] : at[0] + 3])
     assert shown.startswith(
         f"timeline   light pass (CUDA only), {tf.vs_unprofiled_pct:+.1f} % vs unprofiled "
