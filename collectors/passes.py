@@ -17,9 +17,9 @@ from it are the profiler's. Kernel durations survive, so collect records the ste
   The full pass launches the same markers (:class:`MarkedProfiler`), so both passes run
   the same launch sequence; ``tracekit report`` joins them step by step
   (``tracekit.parse.timeline``, ``tracekit.summary.timeline``).
-* the **category step** (:class:`CategoryProfiler`), after the full window when that
-  could not export the per-category memory timeline (it needs ``with_stack``, which makes
-  the main trace heavy): one more cycle of ``wait 0, warmup 1, active 1`` with
+* the **category step** (:class:`CategoryProfiler`), after the full window when its
+  options cannot export the per-category memory timeline (it needs ``with_stack``, which
+  makes the main trace heavy): one more cycle of ``wait 0, warmup 1, active 1`` with
   ``record_shapes``, ``profile_memory`` and ``with_stack`` that exports only the memory
   timeline, no trace. The manifest says which step it shows (``memory_timeline_pass``).
 """
@@ -180,10 +180,13 @@ def category_config(config: ProfilerConfig) -> ProfilerConfig:
     )  # fmt: skip
 
 
-def category_pass_needed(config: ProfilerConfig, main_absent: str | None) -> bool:
-    """Whether the category step runs: the timeline is wanted and the main window could
-    not export it (``main_absent``: the main profiler's reason)."""
-    return config.memory_timeline and main_absent is not None
+def category_pass_needed(config: ProfilerConfig) -> bool:
+    """Whether the category step runs: the timeline is wanted and the main window's
+    options cannot export it. Decided from the options alone, never from how the main
+    window's export went: every rank of a multi-GPU run must run the same steps (a rank
+    whose export failed and ran two more steps alone would wait for the others in DDP's
+    next collective for ever)."""
+    return config.memory_timeline and config.memory_timeline_absent_reason() is not None
 
 
 class CategoryProfiler(Profiler):

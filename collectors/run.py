@@ -360,7 +360,7 @@ def _profile(wl: Workload, pcfg: ProfilerConfig, device: torch.device, run_dir: 
     profiled_ms = profiled_steps(wl.step, full, n, ui.advance)
     n += pcfg.steps
     arts.update(full.artifacts())
-    if category_pass_needed(pcfg, full.memory_timeline_absent):
+    if category_pass_needed(pcfg):
         ui.phase("memory by category: one more step, with stacks", category_config(pcfg).steps)
         cat = CategoryProfiler(pcfg, run_dir, device=device, worker_name=name, on_export=note)
         profiled_steps(wl.step, cat, n, ui.advance)

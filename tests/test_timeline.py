@@ -337,3 +337,12 @@ def test_every_output_says_where_the_timeline_comes_from(
     doc2 = json.loads((tmp_path / "o2" / "summary.json").read_text())
     assert doc2["timeline"]["source"] == "full" and "--timeline full" in doc2["timeline"]["reason"]
     assert doc2["step_time_ms"] == pytest.approx(FULL_MS)
+
+
+def test_the_category_step_is_decided_by_the_options_alone() -> None:
+    """Every rank of a multi-GPU run runs the same steps: a main window whose export
+    failed on one rank must not send that rank alone into two more DDP steps."""
+    assert passes.category_pass_needed(ProfilerConfig())  # no with_stack: the extra step
+    assert not passes.category_pass_needed(ProfilerConfig(with_stack=True))  # the window's
+    assert not passes.category_pass_needed(ProfilerConfig(memory_timeline=False))
+    assert not passes.category_pass_needed(ProfilerConfig(with_stack=True, record_shapes=True))
