@@ -16,8 +16,15 @@ timed steps) for each configuration and prints, all measured in the same run:
   measured peak allocated and the analytic memory model.
 
     python benchmarks/timeline_overhead.py                  # CUDA: fp32-naive, bf16-sdpa
+    python benchmarks/timeline_overhead.py --rounds 5       # 5 collects each, alternating
     python benchmarks/timeline_overhead.py --device cpu --preset tiny --batch 2 --seq 32 \\
         --steps 3 --warmup 1                                # smoke (no light pass on CPU)
+
+With ``--rounds N`` each configuration is collected N times (the configurations
+alternating, so that drift in the host's speed reaches both alike) and a last block gives,
+per configuration, the median and range over the rounds of each pass's ratio to its own
+run's unprofiled step: one collect compares two windows a second apart, and a step whose
+host and GPU time are close moves with the host's speed between them.
 
 Device ceilings are not measured (``--no-ceilings``): they do not change the step and cost
 time. ``--keep DIR`` keeps the run folders (for ``tracekit report``).
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -116,6 +124,38 @@ def report(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _ratios(r: dict[str, Any]) -> dict[str, float | None]:
+    """One run's passes against its own unprofiled step (None where a pass is missing)."""
+    met, tf = r["metrics"], r["facts"].timeline_facts
+    base = float(met["step_time_ms"]["median"])
+    light, full = met.get("timeline_step_time_ms"), met.get("profiled_step_time_ms")
+    return {
+        "light": light / base if light else None,
+        "full": full / base if full else None,
+        "report": 1 + tf.vs_unprofiled_pct / 100 if tf.source == "light" else None,
+    }
+
+
+def rounds_summary(runs: list[dict[str, Any]]) -> list[str]:
+    """Per configuration: each ratio's median and range over the rounds."""
+    lines = [f"over {len(runs) // len({r['name'] for r in runs})} rounds (median [min-max]):"]
+    for name in dict.fromkeys(r["name"] for r in runs):
+        per = [_ratios(r) for r in runs if r["name"] == name]
+        parts = []
+        for key, label in (("light", "light pass"), ("report", "light trace"), ("full", "full")):
+            vals = sorted(v for p in per if (v := p[key]) is not None)
+            if vals:
+                med = statistics.median(vals)
+                parts.append(f"{label} x{med:.3f} [{vals[0]:.3f}-{vals[-1]:.3f}]")
+        if any(p["report"] is not None for p in per):
+            within = sum(1 for p in per if p["report"] is not None and p["report"] <= 1.10)
+            parts.append(f"light trace within 10 % in {within} of {len(per)}")
+        else:
+            parts.append("no light pass")
+        lines.append(f"  {name}: " + "; ".join(parts))
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda")
@@ -126,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--active", type=int, default=2, help="recorded steps per pass")
     p.add_argument("--configs", default=",".join(CONFIGS), help="of " + ", ".join(CONFIGS))
+    p.add_argument("--rounds", type=int, default=1, help="collects per configuration")
     p.add_argument("--keep", type=Path, default=None, help="keep the run folders here")
     args = p.parse_args(argv)
     names = [c for c in args.configs.split(",") if c]
@@ -137,11 +178,19 @@ def main(argv: list[str] | None = None) -> int:
         f"s{args.seq}; collect defaults (wait 1, warmup 1, active {args.active}; "
         f"{args.warmup} warm-up, {args.steps} timed steps), ceilings off"
     )
+    if args.rounds < 1:
+        p.error("--rounds must be >= 1")
+    runs = []
     with tempfile.TemporaryDirectory() as tmp:
         out = args.keep or Path(tmp)
-        for name in names:
-            for line in report(run_one(name, args, out)):
-                print(line, flush=True)
+        for k in range(args.rounds):
+            for name in names:
+                where = out / f"round{k}" if args.rounds > 1 else out
+                runs.append(run_one(name, args, where))
+                for line in report(runs[-1]):
+                    print(line, flush=True)
+    if args.rounds > 1:
+        print("\n".join(rounds_summary(runs)))
     return 0
 
 
