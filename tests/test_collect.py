@@ -266,6 +266,14 @@ def test_collect_cli_writes_a_complete_run_folder(
     tf = trace_facts(t).timeline_facts  # the report says why its timeline is the full pass's
     assert tf is not None and tf.source == "full" and tf.reason is not None
     assert tf.reason.startswith("no light timeline pass: the timeline pass records CUDA")
+    from tracekit.classify import classify
+    from tracekit.summary import summarize
+
+    # without --with-stack the trace lacks stacks, but not the memory by category
+    missing = " | ".join(summarize(t, classify(t, manifest=t.manifest)).header.missing)
+    assert "with_stack off: no Python stacks in this trace: no module paths" in missing
+    assert "from the run's category step (with stacks)" in missing
+    assert "no per-category memory timeline" not in missing
 
 
 def test_with_stack_exports_the_memory_timeline(tmp_path: Path) -> None:

@@ -94,6 +94,12 @@ OPTION_COST: dict[str, str] = {
     "with_flops": "no profiler FLOP counts: every FLOP figure is modelled by tracekit from shapes",
     "with_modules": "no module hierarchy from the profiler (module paths need with_stack)",
 }
+# with_stack's cost when the run recorded the per-category memory timeline in another pass
+# (collect's category step): only the module paths are missing from this trace
+WITH_STACK_ELSEWHERE = (
+    "no Python stacks in this trace: no module paths (the per-category memory timeline "
+    "comes from the run's {which})"
+)
 
 
 def _get(d: Any, *keys: str) -> Any:
@@ -115,6 +121,16 @@ def _cuda_version(v: Any) -> str | None:
     if isinstance(v, int) and v > 0:
         return f"{v // 1000}.{(v % 1000) // 10}"
     return None
+
+
+def _option_costs(man: dict[str, Any] | None) -> dict[str, str]:
+    """What each profiler option's absence costs this run (a run whose memory timeline
+    came from another pass lacks only the module paths without with_stack)."""
+    which = _get(man, "artifacts", "memory_timeline_pass")
+    if _get(man, "artifacts", "memory_timeline") and which and which != MAIN_WINDOW:
+        stack = WITH_STACK_ELSEWHERE.format(which=which)
+        return {**OPTION_COST, "with_stack": stack}
+    return OPTION_COST
 
 
 def _header(trace: Any, steps: list[int], table: pd.DataFrame) -> Header:
@@ -147,7 +163,8 @@ def _header(trace: Any, steps: list[int], table: pd.DataFrame) -> Header:
     tokens = int(batch * seq) if batch and seq else None
     step_ms = float(table["step_time_ms"].mean()) if len(table) else None
     options = {k: bool(v) for k, v in (trace.meta.get("options") or {}).items()}
-    missing = [f"{k} off: {OPTION_COST[k]}" for k in OPTION_COST if not options.get(k, False)]
+    missing = [f"{k} off: {cost}" for k, cost in _option_costs(man).items()
+               if not options.get(k, False)]  # fmt: skip
     device = trace.device_name if hasattr(trace, "device_name") else None
     device = device or _get(man, "device", "name")
     if _is_cpu(trace):
