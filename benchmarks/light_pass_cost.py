@@ -1,0 +1,157 @@
+"""What the light timeline pass itself costs the step: paired against unprofiled windows.
+
+``tracekit collect`` compares its light pass (``collectors/passes.py``: CUDA activity only,
+step markers) with the unprofiled steps it timed a second earlier. On a host whose speed
+drifts between those moments, that one comparison mixes the pass's own cost with the
+drift (``benchmarks/timeline_overhead.py --rounds``). This script separates them: windows
+of the same step function with the same schedule, unprofiled and under
+:class:`~tracekit.collectors.passes.LightProfiler`, interleaved round by round
+(A B B A ...), each started after ``gc.collect()``, the recorded steps timed with CUDA
+events (``perf_counter`` on CPU, where the light pass has nothing to record: a smoke).
+
+    python benchmarks/light_pass_cost.py                    # fp32 naive, gpt2-small b8 s128
+    python benchmarks/light_pass_cost.py --dtype bf16 --attention sdpa
+    python benchmarks/light_pass_cost.py --device cpu --preset tiny --batch 2 --seq 32 --rounds 2
+
+Prints one line per round and two estimates: the ratio of the medians of all recorded
+steps (``ratio light/unprofiled``), and the median of the per-round ratios of two windows
+run back to back (``paired ratio``, with its interquartile range), which cancels drift
+between rounds. It also prints the spread of the unprofiled windows (how far the host moved
+the step without any profiler) and, on Linux, the share of CPU time the hypervisor stole
+during the run (``/proc/stat``). The first round (``--discard``) absorbs one-time costs.
+With ``--check`` it exits 1 when the paired ratio exceeds ``1 + --budget`` (default 0.10,
+the light pass's target).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from tracekit.collectors.config import CollectConfig, resolve_device
+from tracekit.collectors.passes import LightProfiler, profiled_steps
+from tracekit.collectors.profiler import ProfilerConfig
+from tracekit.collectors.train import StepTimer, Workload, build_workload, run_steps
+
+
+def unprofiled_window(wl: Workload, pcfg: ProfilerConfig, start: int) -> list[float]:
+    """The same steps as a light window, no profiler; the ones it would record."""
+    timer = StepTimer(wl.device)
+    run_steps(wl.step, pcfg.steps, start=start, timer=timer)
+    return [t for i, t in enumerate(timer.millis()) if pcfg.is_active(i)]
+
+
+def light_window(wl: Workload, pcfg: ProfilerConfig, start: int, out: Path) -> list[float]:
+    """collect's light pass: :class:`LightProfiler` over the same schedule."""
+    if wl.device.type != "cuda":  # nothing to record: time the same loop (smoke)
+        return unprofiled_window(wl, pcfg, start)
+    return profiled_steps(wl.step, LightProfiler(pcfg, out, device=wl.device), start)
+
+
+def cpu_steal() -> tuple[int, int] | None:
+    """(steal, total) jiffies of all CPUs from /proc/stat, None where there is none."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    except OSError:
+        return None
+    if fields[0] != "cpu" or len(fields) < 9:
+        return None
+    ticks = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    return ticks[7], sum(ticks)
+
+
+def _iqr(values: list[float]) -> tuple[float, float]:
+    if len(values) < 2:
+        return values[0], values[0]
+    q = statistics.quantiles(values, n=4)
+    return q[0], q[2]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--preset", default="gpt2-small")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--dtype", default="fp32")
+    p.add_argument("--attention", default="naive")
+    p.add_argument("--active", type=int, default=4, help="recorded steps per window")
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--discard", type=int, default=1, help="first rounds not counted")
+    p.add_argument("--warmup-steps", type=int, default=5, help="untimed steps before round 1")
+    p.add_argument("--check", action="store_true")
+    p.add_argument("--budget", type=float, default=0.10)
+    args = p.parse_args(argv)
+    if args.rounds <= args.discard:
+        p.error("--rounds must exceed --discard")
+    cfg = CollectConfig(
+        preset=args.preset, device=args.device, dtype=args.dtype, attention=args.attention,
+        batch=args.batch, seq=args.seq, ceilings=False,
+    )  # fmt: skip
+    device = resolve_device(cfg)
+    pcfg = ProfilerConfig(wait=1, warmup=1, active=args.active)
+    wl = build_workload(cfg, device)
+    n = 0
+    run_steps(wl.step, args.warmup_steps)
+    n += args.warmup_steps
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(
+        f"light pass cost: {name}, torch {torch.__version__}, {args.preset} b{args.batch} "
+        f"s{args.seq} {args.dtype} {args.attention}; schedule wait 1, warmup 1, active "
+        f"{args.active}; {args.rounds} rounds (first {args.discard} discarded), A B B A"
+    )
+    steal0 = cpu_steal()
+    plain_all: list[float] = []
+    light_all: list[float] = []
+    paired: list[float] = []
+    plain_medians: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            order = ("plain", "light") if r % 2 == 0 else ("light", "plain")
+            got: dict[str, list[float]] = {}
+            for kind in order:
+                gc.collect()
+                if kind == "plain":
+                    got[kind] = unprofiled_window(wl, pcfg, n)
+                else:
+                    got[kind] = light_window(wl, pcfg, n, Path(tmp) / f"r{r}")
+                n += pcfg.steps
+            pm, lm = statistics.median(got["plain"]), statistics.median(got["light"])
+            kept = r >= args.discard
+            print(
+                f"round {r}: unprofiled {pm:.2f} ms, light {lm:.2f} ms, x{lm / pm:.3f}"
+                + ("" if kept else " (discarded)"),
+                flush=True,
+            )
+            if kept:
+                plain_all += got["plain"]
+                light_all += got["light"]
+                paired.append(lm / pm)
+                plain_medians.append(pm)
+    steal1 = cpu_steal()
+    pooled = statistics.median(light_all) / statistics.median(plain_all)
+    lo, hi = _iqr(paired)
+    ratio = statistics.median(paired)
+    print(f"ratio light/unprofiled: {pooled:.3f} (medians of all recorded steps)")
+    print(f"paired ratio: {ratio:.3f} (IQR {lo:.3f}-{hi:.3f}, {len(paired)} rounds)")
+    print(
+        f"unprofiled windows: median {statistics.median(plain_medians):.2f} ms, "
+        f"range {min(plain_medians):.2f}-{max(plain_medians):.2f} ms"
+    )
+    if steal0 and steal1 and steal1[1] > steal0[1]:
+        share = 100.0 * (steal1[0] - steal0[0]) / (steal1[1] - steal0[1])
+        print(f"host CPU time stolen by the hypervisor during the run: {share:.1f} %")
+    if args.check and ratio > 1 + args.budget:
+        print(f"over budget: paired ratio {ratio:.3f} > {1 + args.budget:.3f}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""The light-pass benchmarks: light_pass_cost.py runs on CPU (a smoke: no CUDA activity to
+record, so both windows run the same loop), and timeline_overhead.py's rounds summary."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_light_pass_cost_runs_on_cpu(capsys: pytest.CaptureFixture[str]) -> None:
+    mod = _load("light_pass_cost")
+    args = ["--device", "cpu", "--preset", "tiny", "--batch", "2", "--seq", "16",
+            "--rounds", "3", "--discard", "1", "--active", "1", "--warmup-steps", "1"]  # fmt: skip
+    assert mod.main(args) == 0
+    out = capsys.readouterr().out
+    assert len(re.findall(r"^round \d: unprofiled [\d.]+ ms, light [\d.]+ ms", out, re.M)) == 3
+    assert "(discarded)" in out.splitlines()[1]
+    m = re.search(r"paired ratio: (\d+\.\d+) \(IQR [\d.]+-[\d.]+, 2 rounds\)", out)
+    assert m and float(m.group(1)) > 0
+    steal = mod.cpu_steal()
+    assert steal is None or 0 <= steal[0] <= steal[1]
+
+
+def test_light_pass_cost_rejects_too_few_rounds() -> None:
+    with pytest.raises(SystemExit):
+        _load("light_pass_cost").main(["--device", "cpu", "--rounds", "1", "--discard", "1"])
+
+
+def _run(name: str, base: float, light: float | None, report_pct: float | None) -> dict[str, Any]:
+    tf = SimpleNamespace(
+        source="light" if report_pct is not None else "full", vs_unprofiled_pct=report_pct
+    )
+    return {
+        "name": name,
+        "metrics": {
+            "step_time_ms": {"median": base},
+            "timeline_step_time_ms": light,
+            "profiled_step_time_ms": 2 * base,
+        },
+        "facts": SimpleNamespace(timeline_facts=tf),
+    }
+
+
+def test_timeline_overhead_rounds_summary() -> None:
+    mod = _load("timeline_overhead")
+    runs = [
+        _run("a", 10.0, 11.0, 12.0), _run("b", 10.0, None, None),
+        _run("a", 20.0, 30.0, 50.0), _run("b", 10.0, None, None),
+        _run("a", 10.0, 10.5, 5.0), _run("b", 10.0, None, None),
+    ]  # fmt: skip
+    lines = mod.rounds_summary(runs)
+    assert lines[0] == "over 3 rounds (median [min-max]):"
+    assert lines[1] == (
+        "  a: light pass x1.100 [1.050-1.500]; light trace x1.120 [1.050-1.500]; "
+        "full x2.000 [2.000-2.000]; light trace within 10 % in 1 of 3"
+    )
+    assert lines[2] == "  b: full x2.000 [2.000-2.000]; no light pass"
