@@ -65,6 +65,16 @@ def timeline_absent_reason(config: ProfilerConfig, device: torch.device) -> str 
     return None
 
 
+def light_experimental_kwargs() -> dict[str, bool]:
+    """The light pass's Kineto options this torch accepts: ``disable_external_correlation``
+    (torch >= 2.4); empty where it is unknown."""
+    try:
+        torch._C._profiler._ExperimentalConfig(disable_external_correlation=True)
+    except (AttributeError, TypeError):
+        return {}
+    return {"disable_external_correlation": True}
+
+
 class StepMarker:
     """Marks the start of a recorded step: a marker kernel on the current stream (where
     ``torch.cuda._sleep`` exists), and always the host time (``time.time_ns()``, the clock
@@ -132,6 +142,14 @@ class LightProfiler(MarkedProfiler):
     def activities(self) -> list[torch.profiler.ProfilerActivity]:
         return [torch.profiler.ProfilerActivity.CUDA]
 
+    def experimental_config(self) -> Any:
+        """No external correlation: it ties kernels to CPU operators, which this pass does
+        not record, and it costs every operator a push and a pop of a correlation id into
+        CUPTI (``benchmarks/light_pass_cost.py``). Kernels keep CUPTI's own correlation with
+        their launch calls, which the join uses."""
+        kwargs = light_experimental_kwargs()
+        return torch._C._profiler._ExperimentalConfig(**kwargs) if kwargs else None
+
     def _trace_ready(self, prof: torch.profiler.profile) -> None:
         if self._aborting:
             return
@@ -165,6 +183,7 @@ class LightProfiler(MarkedProfiler):
         return {
             "activities": ["cuda"],
             "options": "none (no record_shapes, profile_memory, with_flops, with_stack)",
+            "external_correlation": not light_experimental_kwargs(),
             "schedule": {k: getattr(self.config, k) for k in ("wait", "warmup", "active")},
             "order": "before the full pass, same schedule",
             "step_marker": self.marker.describe(),

@@ -279,6 +279,7 @@ class Profiler:
             activities=self.activities(),
             schedule=self.schedule or self.config.schedule(),
             on_trace_ready=self._trace_ready,
+            experimental_config=self.experimental_config(),
             **self.config.torch_kwargs(),
         )
         if not self.step_ranges:
@@ -290,6 +291,11 @@ class Profiler:
     def activities(self) -> list[torch.profiler.ProfilerActivity]:
         """What the profiler records (a pass of ``collectors/passes.py`` records less)."""
         return activities(self.device)
+
+    def experimental_config(self) -> Any:
+        """Kineto's experimental options (``torch._C._profiler._ExperimentalConfig``);
+        None: torch's defaults. A pass of ``collectors/passes.py`` may ask for less."""
+        return None
 
     def __enter__(self) -> Profiler:
         self.out_dir.mkdir(parents=True, exist_ok=True)

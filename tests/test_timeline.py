@@ -346,3 +346,17 @@ def test_the_category_step_is_decided_by_the_options_alone() -> None:
     assert not passes.category_pass_needed(ProfilerConfig(with_stack=True))  # the window's
     assert not passes.category_pass_needed(ProfilerConfig(memory_timeline=False))
     assert not passes.category_pass_needed(ProfilerConfig(with_stack=True, record_shapes=True))
+
+
+def test_the_light_pass_turns_external_correlation_off(tmp_path: Path) -> None:
+    """It has no CPU operators to correlate kernels with, and each correlation costs every
+    operator two CUPTI calls; kernels keep CUPTI's correlation with their launch calls."""
+    assert passes.light_experimental_kwargs() == {"disable_external_correlation": True}
+    ec = torch._C._profiler._ExperimentalConfig
+    on, off = ec(disable_external_correlation=True).__getstate__(), ec().__getstate__()
+    assert on != off
+    light = passes.LightProfiler(ProfilerConfig(), tmp_path, device=torch.device("cpu"))
+    assert light.build().experimental_config.__getstate__() == on
+    assert light.describe()["external_correlation"] is False
+    full = passes.MarkedProfiler(ProfilerConfig(), tmp_path, device=torch.device("cpu"))
+    assert full.build().experimental_config is None  # the full pass keeps torch's defaults
