@@ -5,12 +5,14 @@ step markers) with the unprofiled steps it timed a second earlier. On a host who
 drifts between those moments, that one comparison mixes the pass's own cost with the
 drift (``benchmarks/timeline_overhead.py --rounds``). This script separates them: windows
 of the same step function with the same schedule, unprofiled and under
-:class:`~tracekit.collectors.passes.LightProfiler`, interleaved round by round
-(A B B A ...), each started after ``gc.collect()``, the recorded steps timed with CUDA
-events (``perf_counter`` on CPU, where the light pass has nothing to record: a smoke).
+:class:`~tracekit.collectors.passes.LightProfiler`, interleaved round by round (the order
+rotated and reversed every other round: A B, B A, ...), each started after
+``gc.collect()``, the recorded steps timed with CUDA events (``perf_counter`` on CPU, where
+the light pass has nothing to record: a smoke).
 
     python benchmarks/light_pass_cost.py                    # fp32 naive, gpt2-small b8 s128
     python benchmarks/light_pass_cost.py --dtype bf16 --attention sdpa
+    python benchmarks/light_pass_cost.py --external-correlation   # and the pass as torch defaults
     python benchmarks/light_pass_cost.py --device cpu --preset tiny --batch 2 --seq 32 --rounds 2
 
 Prints one line per round and two estimates: the ratio of the medians of all recorded
@@ -19,8 +21,10 @@ run back to back (``paired ratio``, with its interquartile range), which cancels
 between rounds. It also prints the spread of the unprofiled windows (how far the host moved
 the step without any profiler) and, on Linux, the share of CPU time the hypervisor stole
 during the run (``/proc/stat``). The first round (``--discard``) absorbs one-time costs.
-With ``--check`` it exits 1 when the paired ratio exceeds ``1 + --budget`` (default 0.10,
-the light pass's target).
+``--external-correlation`` adds a third window, the light pass with Kineto's external
+correlation on (torch's default; collect turns it off), so both are paired against the
+same unprofiled windows. With ``--check`` it exits 1 when the light pass's paired ratio
+exceeds ``1 + --budget`` (default 0.10, the light pass's target).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -47,11 +52,22 @@ def unprofiled_window(wl: Workload, pcfg: ProfilerConfig, start: int) -> list[fl
     return [t for i, t in enumerate(timer.millis()) if pcfg.is_active(i)]
 
 
-def light_window(wl: Workload, pcfg: ProfilerConfig, start: int, out: Path) -> list[float]:
-    """collect's light pass: :class:`LightProfiler` over the same schedule."""
+class _WithExternalCorrelation(LightProfiler):
+    """The light pass with Kineto's external correlation on (torch's default)."""
+
+    def experimental_config(self) -> Any:
+        return None
+
+
+def light_window(
+    wl: Workload, pcfg: ProfilerConfig, start: int, out: Path, *, xcorr: bool = False
+) -> list[float]:
+    """collect's light pass: :class:`LightProfiler` over the same schedule (``xcorr``: with
+    external correlation on, as before collect turned it off)."""
     if wl.device.type != "cuda":  # nothing to record: time the same loop (smoke)
         return unprofiled_window(wl, pcfg, start)
-    return profiled_steps(wl.step, LightProfiler(pcfg, out, device=wl.device), start)
+    cls = _WithExternalCorrelation if xcorr else LightProfiler
+    return profiled_steps(wl.step, cls(pcfg, out, device=wl.device), start)
 
 
 def cpu_steal() -> tuple[int, int] | None:
@@ -69,7 +85,7 @@ def cpu_steal() -> tuple[int, int] | None:
 def _iqr(values: list[float]) -> tuple[float, float]:
     if len(values) < 2:
         return values[0], values[0]
-    q = statistics.quantiles(values, n=4)
+    q = statistics.quantiles(values, n=4, method="inclusive")
     return q[0], q[2]
 
 
@@ -85,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--discard", type=int, default=1, help="first rounds not counted")
     p.add_argument("--warmup-steps", type=int, default=5, help="untimed steps before round 1")
+    p.add_argument(
+        "--external-correlation", action="store_true",
+        help="also time the light pass with Kineto's external correlation on (torch's default)",
+    )  # fmt: skip
     p.add_argument("--check", action="store_true")
     p.add_argument("--budget", type=float, default=0.10)
     args = p.parse_args(argv)
@@ -104,42 +124,51 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"light pass cost: {name}, torch {torch.__version__}, {args.preset} b{args.batch} "
         f"s{args.seq} {args.dtype} {args.attention}; schedule wait 1, warmup 1, active "
-        f"{args.active}; {args.rounds} rounds (first {args.discard} discarded), A B B A"
+        f"{args.active}; {args.rounds} rounds (first {args.discard} discarded), order rotated "
+        "and reversed every other round"
     )
     steal0 = cpu_steal()
-    plain_all: list[float] = []
-    light_all: list[float] = []
-    paired: list[float] = []
+    kinds = ["plain", "light", *(["light+xcorr"] if args.external_correlation else [])]
+    steps: dict[str, list[float]] = {k: [] for k in kinds}
+    paired: dict[str, list[float]] = {k: [] for k in kinds[1:]}
     plain_medians: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            order = ("plain", "light") if r % 2 == 0 else ("light", "plain")
+            order = kinds[r % len(kinds) :] + kinds[: r % len(kinds)]
+            order = order if r % 2 == 0 else order[::-1]
             got: dict[str, list[float]] = {}
             for kind in order:
                 gc.collect()
                 if kind == "plain":
                     got[kind] = unprofiled_window(wl, pcfg, n)
                 else:
-                    got[kind] = light_window(wl, pcfg, n, Path(tmp) / f"r{r}")
+                    out = Path(tmp) / f"r{r}-{kind}"
+                    got[kind] = light_window(wl, pcfg, n, out, xcorr=kind == "light+xcorr")
                 n += pcfg.steps
-            pm, lm = statistics.median(got["plain"]), statistics.median(got["light"])
+            med = {k: statistics.median(v) for k, v in got.items()}
             kept = r >= args.discard
             print(
-                f"round {r}: unprofiled {pm:.2f} ms, light {lm:.2f} ms, x{lm / pm:.3f}"
+                f"round {r}: unprofiled {med['plain']:.2f} ms, "
+                + ", ".join(f"{k} {med[k]:.2f} ms x{med[k] / med['plain']:.3f}" for k in kinds[1:])
                 + ("" if kept else " (discarded)"),
                 flush=True,
             )
             if kept:
-                plain_all += got["plain"]
-                light_all += got["light"]
-                paired.append(lm / pm)
-                plain_medians.append(pm)
+                for k in kinds:
+                    steps[k] += got[k]
+                for k in kinds[1:]:
+                    paired[k].append(med[k] / med["plain"])
+                plain_medians.append(med["plain"])
     steal1 = cpu_steal()
-    pooled = statistics.median(light_all) / statistics.median(plain_all)
-    lo, hi = _iqr(paired)
-    ratio = statistics.median(paired)
-    print(f"ratio light/unprofiled: {pooled:.3f} (medians of all recorded steps)")
-    print(f"paired ratio: {ratio:.3f} (IQR {lo:.3f}-{hi:.3f}, {len(paired)} rounds)")
+    for k in kinds[1:]:
+        pooled = statistics.median(steps[k]) / statistics.median(steps["plain"])
+        lo, hi = _iqr(paired[k])
+        print(f"ratio {k}/unprofiled: {pooled:.3f} (medians of all recorded steps)")
+        print(
+            f"paired ratio {k}: {statistics.median(paired[k]):.3f} (IQR {lo:.3f}-{hi:.3f}, "
+            f"{len(paired[k])} rounds)"
+        )
+    ratio = statistics.median(paired["light"])
     print(
         f"unprofiled windows: median {statistics.median(plain_medians):.2f} ms, "
         f"range {min(plain_medians):.2f}-{max(plain_medians):.2f} ms"

@@ -25,13 +25,20 @@ def _load(name: str) -> ModuleType:
 def test_light_pass_cost_runs_on_cpu(capsys: pytest.CaptureFixture[str]) -> None:
     mod = _load("light_pass_cost")
     args = ["--device", "cpu", "--preset", "tiny", "--batch", "2", "--seq", "16",
-            "--rounds", "3", "--discard", "1", "--active", "1", "--warmup-steps", "1"]  # fmt: skip
+            "--rounds", "3", "--discard", "1", "--active", "1", "--warmup-steps", "1",
+            "--external-correlation"]  # fmt: skip
     assert mod.main(args) == 0
     out = capsys.readouterr().out
-    assert len(re.findall(r"^round \d: unprofiled [\d.]+ ms, light [\d.]+ ms", out, re.M)) == 3
+    rounds = re.findall(
+        r"^round \d: unprofiled [\d.]+ ms, light [\d.]+ ms x[\d.]+, light\+xcorr [\d.]+ ms",
+        out,
+        re.M,
+    )
+    assert len(rounds) == 3
     assert "(discarded)" in out.splitlines()[1]
-    m = re.search(r"paired ratio: (\d+\.\d+) \(IQR [\d.]+-[\d.]+, 2 rounds\)", out)
-    assert m and float(m.group(1)) > 0
+    for kind in ("light", "light\\+xcorr"):
+        m = re.search(rf"paired ratio {kind}: (\d+\.\d+) \(IQR [\d.]+-[\d.]+, 2 rounds\)", out)
+        assert m and float(m.group(1)) > 0
     steal = mod.cpu_steal()
     assert steal is None or 0 <= steal[0] <= steal[1]
 
