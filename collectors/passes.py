@@ -144,9 +144,8 @@ class LightProfiler(MarkedProfiler):
 
     def experimental_config(self) -> Any:
         """No external correlation: it ties kernels to CPU operators, which this pass does
-        not record, and it costs every operator a push and a pop of a correlation id into
-        CUPTI (``benchmarks/light_pass_cost.py``). Kernels keep CUPTI's own correlation with
-        their launch calls, which the join uses."""
+        not record (``benchmarks/light_pass_cost.py --external-correlation`` measures both).
+        Kernels keep CUPTI's own correlation with their launch calls, which the join uses."""
         kwargs = light_experimental_kwargs()
         return torch._C._profiler._ExperimentalConfig(**kwargs) if kwargs else None
 
