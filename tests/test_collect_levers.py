@@ -253,6 +253,10 @@ def test_memory_model_says_what_it_does_not_count() -> None:
     gen = CollectConfig(device="cpu", workload="generate", preset="tiny", prompt=8)
     est, why = from_manifest({"config": gen.to_dict()})
     assert est is None and "this run generates" in why
+    script = {**cfg, "batch": None, "seq": None}  # a script run whose inputs were not read
+    est, why = from_manifest({"config": script})
+    assert est is None and why.startswith("the run's config has no batch or seq")
+    assert "NoneType" not in why
 
 
 def test_grad_accum_reduces_once_per_step_on_several_gpus() -> None:

@@ -572,6 +572,11 @@ def from_manifest(manifest: Mapping[str, Any] | None) -> tuple[MemoryEstimate | 
         return None, "the manifest has no model config (config.model)"
     if cfg.get("workload", "train") != "train":
         return None, "the analytic memory model is of a training step; this run generates"
+    if missing := [k for k in ("batch", "seq") if cfg.get(k) is None]:
+        return None, (
+            f"the run's config has no {' or '.join(missing)} (a script whose inputs "
+            "tracekit could not read): the analytic model needs both"
+        )
     try:
         est = estimate(
             model,
