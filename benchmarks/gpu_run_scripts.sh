@@ -23,7 +23,8 @@ python3 -c "import torch, torchvision, transformers, sys; print('torch', torch._
 
 RESNET="python benchmarks/user_scripts/resnet50_train.py"
 HF="python benchmarks/user_scripts/hf_causal_lm_train.py"
-R="tracekit run --warmup 5 --steps 20 --profile-active 1"   # 5 + 20 + 3 + 1 snapshot = 29 steps
+# 5 warm-up + 20 timed + 3 light timeline pass + 3 profiled + 2 category + 1 snapshot = 34 steps
+R="tracekit run --warmup 5 --steps 20 --profile-active 1"
 
 if [ "$PART" = runs ] || [ "$PART" = all ]; then
   # the scripts' own step time (CUDA events at each optimizer step's end, 50 steps after 10)

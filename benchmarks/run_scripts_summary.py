@@ -44,6 +44,13 @@ def describe(run: Path, plain: float | None) -> list[str]:
         f"{_f((met.get('peak_allocated_bytes') or 0) / 2**30, '.2f')} GiB; inputs "
         f"{json.dumps(m.get('inputs'))}",
     ]
+    arts = m.get("artifacts") or {}
+    lines.append(
+        f"   light timeline pass {_f(met.get('timeline_step_time_ms'))} ms "
+        f"({_f(met.get('timeline_overhead_pct'), '+.1f')} % vs unprofiled; "
+        f"{arts.get('timeline_trace') or arts.get('timeline_trace_absent')}); memory by "
+        f"category: {arts.get('memory_timeline_pass') or arts.get('memory_timeline_absent')}"
+    )
     c = m.get("counters")
     if c:
         g = c.get("gemm") or {}
@@ -59,6 +66,13 @@ def describe(run: Path, plain: float | None) -> list[str]:
         lines.append("   time share %: " + ", ".join(f"{k} {v:.1f}" for k, v in shares if v))
         bound = doc.get("bound_time_share_pct") or {}
         lines.append("   bound %: " + ", ".join(f"{k} {_f(v, '.1f')}" for k, v in bound.items()))
+        tl = doc.get("timeline") or {}
+        lines.append(
+            f"   report timeline: {tl.get('source')} pass, step {_f(tl.get('step_time_ms'))} ms, "
+            f"{_f(tl.get('vs_unprofiled_pct'), '+.1f')} % vs unprofiled (faithful "
+            f"{tl.get('faithful')}), matched {_f(tl.get('matched_pct'), '.1f')} %"
+            + (f"; {tl['reason']}" if tl.get("reason") else "")
+        )
     return lines
 
 

@@ -1,10 +1,11 @@
 """Copy a run folder as a test fixture, at most ``--max-mb`` MB.
 
-Keeps ``manifest.json``, the trace, torch's FLOP table, the memory timeline and the
-counters CSVs (no snapshot pickle, report or TensorBoard folder). If the copy is still
-larger than the limit, the trace loses, in this order, its ``python_function`` events
-(``--with-stack`` stacks) and its ``[memory]`` instant events; the manifest then says so
-under ``fixture_trimmed``. Prints the size of each file.
+Keeps ``manifest.json``, the trace, the light timeline pass's trace (and its step-start
+sidecar), torch's FLOP table, the memory timeline and the counters CSVs (no snapshot
+pickle, report or TensorBoard folder). If the copy is still larger than the limit, the
+trace loses, in this order, its ``python_function`` events (``--with-stack`` stacks) and
+its ``[memory]`` instant events; the manifest then says so under ``fixture_trimmed``.
+Prints the size of each file.
 
     python benchmarks/trim_fixture.py runs/run-resnet50-b64-bf16 fixtures/h200-run-resnet50-b64-bf16
 """
@@ -17,7 +18,8 @@ import json
 import shutil
 from pathlib import Path
 
-KEEP = (".pt.trace.json.gz", ".profiler_flops.json.gz", ".memory_timeline.json.gz", ".csv")
+KEEP = (".pt.trace.json.gz", ".profiler_flops.json.gz", ".memory_timeline.json.gz", ".csv",
+        ".timeline.json.gz", ".timeline_steps.json")  # fmt: skip
 DROP_ORDER = (
     ("python_function", lambda e: e.get("cat") == "python_function"),
     ("[memory]", lambda e: e.get("name") == "[memory]"),

@@ -14,8 +14,9 @@
 
 The schedule, the measurements and the run folder are those of ``tracekit run``
 (:mod:`tracekit.collectors.session`): ``warmup`` warm-up steps (tracekit's probes run in
-those after the first), ``steps`` steps timed without the profiler or the probes, the
-profiler's steps, a CUDA memory snapshot; the folder is written
+those after the first), ``steps`` steps timed without the profiler or the probes, on CUDA
+the light timeline pass, the profiler's steps, the category step (memory by category), a
+CUDA memory snapshot; the folder is written
 as soon as the schedule is complete (the loop goes on unprofiled), or when the block ends.
 A block that ends before the schedule is complete writes the folder with status
 ``incomplete`` and raises :class:`tracekit.errors.TracekitError`; a block that raises writes
@@ -176,6 +177,7 @@ def profile(
     with_stack: bool = False,
     with_modules: bool = False,
     memory_timeline: bool = True,
+    single_pass: bool = False,
     device: str = "auto",
     ceilings: bool = True,
     memory_snapshot: bool = True,
@@ -187,15 +189,19 @@ def profile(
 ) -> Profile:
     """Profile the loop inside the ``with`` block; call ``prof.step()`` once per step.
 
-    ``steps`` timed unprofiled steps after ``warmup`` warm-up ones, then the profiler's
-    ``wait``/``profile_warmup``/``active`` steps (× ``repeat``) with the profiler options
-    of ``tracekit collect``; ``device``: ``auto`` (the optimizer's parameters' device),
-    ``cuda`` or ``cpu``. Every value is checked first (:class:`tracekit.errors.UsageError`).
-    Writes the run folder ``out`` (replaced if it exists), for ``tracekit report``."""
+    ``steps`` timed unprofiled steps after ``warmup`` warm-up ones, then on CUDA the light
+    timeline pass (the profiler's schedule, CUDA activity only; not with ``single_pass``),
+    the profiler's ``wait``/``profile_warmup``/``active`` steps (× ``repeat``) with the
+    profiler options of ``tracekit collect``, and, unless ``with_stack`` or not
+    ``memory_timeline``, two more steps for the memory by category (the category step);
+    ``device``: ``auto`` (the optimizer's parameters' device), ``cuda`` or ``cpu``. Every
+    value is checked first (:class:`tracekit.errors.UsageError`). Writes the run folder
+    ``out`` (replaced if it exists), for ``tracekit report``."""
     pcfg = ProfilerConfig(
         wait=wait, warmup=profile_warmup, active=active, repeat=repeat,
         record_shapes=record_shapes, profile_memory=profile_memory, with_flops=with_flops,
         with_stack=with_stack, with_modules=with_modules, memory_timeline=memory_timeline,
+        timeline_pass=not single_pass,
     )  # fmt: skip
     cfg = SessionConfig(
         out=Path(out), steps=steps, warmup=warmup, profiler=pcfg, device=device,

@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from tracekit.collectors.run import timeline_metrics
 from tracekit.collectors.train import summarize_ms
 
 
@@ -25,6 +26,7 @@ class Measured:
 
     timed_ms: list[float] | None = None
     profiled_ms: list[float] | None = None
+    timeline_ms: list[float] | None = None  # the light timeline pass's recorded steps
     peak_allocated: int | None = None
     peak_reserved: int | None = None
     avg_allocated: float | None = None
@@ -130,6 +132,7 @@ def metrics(
             if m.device_type == "cuda"
             else "not measured on CPU (no caching-allocator counters)"
         ),
+        **timeline_metrics(m.timeline_ms or [], m.timed_ms),
     }
 
 
@@ -152,6 +155,7 @@ def build(
     total_steps: int,
     schedule_steps: int | None,
     extra: dict[str, Any],
+    schedule: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The manifest. ``config``: the session's options (``samples_per_step`` and
     ``tokens_per_step`` as given, None otherwise) and the runner's (``step_definition``)."""
@@ -188,6 +192,7 @@ def build(
         "artifacts": artifacts,
         "total_steps": total_steps,
         "schedule_steps": schedule_steps,
+        "schedule": schedule,
         "command": list(sys.argv),
         "pid": os.getpid(),
         **extra,

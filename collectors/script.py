@@ -381,7 +381,7 @@ def _result(
         return res
     if ended.how == "stopped":
         res.message = (
-            f"stopped the script after step {sess.n}: the profiled steps are done "
+            f"stopped the script after step {sess.n}: the schedule is done "
             "(--run-on lets it run to its end)"
         )
     return res

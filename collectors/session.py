@@ -12,8 +12,13 @@ when a step ends (:meth:`Session.boundary`: an optimizer step hook, a marked fun
    recorded at each step end, read once after the last (``perf_counter`` on CPU); peak
    memory from ``torch.cuda.max_memory_allocated/reserved`` after
    ``reset_peak_memory_stats``;
-3. the profiler's ``wait + warmup + active`` steps (× ``repeat``) under
-   :class:`tracekit.collectors.profiler.Profiler`, the active ones timed as above;
+3. the profiled windows of ``collect`` (:mod:`tracekit.collectors.session_windows`): on
+   CUDA, unless ``profiler.timeline_pass`` is off, the **light timeline pass**
+   (``wait + warmup + active`` steps × ``repeat``, CUDA activity only, steps marked); the
+   **full pass** over as many steps (the same markers when the light pass ran); when
+   :func:`tracekit.collectors.passes.category_pass_needed`, the **category step** (two
+   steps: the per-category memory timeline only); the recorded steps of the first two
+   timed as above;
 4. on CUDA, ``snapshot_steps`` steps recorded into a memory snapshot.
 
 Then it is *complete*: the run folder (the same as ``collect``'s, built under a temporary
@@ -27,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,8 +41,8 @@ import torch
 
 from tracekit.collectors import introspect, run_manifest
 from tracekit.collectors.ceilings import measure_ceilings
+from tracekit.collectors.passes import timeline_absent_reason
 from tracekit.collectors.profiler import (
-    Profiler,
     ProfilerConfig,
     dump_memory_snapshot,
     memory_snapshot_absent_reason,
@@ -55,7 +59,13 @@ from tracekit.collectors.run import (
     versions,
 )
 from tracekit.collectors.run_manifest import Measured
-from tracekit.errors import DeviceError, TracekitError, UsageError
+from tracekit.collectors.session_windows import (
+    BoundaryTimer,
+    Phases,
+    ProfiledWindows,
+    unreached,
+)
+from tracekit.errors import DeviceError, UsageError
 from tracekit.io import atomic_dir, atomic_write_json
 
 DEVICES = ("auto", "cuda", "cpu")
@@ -113,79 +123,6 @@ class SessionConfig:
         d["profiler"] = self.profiler.to_dict()
         d["out"] = str(self.out)
         return d
-
-
-class Phases:
-    """Step counts at which each phase begins (steps completed so far)."""
-
-    def __init__(self, cfg: SessionConfig, snapshot: bool) -> None:
-        self.timed = cfg.warmup
-        self.profiled = self.timed + cfg.steps
-        self.snapshot = self.profiled + cfg.profiler.steps
-        self.done = self.snapshot + (cfg.snapshot_steps if snapshot else 0)
-        # The probed steps (the model's input, average memory) follow step end probe_from
-        # up to probe_to: the warm-up steps after the first, so that the timed steps run
-        # without tracekit's hooks; with one warm-up step, the profiled steps.
-        self.probe_from, self.probe_to = (
-            (1, self.timed) if cfg.warmup >= 2 else (self.profiled, self.snapshot)
-        )
-
-    def probed(self) -> str:
-        """Which steps are probed, in words."""
-        lo, hi = self.probe_from + 1, self.probe_to
-        where = "warm-up" if self.probe_to == self.timed else "profiled"
-        return f"the {where} step{'s' if hi > lo else ''} {lo}" + (f"-{hi}" if hi > lo else "")
-
-    def describe(self, cfg: SessionConfig) -> str:
-        p = cfg.profiler
-        snap = self.done - self.snapshot
-        return (
-            f"{cfg.warmup} warm-up, {cfg.steps} timed, {p.steps} profiled (wait {p.wait}, "
-            f"warm-up {p.warmup}, active {p.active}, repeat {p.repeat})"
-            + (f", {snap} in the memory snapshot" if snap else "")
-            + f": {self.done} steps"
-        )
-
-
-class BoundaryTimer:
-    """Times steps between step ends without synchronising; :meth:`millis` syncs once.
-
-    One mark per step end: a CUDA event recorded on the current stream (``perf_counter``
-    on CPU); :meth:`lap` ends the open step and starts the next at the same mark, as a
-    loop that records one event per iteration does. :meth:`start`/:meth:`stop` leave out
-    what runs between two steps (the profiler's ``step()``)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self._open: Any = None
-        self._spans: list[tuple[Any, Any]] = []
-
-    def _mark(self) -> Any:
-        if self.device.type == "cuda":
-            ev = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-            ev.record()
-            return ev
-        return time.perf_counter()
-
-    def start(self) -> None:
-        self._open = self._mark()
-
-    def stop(self) -> None:
-        if self._open is not None:
-            self._spans.append((self._open, self._mark()))
-            self._open = None
-
-    def lap(self) -> None:
-        mark = self._mark()
-        if self._open is not None:
-            self._spans.append((self._open, mark))
-        self._open = mark
-
-    def millis(self) -> list[float]:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            return [float(s.elapsed_time(e)) for s, e in self._spans]
-        return [(e - s) * 1e3 for s, e in self._spans]
 
 
 AT_STEP_END = "at the step's end (after the optimizer step)"
@@ -331,8 +268,7 @@ class Session:
         self._stack = contextlib.ExitStack()
         self._tmp: Path | None = None
         self._timer: BoundaryTimer | None = None
-        self._ptimer: BoundaryTimer | None = None
-        self._profiler: Profiler | None = None
+        self.windows: ProfiledWindows | None = None  # from the end of the timed steps
         self._recording = False
         self.artifacts: dict[str, Any] = empty_artifacts()
 
@@ -363,7 +299,7 @@ class Session:
         try:
             self._advance(self.n)
         except Exception as e:
-            self._abort_profiler()
+            self._abort_windows()
             raise SessionFailure(e) from e
 
     def close(self, error: BaseException | None = None) -> Path:
@@ -374,7 +310,7 @@ class Session:
             return self.cfg.out
         if self._tmp is None:
             raise RuntimeError("Session.close() before open()")
-        self._abort_profiler()
+        self._abort_windows()
         if self._recording:
             stop_memory_history()
             self._recording = False
@@ -398,7 +334,7 @@ class Session:
 
     def abandon(self, exc: BaseException) -> None:
         """Ctrl-C: remove the temporary folder, keep nothing (an older run stays)."""
-        self._abort_profiler()
+        self._abort_windows()
         self.probes.remove()
         if self._recording:
             stop_memory_history()
@@ -407,12 +343,15 @@ class Session:
         self.finalized = True
 
     def incomplete_message(self) -> str:
-        total = self.phases.done if self.phases else self.cfg.warmup + self.cfg.steps
+        """What a loop that ended before the schedule was done reached, and what it needed."""
         if self.n == 0:
             return "no step ended, so nothing was measured"
+        if self.phases is None:  # not reached: the device is known at the first step's end
+            return f"the loop ended after {self.n} steps"
+        ph = self.phases
         return (
-            f"the loop ended after {self.n} steps; the schedule needs {total} "
-            f"({self.phases.describe(self.cfg) if self.phases else 'warm-up and timed steps'})"
+            f"the loop ended after {self.n} steps ({ph.reached(self.n)}); the schedule needs "
+            f"{ph.done} ({ph.describe()})"
         )
 
     # --------------------------------------------------------------- the schedule
@@ -432,10 +371,14 @@ class Session:
                 device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
         self.probes.device = device
-        snapshot = self.cfg.memory_snapshot and memory_snapshot_absent_reason(device) is None
-        self.phases = Phases(self.cfg, snapshot)
+        cfg = self.cfg
+        snapshot = cfg.memory_snapshot and memory_snapshot_absent_reason(device) is None
+        no_light = timeline_absent_reason(cfg.profiler, device)
+        self.artifacts["timeline_trace_absent"] = no_light
+        snap = cfg.snapshot_steps if snapshot else 0
+        self.phases = Phases(cfg.warmup, cfg.steps, cfg.profiler, snap, light=no_light is None)
         self.measured.probed = self.phases.probed()
-        self.measured.timed_steps = (self.phases.timed + 1, self.phases.profiled)
+        self.measured.timed_steps = (self.phases.timed + 1, self.phases.light)
 
     def _discover(self) -> None:
         """End of the first step: the device, the optimizer's parameters, the model."""
@@ -453,7 +396,7 @@ class Session:
                 self.model_absent = "no live nn.Module holds the optimizer's parameters"
         assert self.phases is not None
         self.log(
-            f"schedule: {self.phases.describe(self.cfg)}; device {self.device}; optimizer: "
+            f"schedule: {self.phases.describe()}; device {self.device}; optimizer: "
             f"{', '.join(type(o).__name__ for o in self.probes.optimizers) or 'none'}; model: "
             f"{type(self.model).__name__ if self.model is not None else 'not found'}; "
             f"input and memory probes in {self.phases.probed()}"
@@ -462,30 +405,26 @@ class Session:
     def _advance(self, n: int) -> None:
         ph = self.phases
         # the timed steps: one mark per step end, before anything else runs here
-        if ph is not None and ph.timed < n <= ph.profiled and self._timer is not None:
+        if ph is not None and ph.timed < n <= ph.light and self._timer is not None:
             self._timer.lap()
         if n == 1:
             self._discover()
         ph, dev = self.phases, self.device
         assert ph is not None and dev is not None
-        # ends of steps
+        # ends of steps: the open profiled window steps, or closes and exports
         if ph.probe_from < n <= ph.probe_to:
             self.probes.end_step()
-        if ph.profiled < n <= ph.snapshot and self._ptimer is not None:
-            self._ptimer.stop()
-            assert self._profiler is not None
-            self._profiler.step()
+        if self.windows is not None:
+            self.windows.end_step(n)
         # phase changes
         if n == ph.probe_to:
             self._end_probes()
-        if n == ph.profiled:
+        if n == ph.light:
             self._end_timed()
             self._start_profiler()
-        if n == ph.snapshot:
-            self._end_profiler()
-            if ph.done > ph.snapshot:
-                start_memory_history()
-                self._recording = True
+        if n == ph.snapshot and ph.done > ph.snapshot:
+            start_memory_history()
+            self._recording = True
         if n == ph.done and self._recording:
             dump_memory_snapshot(dev, self._tmp_path(SNAPSHOT))
             stop_memory_history()
@@ -497,9 +436,9 @@ class Session:
             self.probes.stop()  # found the optimizers; the probes come back later
         if n == ph.timed:
             self._start_timed()
-        # starts of steps
-        if ph.profiled <= n < ph.snapshot and self._ptimer is not None:
-            self._ptimer.start()
+        # starts of steps: a window whose first step starts opens; the open one's timer
+        if self.windows is not None:
+            self.windows.begin_step(n)
         if n == ph.done:
             self.complete = True
             if self.finalize_on_complete:
@@ -541,25 +480,25 @@ class Session:
             m.optimizer = introspect.optimizer_info(self.probes.optimizers)
 
     def _start_profiler(self) -> None:
-        assert self.device is not None
-        self._profiler = Profiler(self.cfg.profiler, self._tmp_path(""), device=self.device)
-        self._profiler.__enter__()
-        self._ptimer = BoundaryTimer(self.device)
+        """The timed steps are over: the profiled windows follow (light, full, category)."""
+        assert self.device is not None and self.phases is not None
+        self.windows = ProfiledWindows(
+            self.cfg.profiler, self.phases, self.device, self._tmp_path(""), self.artifacts
+        )
 
-    def _end_profiler(self) -> None:
-        prof, self._profiler = self._profiler, None
-        assert prof is not None and self._ptimer is not None
-        prof.__exit__(None, None, None)
-        pcfg = self.cfg.profiler
-        all_ms = self._ptimer.millis()
-        self.measured.profiled_ms = [t for i, t in enumerate(all_ms) if pcfg.is_active(i)]
-        self.artifacts.update(prof.artifacts())
+    def _end_windows(self) -> None:
+        """What the windows measured, in :attr:`measured`; why what is missing is."""
+        w = self.windows
+        if w is None:
+            unreached(self.cfg.profiler, self.phases, self.artifacts)
+            return
+        w.absent(self.n)
+        self.measured.profiled_ms = w.full.ms or None
+        self.measured.timeline_ms = w.light.ms or None
 
-    def _abort_profiler(self) -> None:
-        prof, self._profiler = self._profiler, None
-        if prof is not None:
-            with contextlib.suppress(Exception):
-                prof.__exit__(TracekitError, TracekitError("session ended"), None)
+    def _abort_windows(self) -> None:
+        if self.windows is not None:
+            self.windows.abort()
 
     # ----------------------------------------------------------------- the folder
 
@@ -569,8 +508,7 @@ class Session:
         self.probes.remove()
         if not self.artifacts["memory_snapshot"]:
             self.artifacts["memory_snapshot_absent"] = self._snapshot_absent()
-        if not self.artifacts["trace"] and not self.artifacts["memory_timeline_absent"]:
-            self.artifacts["memory_timeline_absent"] = "the profiled steps were not reached"
+        self._end_windows()
 
         # Read the optimizer and the model, then let go of them: the ceilings need the
         # device memory the script's model held.
@@ -648,10 +586,12 @@ class Session:
                 **cfg.profiler.to_dict(),
                 "activities": ["cpu", "cuda"] if dev and dev.type == "cuda" else ["cpu"],
                 "steps": cfg.profiler.steps,
+                "timeline": self.windows.timeline if self.windows else None,
             },
             artifacts=dict(self.artifacts),
             total_steps=self.n,
             schedule_steps=self.phases.done if self.phases else None,
+            schedule=self.phases.to_manifest() if self.phases else None,
             extra=self.extra,
         )
 

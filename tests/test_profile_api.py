@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FAST: dict[str, Any] = dict(
     steps=2, warmup=1, wait=0, profile_warmup=1, active=1, ceilings=False, quiet=True
 )
-STEPS = 5
+STEPS = 7  # 1 warm-up, 2 timed, 2 profiled, 2 in the category step (CPU: no light pass)
 
 
 def _loop(n: int, prof: api.Profile, after: Any = None) -> None:
@@ -41,10 +42,10 @@ def test_profile_writes_the_run_folder_once_complete(tmp_path: Path) -> None:
     out = tmp_path / "p"
     seen: dict[int, bool] = {}
     with tracekit.profile(out, **FAST) as prof:
-        _loop(8, prof, lambda n: seen.setdefault(n, (out / "manifest.json").exists()))
-    # written at the end of step 5, while the loop went on unprofiled
-    assert [n for n, there in seen.items() if there] == [5, 6, 7, 8]
-    assert prof.status == "ok" and prof.run_dir == out and prof.steps_done == 8
+        _loop(9, prof, lambda n: seen.setdefault(n, (out / "manifest.json").exists()))
+    # written at the end of step 7, while the loop went on unprofiled
+    assert [n for n, there in seen.items() if there] == [7, 8, 9]
+    assert prof.status == "ok" and prof.run_dir == out and prof.steps_done == 9
     m = json.loads((out / "manifest.json").read_text())
     assert m == prof.manifest
     assert m["workload"] == "profile" and m["status"] == "ok" and m["total_steps"] == STEPS
@@ -55,6 +56,15 @@ def test_profile_writes_the_run_folder_once_complete(tmp_path: Path) -> None:
     assert m["metrics"]["profiled_step_time"]["n"] == 1
     assert (out / m["artifacts"]["trace"]).is_file() and (out / "tensorboard").is_dir()
     assert "script" not in m
+    # memory by category by default, from the category step (steps 6-7)
+    assert m["schedule"][-1] == {"phase": "category", "steps": [6, 7]}
+    arts = m["artifacts"]
+    assert arts["memory_timeline_pass"] == "category step (with stacks)"
+    doc = json.loads(gzip.decompress((out / arts["memory_timeline"]).read_bytes()))
+    params = [row[doc["categories"].index("parameter")] for row in doc["bytes"]]
+    assert max(params) == 161 * 4
+    assert "CUDA activity only" in arts["timeline_trace_absent"] and arts["timeline_trace"] is None
+    assert m["metrics"]["timeline_step_time_ms"] is None and m["profiler"]["timeline"] is None
 
 
 def test_a_loop_too_short_raises_and_records_incomplete(tmp_path: Path) -> None:
@@ -62,8 +72,9 @@ def test_a_loop_too_short_raises_and_records_incomplete(tmp_path: Path) -> None:
     with pytest.raises(TracekitError) as ex, tracekit.profile(out, **FAST) as prof:
         _loop(3, prof)
     assert str(ex.value) == (
-        "tracekit.profile: the loop ended after 3 steps; the schedule needs 5 (1 warm-up, "
-        "2 timed, 2 profiled (wait 0, warm-up 1, active 1, repeat 1): 5 steps) "
+        "tracekit.profile: the loop ended after 3 steps (the timed steps done); the schedule "
+        "needs 7 (1 warm-up, 2 timed, 2 profiled (wait 0, warm-up 1, active 1, repeat 1), 2 "
+        "in the category step (memory by category): 7 steps) "
         f"({out}/manifest.json has status 'incomplete')"
     )
     m = json.loads((out / "manifest.json").read_text())

@@ -249,7 +249,8 @@ def test_cpu_fixture_renders_as_cpu(
 
 
 def test_profile_run_on_cpu_reports(tmp_path: Path) -> None:
-    """A `tracekit.profile()` run on the CPU: ceilings measured, so the CPU has a roofline."""
+    """A `tracekit.profile()` run on the CPU: ceilings measured, so the CPU has a roofline;
+    memory by category from the category step that follows the profiled ones by default."""
     out = tmp_path / "p"
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 8))
@@ -258,7 +259,7 @@ def test_profile_run_on_cpu_reports(tmp_path: Path) -> None:
     with tracekit.profile(
         out, steps=2, warmup=1, wait=0, profile_warmup=1, active=1, quiet=True
     ) as prof:
-        for _ in range(5):
+        for _ in range(7):  # 1 warm-up, 2 timed, 2 profiled, 2 in the category step
             nn.functional.mse_loss(model(x), y).backward()
             opt.step()
             opt.zero_grad()
@@ -277,3 +278,6 @@ def test_profile_run_on_cpu_reports(tmp_path: Path) -> None:
     assert d["bound_time_share_pct"]["unknown"] < 5.0
     v = d["step_summary"]["verdict"]
     assert v in ("framework-overhead-bound", "compute-bound", "memory-bandwidth-bound")
+    assert sm.categories is not None and d["memory"]["categories"] is True
+    cats = d["memory"]["peak_by_model_category"]
+    assert cats["parameters"] == (64 * 128 + 128 + 128 * 8 + 8) * 4  # fp32, live at the peak

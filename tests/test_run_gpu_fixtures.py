@@ -15,6 +15,8 @@ import pytest
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 STEPS = 5 + 20 + 3 + 1  # warm-up, timed, profiled (wait 1, warm-up 1, active 1), snapshot
+# fixtures made since the light timeline pass and the category step (manifest "schedule")
+PASSES_STEPS = 5 + 20 + 3 + 3 + 2 + 1
 
 
 def _fixture(pattern: str) -> Path:
@@ -27,7 +29,13 @@ def _fixture(pattern: str) -> Path:
 def _common(run: Path) -> dict[str, Any]:
     m: dict[str, Any] = json.loads((run / "manifest.json").read_text())
     assert m["status"] == "ok" and m["workload"] == "script"
-    assert m["total_steps"] == m["schedule_steps"] == STEPS
+    passes = m.get("schedule") is not None
+    assert m["total_steps"] == m["schedule_steps"] == (PASSES_STEPS if passes else STEPS)
+    if passes:
+        arts = m["artifacts"]
+        assert (run / arts["timeline_trace"]).is_file() and arts["timeline_trace_absent"] is None
+        assert arts["memory_timeline_pass"] == "category step (with stacks)"
+        assert m["metrics"]["timeline_step_time"]["n"] == 1
     assert m["device"]["type"] == "cuda" and m["config"]["step_marker"] == "optimizer"
     met = m["metrics"]
     assert met["step_time_ms"]["n"] == 20 and met["profiled_step_time"]["n"] == 1
@@ -47,6 +55,10 @@ def _report(run: Path, tmp_path: Path) -> dict[str, Any]:
 
     assert main(["report", str(run), "-o", str(tmp_path / "rep"), "--no-tensorboard"]) == 0
     doc: dict[str, Any] = json.loads((tmp_path / "rep" / "summary.json").read_text())
+    if json.loads((run / "manifest.json").read_text()).get("schedule"):
+        # the light pass joined: idle, launch and overlap from it
+        assert doc["timeline"]["source"] == "light", doc["timeline"]["reason"]
+        assert doc["memory"]["categories"] is True
     return doc
 
 

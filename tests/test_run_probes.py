@@ -23,14 +23,17 @@ from tracekit.collectors import run_manifest
 from tracekit.collectors.run_manifest import Measured
 from tracekit.collectors.session import AT_STEP_END, BoundaryTimer
 
-QUIET: dict[str, Any] = dict(wait=0, profile_warmup=1, active=1, ceilings=False, quiet=True)
+QUIET: dict[str, Any] = dict(wait=0, profile_warmup=1, active=1, ceilings=False, quiet=True,
+                             memory_timeline=False)  # fmt: skip
 
 
 def _global_hooks() -> int:
     return len(optim_mod._global_optimizer_pre_hooks) + len(optim_mod._global_optimizer_post_hooks)
 
 
-def _watch(out: Path, warmup: int, steps: int, n: int) -> tuple[list[tuple[int, int]], int]:
+def _watch(
+    out: Path, warmup: int, steps: int, n: int, **kw: Any
+) -> tuple[list[tuple[int, int]], int]:
     """Run a loop of ``n`` steps under tracekit.profile; per step (1-based) the number of
     the model's forward hooks and of global optimizer hooks *while the step ran*."""
     torch.manual_seed(0)
@@ -39,7 +42,7 @@ def _watch(out: Path, warmup: int, steps: int, n: int) -> tuple[list[tuple[int, 
     x, y = torch.randn(4, 8), torch.randn(4, 1)
     base = _global_hooks()
     seen: list[tuple[int, int]] = []
-    with tracekit.profile(out, warmup=warmup, steps=steps, **QUIET) as prof:
+    with tracekit.profile(out, warmup=warmup, steps=steps, **{**QUIET, **kw}) as prof:
         for _ in range(n):
             hooks = (len(model._forward_pre_hooks) + len(model._forward_hooks),
                      _global_hooks() - base)  # fmt: skip
@@ -74,10 +77,10 @@ def test_probes_run_in_the_warm_up_and_leave_before_the_timed_steps(tmp_path: Pa
 
 
 def test_with_one_warm_up_step_the_profiled_steps_are_probed(tmp_path: Path) -> None:
-    seen, _ = _watch(tmp_path / "p", warmup=1, steps=2, n=5)
+    seen, _ = _watch(tmp_path / "p", warmup=1, steps=2, n=7, memory_timeline=True)
     # step 1 finds the optimizer; the timed steps 2-3 run bare; the profiled steps 4-5
-    # carry the probes (they run under the profiler anyway)
-    assert seen == [(0, 2), (0, 0), (0, 0), (2, 2), (2, 2)]
+    # carry the probes (they run under the profiler anyway); the category step 6-7 not
+    assert seen == [(0, 2), (0, 0), (0, 0), (2, 2), (2, 2), (0, 0), (0, 0)]
     m = json.loads((tmp_path / "p" / "manifest.json").read_text())
     assert m["inputs"]["steps"] == 2 and m["inputs"]["probed"] == "the profiled steps 4-5"
     assert "(median over the profiled steps 4-5)" in m["config"]["per_step_source"]

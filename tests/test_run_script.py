@@ -2,8 +2,9 @@
 
 The scripts in tests/scripts/ are plain PyTorch (no tracekit import). Parameter counts are
 worked out by hand below; the schedule is 1 warm-up + 2 timed + 2 profiled steps (profiler
-warm-up 1, active 1) = 5 steps.
-"""
+warm-up 1, active 1) + 2 in the category step (memory by category, with stacks) = 7 steps:
+on the CPU there is no light timeline pass (CUDA activity only). The tests of what tracekit
+reads from a script run with --no-memory-timeline (5 steps, no category step)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,10 @@ from tracekit.cli import main
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 FAST = ["--warmup", "1", "--steps", "2", "--profile-wait", "0", "--profile-warmup", "1",
         "--profile-active", "1", "--no-ceilings", "-q"]  # fmt: skip
-STEPS = 5  # 1 + 2 + (0 + 1 + 1)
+STEPS = 7  # 1 + 2 + (0 + 1 + 1) + 2
+# the tests of what tracekit reads from a script leave the category step out (0.5-1 s each)
+LEAN = ("--no-memory-timeline",)
+LEAN_STEPS = 5
 
 
 def _run(
@@ -34,8 +38,10 @@ def _run(
     script: str,
     *args: str,
     opts: tuple[str, ...] = (),
+    lean: bool = True,
 ) -> tuple[int, dict[str, Any] | None, str, str]:
-    rc = main(["run", *FAST, *opts, "-o", str(out), "--", "python", str(SCRIPTS / script), *args])
+    fast = [*FAST, *(LEAN if lean else ())]
+    rc = main(["run", *fast, *opts, "-o", str(out), "--", "python", str(SCRIPTS / script), *args])
     o, e = capsys.readouterr()
     mpath = out / "manifest.json"
     return rc, (json.loads(mpath.read_text()) if mpath.exists() else None), o, e
@@ -111,14 +117,32 @@ def _report_classes(run: Path, script: str) -> None:
 
 def test_mlp_run_folder_and_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "mlp"
-    rc, m, stdout, stderr = _run(capsys, out, "mlp.py", "--iters", "30")
+    rc, m, stdout, stderr = _run(capsys, out, "mlp.py", "--iters", "30", lean=False)
     assert rc == 0, stderr
     assert m is not None and m["status"] == "ok" and m["error"] is None
     assert m["workload"] == "script" and m["schema_version"] == 1
     assert _files(out) == [
-        "*.profiler_flops.json.gz", "*.pt.trace.json.gz", "manifest.json", "tensorboard/",
+        "*.memory_timeline.json.gz", "*.profiler_flops.json.gz", "*.pt.trace.json.gz",
+        "manifest.json", "tensorboard/",
     ]  # fmt: skip
     assert m["total_steps"] == m["schedule_steps"] == STEPS
+    assert m["schedule"] == [
+        {"phase": "warmup", "steps": [1, 1]}, {"phase": "timed", "steps": [2, 3]},
+        {"phase": "profiled", "steps": [4, 5]}, {"phase": "category", "steps": [6, 7]},
+    ]  # fmt: skip
+    # memory by category by default: the category step after the window, not in its trace
+    arts = m["artifacts"]
+    assert arts["memory_timeline_pass"] == "category step (with stacks)"
+    assert arts["memory_timeline_absent"] is None
+    cat = json.loads(gzip.decompress((out / arts["memory_timeline"]).read_bytes()))
+    params = [row[cat["categories"].index("parameter")] for row in cat["bytes"]]
+    assert max(params) == 6922 * 4  # the MLP's fp32 parameters, live through the step
+    # no light timeline pass on the CPU, and the manifest says why
+    assert arts["timeline_trace"] is None and arts["timeline_traces"] == []
+    assert arts["timeline_trace_absent"] == (
+        "the timeline pass records CUDA activity only (a CPU step has none); this run is on cpu"
+    )
+    assert m["profiler"]["timeline"] is None and m["profiler"]["timeline_pass"] is True
     # 32*64+64 + 64*64+64 + 64*10+10 parameters in 6 tensors; AdamW keeps exp_avg,
     # exp_avg_sq (fp32) and a 4-byte step tensor per parameter tensor
     assert m["model"]["n_params"] == 6922 and m["model"]["module_params"] == 6922
@@ -147,7 +171,8 @@ def test_mlp_run_folder_and_manifest(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert script["ended"] == "stopped" and script["stopped_at_step"] == STEPS
     assert script["exit_code"] == 0
     assert "iter 0 loss" in stdout and "done" not in stdout  # stopped before its end
-    assert "status ok" in stdout and "stopped the script after step 5" in stderr
+    assert "status ok" in stdout and "stopped the script after step 7: the schedule is" in stderr
+    assert "memory timeline: " in stdout and "from the category step (with stacks)" in stdout
     # the profiled step is a ProfilerStep holding the whole Optimizer.step range
     ev = _trace_events(out, m)
     (step,) = _spans(ev, "ProfilerStep#*")
@@ -161,7 +186,7 @@ def test_cnn_with_batch_norm(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     out = tmp_path / "cnn"
     rc, m, _, err = _run(capsys, out, "cnn_bn.py", "12")
     assert rc == 0, err
-    assert m is not None and m["status"] == "ok" and m["total_steps"] == STEPS
+    assert m is not None and m["status"] == "ok" and m["total_steps"] == LEAN_STEPS
     # conv 3*8*9+8, bn 2*8, conv 8*16*9+16, bn 2*16, linear 16*10+10
     assert m["model"]["n_params"] == 224 + 16 + 1168 + 32 + 170 == 1610
     assert m["model"]["class"] == "__main__.Net"
@@ -245,7 +270,7 @@ def test_gradient_accumulation_step_is_the_optimizer_step(
     out = tmp_path / "accum"
     rc, m, _, err = _run(capsys, out, "grad_accum.py")
     assert rc == 0, err
-    assert m is not None and m["status"] == "ok" and m["total_steps"] == STEPS
+    assert m is not None and m["status"] == "ok" and m["total_steps"] == LEAN_STEPS
     assert m["model"]["n_params"] == 50 * 16 + 16 * 5 + 5 == 885
     inputs = m["inputs"]
     assert inputs["calls_per_step"] == 4 and inputs["shape"] == [2, 8]
@@ -274,7 +299,7 @@ def test_run_on_lets_the_script_finish(tmp_path: Path, capsys: pytest.CaptureFix
     rc, m, stdout, _ = _run(capsys, out, "mlp.py", "--iters", "12", opts=("--run-on",))
     assert rc == 0 and m is not None and m["status"] == "ok"
     assert "done" in stdout  # the script's last line
-    assert m["schedule_steps"] == STEPS and m["total_steps"] == 12
+    assert m["schedule_steps"] == LEAN_STEPS and m["total_steps"] == 12
     assert m["script"]["ended"] == "finished" and m["script"]["stopped_at_step"] is None
 
 
@@ -294,6 +319,7 @@ def test_report_gets_from_a_run_manifest_what_it_gets_from_collect(
     GPT-only config and the analytic memory and traffic models of tracekit's GPT (a script
     has no preset)."""
     from tracekit.classify import classify
+    from tracekit.collectors.run import empty_artifacts
     from tracekit.parse import load
     from tracekit.summary import summarize
     from tracekit.summary.memory_model import manifest_traffic
@@ -317,6 +343,10 @@ def test_report_gets_from_a_run_manifest_what_it_gets_from_collect(
             d[path[-1]] = value
         else:
             absent.append(".".join(path))
+    # artifacts newer than the fixture (the light pass's, the category step's): as collect
+    # left them before they existed
+    for key in set(rm["artifacts"]) - set(cm["artifacts"]):
+        rm["artifacts"][key] = empty_artifacts()[key]
     # written by run_counters, the same function for both (tests/test_run_counters.py)
     rm["counters"] = cm["counters"]
     for key in ("counters", "counters_gemm"):
@@ -365,7 +395,7 @@ def test_function_marker_of_the_script(tmp_path: Path, capsys: pytest.CaptureFix
     opts = ("--step-marker", "function:train_step")
     rc, m, _, err = _run(capsys, out, "manual_sgd.py", opts=opts)
     assert rc == 0, err
-    assert m is not None and m["status"] == "ok" and m["total_steps"] == STEPS
+    assert m is not None and m["status"] == "ok" and m["total_steps"] == LEAN_STEPS
     assert m["optimizer"] is None and m["model"]["n_params"] is None
     assert m["config"]["step_definition"] == (
         "from the return of one call of train_step to the next"
@@ -379,7 +409,7 @@ def test_function_marker_of_a_module(tmp_path: Path, capsys: pytest.CaptureFixtu
         capsys, out, "manual_sgd.py", opts=("--step-marker", "function:steplib:sgd_update")
     )
     assert rc == 0, err
-    assert m is not None and m["status"] == "ok" and m["total_steps"] == STEPS
+    assert m is not None and m["status"] == "ok" and m["total_steps"] == LEAN_STEPS
     import steplib  # type: ignore[import-not-found]  # the script imported it
 
     assert not hasattr(steplib.sgd_update, "__tracekit_marked__")  # unwrapped again
@@ -395,7 +425,7 @@ def test_cuda_graph_marker_counts_the_first_graph(
     out = tmp_path / "graphs"
     rc, m, _, err = _run(capsys, out, "graph_replay.py", opts=("--step-marker", "cuda-graph"))
     assert rc == 0, err
-    assert m is not None and m["status"] == "ok" and m["total_steps"] == STEPS
+    assert m is not None and m["status"] == "ok" and m["total_steps"] == LEAN_STEPS
     ev = _trace_events(out, m)
     (step,) = _spans(ev, "ProfilerStep#*")
     # one step = the forward graph's replay to the next: one forward, one backward
@@ -463,15 +493,37 @@ def test_no_optimizer_names_the_step_marker(
     assert m["metrics"] is None and m["artifacts"]["trace"] is None
 
 
-def test_script_ending_before_the_profiled_steps(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("iters", "reached", "trace", "absent"),
+    [
+        (3, "the timed steps done", False, "the loop ended before the profiled steps"),
+        (6, "1 of the 2 steps of the category step", True, "the loop ended in the category step"),
+    ],
+)
+def test_script_ending_before_the_schedule_is_done(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    iters: int,
+    reached: str,
+    trace: bool,
+    absent: str,
 ) -> None:
     out = tmp_path / "mlp"
-    rc, m, _, err = _run(capsys, out, "mlp.py", "--iters", "3")
+    rc, m, _, err = _run(capsys, out, "mlp.py", "--iters", str(iters), lean=False)
     assert rc == 2 and err.count("\n") == 1
-    assert "the loop ended after 3 steps; the schedule needs 5" in err
-    assert m is not None and m["status"] == "incomplete" and m["total_steps"] == 3
+    assert (
+        f"the loop ended after {iters} steps ({reached}); the schedule needs 7 (1 warm-up, " in err
+    )
+    assert m is not None and m["status"] == "incomplete" and m["total_steps"] == iters
+    assert m["error"].startswith(f"the loop ended after {iters} steps ({reached})")
     assert m["metrics"]["step_time_ms"]["n"] == 2  # the timed steps were reached
+    assert (m["metrics"]["profiled_step_time"] is not None) == trace
+    arts = m["artifacts"]
+    assert (arts["trace"] is not None) == trace and (out / str(arts["trace"])).is_file() == trace
+    assert arts["memory_timeline"] is None and arts["memory_timeline_absent"] == absent
+    assert arts["memory_timeline_pass"] is None
+    assert "CUDA activity only" in arts["timeline_trace_absent"]
+    assert m["schedule_steps"] == STEPS and not [p for p in tmp_path.iterdir() if p.name != "mlp"]
 
 
 @pytest.mark.parametrize(
@@ -542,11 +594,11 @@ def test_stop_passes_through_except_exception_and_lr_schedulers(
         "print('after the loop')\n"
     )
     out = tmp_path / "run"
-    assert main(["run", *FAST, "-o", str(out), "--", str(script)]) == 0
+    assert main(["run", *FAST, *LEAN, "-o", str(out), "--", str(script)]) == 0
     o = capsys.readouterr().out
     assert "swallowed" not in o and "after the loop" not in o and "warning" not in o
     m = json.loads((out / "manifest.json").read_text())
-    assert m["status"] == "ok" and m["total_steps"] == STEPS
+    assert m["status"] == "ok" and m["total_steps"] == LEAN_STEPS
 
 
 def test_dash_m_runs_a_module_as_main(
@@ -554,7 +606,7 @@ def test_dash_m_runs_a_module_as_main(
 ) -> None:
     monkeypatch.chdir(SCRIPTS)
     out = tmp_path / "cnn"
-    assert main(["run", *FAST, "-o", str(out), "--", "python", "-m", "cnn_bn", "9"]) == 0
+    assert main(["run", *FAST, *LEAN, "-o", str(out), "--", "python", "-m", "cnn_bn", "9"]) == 0
     m = json.loads((out / "manifest.json").read_text())
     assert m["status"] == "ok" and m["script"]["module"] == "cnn_bn"
     assert m["script"]["file"] == str(SCRIPTS / "cnn_bn.py")
@@ -568,14 +620,19 @@ def test_cpu_run_folder_meets_report(tmp_path: Path, capsys: pytest.CaptureFixtu
     from tracekit.parse import load
 
     out = tmp_path / "mlp"
-    rc, m, _, _ = _run(capsys, out, "mlp.py")
+    rc, m, _, _ = _run(capsys, out, "mlp.py", lean=False)
     assert rc == 0 and m is not None
     t = load(out)
     assert t.manifest == m and t.steps["step"].tolist() == [1]
     assert main(["report", str(out), "--no-tensorboard"]) == 0
     printed = capsys.readouterr().out
     assert "CPU time per class" in printed and "CPU utilisation" in printed
+    # memory by category from the category step, without --with-stack
+    assert "Memory by category at the peak" in printed
     doc = json.loads((out / "report" / "summary.json").read_text())
     assert doc["device_kind"] == "cpu" and doc["measured_step_time_ms"] is not None
+    cats = doc["memory"]["peak_by_model_category"]
+    assert doc["memory"]["categories"] is True and cats["parameters"] == 6922 * 4
+    assert cats["optimizer_state"] == 2 * 6922 * 4 + 6 * 4  # AdamW's moments and step
     # no ceilings (--no-ceilings): the CPU has no roofline, and the report says so
     assert not doc["device"]["peak_flops"] and any("no roofline" in n for n in doc["notes"])

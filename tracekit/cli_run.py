@@ -16,6 +16,7 @@ except ImportError:  # pragma: no cover
     from click import exceptions as click_exc  # type: ignore[no-redef]
 from typer.core import TyperCommand
 
+from tracekit.cli_options import MemoryTimelineOption, SinglePassOption
 from tracekit.errors import UsageError
 
 RUN_METAVAR = "[OPTIONS] -- python SCRIPT [ARGS]..."
@@ -43,26 +44,31 @@ class ScriptCommand(TyperCommand):
         return super().parse_args(ctx, args)
 
 
+_StepMarker = Annotated[
+    str,
+    typer.Option(
+        help="What ends a step: optimizer (each optimizer.step()), function:NAME, "
+        "function:module:qualname (each call of that function), cuda-graph (each replay "
+        "of the first CUDA graph)."
+    ),
+]
+_StopAfter = Annotated[
+    bool,
+    typer.Option(
+        "--stop-after/--run-on",
+        " /--no-stop-after",
+        help="Stop the script once the schedule is done (after the category step and "
+        "the snapshot), or let it run to its end.",
+    ),
+]
+
+
 def run_script_cmd(
     ctx: typer.Context,
     steps: Annotated[int, typer.Option(help="Timed (unprofiled) steps for the metrics.")] = 20,
     warmup: Annotated[int, typer.Option(help="Warm-up steps, probed after the first (>= 1).")] = 5,
-    step_marker: Annotated[
-        str,
-        typer.Option(
-            help="What ends a step: optimizer (each optimizer.step()), function:NAME, "
-            "function:module:qualname (each call of that function), cuda-graph (each replay "
-            "of the first CUDA graph)."
-        ),
-    ] = "optimizer",
-    stop_after: Annotated[
-        bool,
-        typer.Option(
-            "--stop-after/--run-on",
-            " /--no-stop-after",
-            help="Stop the script once the profiled steps are done, or let it run to its end.",
-        ),
-    ] = True,
+    step_marker: _StepMarker = "optimizer",
+    stop_after: _StopAfter = True,
     device: Annotated[
         str, typer.Option(help="auto (the optimizer's parameters' device), cuda or cpu.")
     ] = "auto",
@@ -83,9 +89,8 @@ def run_script_cmd(
         bool, typer.Option(help="Record Python stacks (needed for the memory timeline).")
     ] = False,
     with_modules: Annotated[bool, typer.Option(help="Record the module hierarchy.")] = False,
-    memory_timeline: Annotated[
-        bool, typer.Option(help="Export the per-category memory timeline (needs --with-stack).")
-    ] = True,
+    memory_timeline: MemoryTimelineOption = True,
+    single_pass: SinglePassOption = False,
     memory_snapshot: Annotated[
         bool, typer.Option(help="Record a CUDA memory snapshot (pickle; CUDA only).")
     ] = True,
@@ -110,7 +115,14 @@ def run_script_cmd(
     ] = False,
 ) -> None:
     """Profile a training script without editing it: tracekit run [OPTIONS] -- python
-    train.py ARGS. Writes the same run folder as collect."""
+    train.py ARGS. Writes the same run folder as collect.
+
+    Schedule, counted in the script's steps: --warmup warm-up steps, --steps timed
+    unprofiled steps, on CUDA a light timeline pass (the profiler's schedule, CUDA activity
+    only; not with --single-pass), the profiled steps (--profile-wait + --profile-warmup +
+    --profile-active, x --profile-repeat), two category steps for memory by category
+    (unless --with-stack or --no-memory-timeline), on CUDA --snapshot-steps memory-snapshot
+    steps. Defaults: 5 + 20 + 4 + 4 + 2 + 1 = 36 steps on CUDA, 31 on CPU."""
     command = ctx.meta["tracekit.script"]
     if counters:
         _check_script_counters(device)
@@ -132,6 +144,7 @@ def run_script_cmd(
                 repeat=profile_repeat, record_shapes=record_shapes,
                 profile_memory=profile_memory, with_flops=with_flops, with_stack=with_stack,
                 with_modules=with_modules, memory_timeline=memory_timeline,
+                timeline_pass=not single_pass,
             ),
         ),
     )  # fmt: skip

@@ -1,0 +1,304 @@
+"""The schedule of a session over step ends, and its profiled windows (``tracekit run``,
+``tracekit.profile()``).
+
+:class:`Phases` counts the schedule: warm-up, timed, the **light timeline pass** (CUDA
+only, unless ``timeline_pass`` is off: ``--single-pass``), the **full pass**, the
+**category step** (when :func:`tracekit.collectors.passes.category_pass_needed`), the
+memory snapshot. Each phase begins at the end of the step before its first (the number of
+steps completed then).
+
+:class:`ProfiledWindows` runs ``collect``'s three profiled passes
+(:mod:`tracekit.collectors.passes`) over the step ends the user's loop reports: each
+:class:`Window` opens its profiler at the step end that starts its first step, steps it at
+every step end after (``Profiler.step()``, between the step's two timing marks, as
+``collect`` keeps it out of the timed call), and closes it at the end of its last step.
+The light pass's :class:`~tracekit.collectors.passes.LightProfiler` launches its step
+marker at the step end that opens each recorded step and one more at the end of the last;
+the full pass's :class:`~tracekit.collectors.passes.MarkedProfiler` launches the same
+markers (only when the light pass runs), so both passes run the same launch sequence and
+``tracekit report`` joins them step by step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tracekit.collectors.passes import (
+    CATEGORY_PASS,
+    MAIN_PASS,
+    CategoryProfiler,
+    LightProfiler,
+    MarkedProfiler,
+    StepMarker,
+    category_config,
+    category_pass_needed,
+)
+from tracekit.collectors.profiler import Profiler, ProfilerConfig
+from tracekit.errors import TracekitError
+
+LIGHT = "light timeline pass"
+FULL = "profiled steps"
+CATEGORY = "category step"
+
+
+class Phases:
+    """Step counts at which each phase begins (steps completed so far)."""
+
+    def __init__(
+        self,
+        warmup: int,
+        steps: int,
+        profiler: ProfilerConfig,
+        snapshot_steps: int,
+        *,
+        light: bool,
+    ) -> None:
+        self.warmup, self.steps, self.profiler = warmup, steps, profiler
+        self.timed = warmup
+        self.light = self.timed + steps
+        self.full = self.light + (profiler.steps if light else 0)
+        self.category = self.full + profiler.steps
+        cat = category_config(profiler).steps if category_pass_needed(profiler) else 0
+        self.snapshot = self.category + cat
+        self.done = self.snapshot + snapshot_steps
+        # The probed steps (the model's input, average memory) follow step end probe_from
+        # up to probe_to: the warm-up steps after the first, so that the timed steps run
+        # without tracekit's hooks; with one warm-up step, the full pass's steps (never the
+        # light pass's: its timeline must be the unprofiled step's).
+        probed: tuple[int, int] = (1, self.timed) if warmup >= 2 else (self.full, self.category)
+        self.probe_from, self.probe_to = probed
+
+    def parts(self) -> list[tuple[str, str, int, int]]:
+        """(key, words, start, end) of each phase that has steps, in order."""
+        every = [
+            ("warmup", "warm-up", 0, self.timed),
+            ("timed", "timed steps", self.timed, self.light),
+            ("timeline", LIGHT, self.light, self.full),
+            ("profiled", FULL, self.full, self.category),
+            ("category", CATEGORY, self.category, self.snapshot),
+            ("snapshot", "memory snapshot", self.snapshot, self.done),
+        ]
+        return [p for p in every if p[3] > p[2]]
+
+    def to_manifest(self) -> list[dict[str, Any]]:
+        """The manifest's ``schedule``: each phase's first and last step (1-based)."""
+        return [{"phase": k, "steps": [a + 1, b]} for k, _, a, b in self.parts()]
+
+    def probed(self) -> str:
+        """Which steps are probed, in words."""
+        lo, hi = self.probe_from + 1, self.probe_to
+        where = "warm-up" if self.probe_to == self.timed else "profiled"
+        return f"the {where} step{'s' if hi > lo else ''} {lo}" + (f"-{hi}" if hi > lo else "")
+
+    def describe(self) -> str:
+        p = self.profiler
+        n = {k: b - a for k, _, a, b in self.parts()}
+        light = f", {n['timeline']} in the {LIGHT} (CUDA only)" if "timeline" in n else ""
+        cat = f", {n['category']} in the {CATEGORY} (memory by category)" if "category" in n else ""
+        snap = f", {n['snapshot']} in the memory snapshot" if "snapshot" in n else ""
+        return (
+            f"{self.warmup} warm-up, {self.steps} timed{light}, {p.steps} profiled (wait "
+            f"{p.wait}, warm-up {p.warmup}, active {p.active}, repeat {p.repeat}){cat}{snap}: "
+            f"{self.done} steps"
+        )
+
+    def reached(self, n: int) -> str:
+        """Where a loop that ended after ``n`` steps was, in words."""
+        for _, words, a, b in self.parts():
+            if a < n < b:
+                return f"{n - a} of the {b - a} steps of the {words}"
+            if n == b:
+                return f"the {words} done"
+        return f"{n} steps"  # beyond the schedule
+
+
+class BoundaryTimer:
+    """Times steps between step ends without synchronising; :meth:`millis` syncs once.
+
+    One mark per step end: a CUDA event recorded on the current stream (``perf_counter``
+    on CPU); :meth:`lap` ends the open step and starts the next at the same mark, as a
+    loop that records one event per iteration does. :meth:`start`/:meth:`stop` leave out
+    what runs between two steps (the profiler's ``step()``)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._open: Any = None
+        self._spans: list[tuple[Any, Any]] = []
+
+    def _mark(self) -> Any:
+        if self.device.type == "cuda":
+            ev = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def start(self) -> None:
+        self._open = self._mark()
+
+    def stop(self) -> None:
+        if self._open is not None:
+            self._spans.append((self._open, self._mark()))
+            self._open = None
+
+    def lap(self) -> None:
+        mark = self._mark()
+        if self._open is not None:
+            self._spans.append((self._open, mark))
+        self._open = mark
+
+    def millis(self) -> list[float]:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            return [float(s.elapsed_time(e)) for s, e in self._spans]
+        return [(e - s) * 1e3 for s, e in self._spans]
+
+
+class Window:
+    """One profiler over the steps ``start + 1`` … ``end``: made and entered at the end of
+    step ``start``, stepped at each step end after, closed at the end of step ``end``;
+    each of its steps timed (:class:`BoundaryTimer`, ``Profiler.step()`` left out).
+    ``state``: ``ahead``, ``open``, ``closed`` (then :attr:`ms` holds the recorded steps'
+    times and :attr:`profiler` what it wrote) or ``aborted`` (left without an export)."""
+
+    def __init__(
+        self, name: str, start: int, end: int, make: Callable[[], Profiler], device: torch.device
+    ) -> None:
+        self.name = name
+        self.start, self.end = start, end
+        self.make = make
+        self.device = device
+        self.profiler: Profiler | None = None
+        self.state = "ahead"
+        self.ms: list[float] = []
+        self._timer: BoundaryTimer | None = None
+
+    def end_step(self, n: int) -> bool:
+        """Step ``n`` ended: step the profiler; True when that closed the window."""
+        if self.state != "open" or not self.start < n <= self.end:
+            return False
+        assert self.profiler is not None and self._timer is not None
+        self._timer.stop()
+        self.profiler.step()
+        if n < self.end:
+            return False
+        self.profiler.__exit__(None, None, None)
+        cfg = self.profiler.config
+        self.ms = [t for i, t in enumerate(self._timer.millis()) if cfg.is_active(i)]
+        self.state = "closed"
+        return True
+
+    def begin_step(self, n: int) -> None:
+        """Step ``n + 1`` starts: open the window at its start, restart the timer."""
+        if n == self.start < self.end and self.state == "ahead":
+            self.profiler = self.make()
+            self.profiler.__enter__()
+            self._timer = BoundaryTimer(self.device)
+            self.state = "open"
+        if self.state == "open" and self.start <= n < self.end:
+            assert self._timer is not None
+            self._timer.start()
+
+    def abort(self) -> None:
+        """Leave the profiler without exporting (the loop or tracekit failed)."""
+        if self.state == "open" and self.profiler is not None:
+            self.state = "aborted"
+            with contextlib.suppress(Exception):
+                self.profiler.__exit__(TracekitError, TracekitError("session ended"), None)
+
+
+class ProfiledWindows:
+    """The light timeline pass, the full pass and the category step over step ends, and
+    the manifest entries of what they wrote (``artifacts`` is updated in place as each
+    window closes)."""
+
+    def __init__(
+        self, config: ProfilerConfig, phases: Phases, device: torch.device, out_dir: Path,
+        artifacts: dict[str, Any],
+    ) -> None:  # fmt: skip
+        self.config = config
+        self.device = device
+        self.artifacts = artifacts
+        self.timeline: dict[str, Any] | None = None  # the manifest's profiler.timeline
+        light_on = phases.full > phases.light
+        marker = StepMarker(device) if light_on else None  # the full pass's: the same launches
+
+        def light() -> Profiler:
+            return LightProfiler(config, out_dir, device=device)
+
+        def full() -> Profiler:
+            return MarkedProfiler(config, out_dir, device=device, marker=marker)
+
+        def category() -> Profiler:
+            return CategoryProfiler(config, out_dir, device=device)
+
+        self.light = Window(LIGHT, phases.light, phases.full, light, device)
+        self.full = Window(FULL, phases.full, phases.category, full, device)
+        self.category = Window(CATEGORY, phases.category, phases.snapshot, category, device)
+        self.windows = (self.light, self.full, self.category)
+
+    def end_step(self, n: int) -> None:
+        """Step ``n`` ended: step the open window, record what a closing one wrote."""
+        for w in self.windows:
+            if w.end_step(n):
+                self._closed(w)
+
+    def begin_step(self, n: int) -> None:
+        for w in self.windows:
+            w.begin_step(n)
+
+    def abort(self) -> None:
+        for w in self.windows:
+            w.abort()
+
+    def _closed(self, w: Window) -> None:
+        prof, arts = w.profiler, self.artifacts
+        assert prof is not None
+        arts.update(prof.artifacts())
+        if isinstance(prof, LightProfiler):
+            self.timeline = prof.describe()
+        elif w is self.full and arts["memory_timeline"]:
+            arts["memory_timeline_pass"] = MAIN_PASS
+        elif w is self.category and arts["memory_timeline"]:
+            arts["memory_timeline_pass"] = CATEGORY_PASS
+
+    def absent(self, n: int) -> None:
+        """Say in ``artifacts`` why what the windows not done after ``n`` steps would have
+        written is absent: the light trace, and the memory timeline of the window that was
+        to export it."""
+        arts = self.artifacts
+        if self.light.state != "closed" and self.light.end > self.light.start:
+            arts["timeline_trace_absent"] = not_done(self.light, n)
+        if not self.config.memory_timeline:
+            arts["memory_timeline_absent"] = self.config.memory_timeline_absent_reason()
+            return
+        for w in (self.full, self.category):
+            if w.state != "closed" and w.end > w.start:
+                arts["memory_timeline_absent"] = not_done(w, n)
+                return
+
+
+def not_done(w: Window, n: int) -> str:
+    return f"the loop ended {'before' if n <= w.start else 'in'} the {w.name}"
+
+
+def unreached(config: ProfilerConfig, phases: Phases | None, artifacts: dict[str, Any]) -> None:
+    """``artifacts`` of a session that ended before its profiled windows were made
+    (``phases`` None: before a step ended)."""
+    if not artifacts["timeline_trace_absent"]:
+        artifacts["timeline_trace_absent"] = (
+            "no step ended, so the device is unknown"
+            if phases is None
+            else f"the loop ended before the {LIGHT}"
+        )
+    if not artifacts["memory_timeline_absent"]:
+        artifacts["memory_timeline_absent"] = (
+            config.memory_timeline_absent_reason()
+            if not config.memory_timeline
+            else f"the loop ended before the {FULL}"
+        )
