@@ -21,6 +21,9 @@ run back to back (``paired ratio``, with its interquartile range), which cancels
 between rounds. It also prints the spread of the unprofiled windows (how far the host moved
 the step without any profiler) and, on Linux, the share of CPU time the hypervisor stole
 during the run (``/proc/stat``). The first round (``--discard``) absorbs one-time costs.
+``--launch-cost`` first times a tiny operator on a CPU tensor (no kernel) and on a CUDA
+tensor (one launch), without and under a CUDA-only profiler: what the pass costs one launch
+on this host, the floor of its cost on a step whose host time is all launches.
 ``--external-correlation`` adds a third window, the light pass with Kineto's external
 correlation on (torch's default; collect turns it off), so both are paired against the
 same unprofiled windows. With ``--check`` it exits 1 when the light pass's paired ratio
@@ -34,6 +37,7 @@ import gc
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +72,35 @@ def light_window(
         return unprofiled_window(wl, pcfg, start)
     cls = _WithExternalCorrelation if xcorr else LightProfiler
     return profiled_steps(wl.step, cls(pcfg, out, device=wl.device), start)
+
+
+def _per_op_us(x: torch.Tensor, n: int) -> float:
+    """Host µs per ``x.add(1)`` over ``n`` calls (a kernel launch each on CUDA)."""
+    if x.is_cuda:
+        torch.cuda.synchronize(x.device)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        x.add(1)
+    if x.is_cuda:
+        torch.cuda.synchronize(x.device)
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def launch_cost(device: torch.device, n: int = 20000, rounds: int = 3) -> dict[str, float]:
+    """What a CUDA-only profiler session costs one operator on the host: median µs per op
+    of a tiny op on a CPU tensor (no kernel) and on a CUDA tensor (one launch), without and
+    with ``activities=[CUDA]``."""
+    xs = {"cpu": torch.ones(4), "cuda": torch.ones(4, device=device)}
+    for x in xs.values():
+        _per_op_us(x, n // 10)
+    got: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for k, x in xs.items():
+            got.setdefault(f"{k} op", []).append(_per_op_us(x, n))
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
+            for k, x in xs.items():
+                got.setdefault(f"{k} op, CUDA-only profiler", []).append(_per_op_us(x, n))
+    return {k: statistics.median(v) for k, v in got.items()}
 
 
 def cpu_steal() -> tuple[int, int] | None:
@@ -105,6 +138,10 @@ def main(argv: list[str] | None = None) -> int:
         "--external-correlation", action="store_true",
         help="also time the light pass with Kineto's external correlation on (torch's default)",
     )  # fmt: skip
+    p.add_argument(
+        "--launch-cost", action="store_true",
+        help="first measure the CUDA-only profiler's host cost per operator and per launch",
+    )  # fmt: skip
     p.add_argument("--check", action="store_true")
     p.add_argument("--budget", type=float, default=0.10)
     args = p.parse_args(argv)
@@ -127,6 +164,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.active}; {args.rounds} rounds (first {args.discard} discarded), order rotated "
         "and reversed every other round"
     )
+    if args.launch_cost and device.type == "cuda":
+        lc = launch_cost(device)
+        print("host µs per operator (median of 3 x 20,000): " + ", ".join(
+            f"{k} {v:.2f}" for k, v in lc.items()
+        ))  # fmt: skip
+        base, prof = lc["cuda op"], lc["cuda op, CUDA-only profiler"]
+        print(
+            f"a launch under the light pass's profiler: +{prof - base:.2f} µs (x{prof / base:.3f})"
+        )
     steal0 = cpu_steal()
     kinds = ["plain", "light", *(["light+xcorr"] if args.external_correlation else [])]
     steps: dict[str, list[float]] = {k: [] for k in kinds}

@@ -26,7 +26,7 @@ def test_light_pass_cost_runs_on_cpu(capsys: pytest.CaptureFixture[str]) -> None
     mod = _load("light_pass_cost")
     args = ["--device", "cpu", "--preset", "tiny", "--batch", "2", "--seq", "16",
             "--rounds", "3", "--discard", "1", "--active", "1", "--warmup-steps", "1",
-            "--external-correlation"]  # fmt: skip
+            "--external-correlation", "--launch-cost"]  # fmt: skip
     assert mod.main(args) == 0
     out = capsys.readouterr().out
     rounds = re.findall(
