@@ -146,8 +146,9 @@ class LightProfiler(MarkedProfiler):
         """No external correlation: it ties kernels to CPU operators, which this pass does
         not record (``benchmarks/light_pass_cost.py --external-correlation`` measures both).
         Kernels keep CUPTI's own correlation with their launch calls, which the join uses."""
-        kwargs = light_experimental_kwargs()
-        return torch._C._profiler._ExperimentalConfig(**kwargs) if kwargs else None
+        if not light_experimental_kwargs():
+            return None
+        return torch._C._profiler._ExperimentalConfig(disable_external_correlation=True)
 
     def _trace_ready(self, prof: torch.profiler.profile) -> None:
         if self._aborting:

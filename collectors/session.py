@@ -569,7 +569,7 @@ class Session:
         dev, cfg = self.device, self.cfg
         self.measured.device_type = dev.type if dev is not None else None
         self.measured.memory_points = tuple(sorted(self.probes.points))
-        return run_manifest.build(
+        manifest: dict[str, Any] = run_manifest.build(
             schema_version=SCHEMA_VERSION,
             workload=self.workload,
             status=status,
@@ -594,6 +594,7 @@ class Session:
             schedule=self.phases.to_manifest() if self.phases else None,
             extra=self.extra,
         )
+        return manifest
 
 
 class CountersRange:
