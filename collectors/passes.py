@@ -113,6 +113,11 @@ class MarkedProfiler(Profiler):
             self.marker.mark()  # the first step is recorded (no wait, no warm-up)
         return self
 
+    def artifacts(self) -> dict[str, Any]:
+        """The full pass's entries; a memory timeline it exported is the main window's."""
+        arts = super().artifacts()
+        return {**arts, "memory_timeline_pass": MAIN_PASS if arts["memory_timeline"] else None}
+
     def step(self) -> None:
         assert self._prof is not None, "Profiler.step() outside its with-block"
         last = self._prof.current_action == torch.profiler.ProfilerAction.RECORD_AND_SAVE

@@ -30,7 +30,6 @@ from tracekit.collectors.config import CollectConfig, resolve_device
 from tracekit.collectors.generate import kv_cache_bytes, run_generate
 from tracekit.collectors.gpt import count_params, train_flops_per_token
 from tracekit.collectors.passes import (
-    MAIN_PASS,
     CategoryProfiler,
     LightProfiler,
     MarkedProfiler,
@@ -366,8 +365,6 @@ def _profile(wl: Workload, pcfg: ProfilerConfig, device: torch.device, run_dir: 
         profiled_steps(wl.step, cat, n, ui.advance)
         n += cat.config.steps
         arts.update(cat.artifacts())
-    elif arts["memory_timeline"]:
-        arts["memory_timeline_pass"] = MAIN_PASS
     return n, profiled_ms, timeline_ms
 
 

@@ -30,8 +30,6 @@ from typing import Any
 import torch
 
 from tracekit.collectors.passes import (
-    CATEGORY_PASS,
-    MAIN_PASS,
     CategoryProfiler,
     LightProfiler,
     MarkedProfiler,
@@ -259,13 +257,9 @@ class ProfiledWindows:
     def _closed(self, w: Window) -> None:
         prof, arts = w.profiler, self.artifacts
         assert prof is not None
-        arts.update(prof.artifacts())
+        arts.update(prof.artifacts())  # the full pass and the category step say their pass
         if isinstance(prof, LightProfiler):
             self.timeline = prof.describe()
-        elif w is self.full and arts["memory_timeline"]:
-            arts["memory_timeline_pass"] = MAIN_PASS
-        elif w is self.category and arts["memory_timeline"]:
-            arts["memory_timeline_pass"] = CATEGORY_PASS
 
     def absent(self, n: int) -> None:
         """Say in ``artifacts`` why what the windows not done after ``n`` steps would have
