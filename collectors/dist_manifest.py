@@ -297,9 +297,10 @@ def summary_lines(m: Mapping[str, Any]) -> list[str]:
     lines.append("by rank: " + "; ".join(per_rank))
     met = m.get("metrics")
     if met:
+        tok = met.get("tokens_per_s_per_gpu")  # unknown for a script without token ids
         lines.append(
-            f"slowest rank {met['slowest_rank']} (skew {met['step_time_skew_pct']:.1f} %); "
-            f"{met['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU"
+            f"slowest rank {met['slowest_rank']} (skew {met['step_time_skew_pct']:.1f} %)"
+            + (f"; {tok:,.0f} tokens/s per GPU" if tok is not None else "")
         )
     lines += comm_cost_lines(d.get("comm_cost"))
     ic = (m.get("ceilings") or {}).get("interconnect")

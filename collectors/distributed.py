@@ -69,8 +69,13 @@ def worker_env(cfg: CollectConfig) -> dict[str, dict[str, str]]:
     """``{name: {"value", "source"}}`` of what the workers get beyond the inherited
     environment: the NVLS switches and ``OMP_NUM_THREADS`` (the CPU's cores shared out,
     as torchrun does), each kept as the user set it (source ``user``)."""
+    return worker_env_for(cfg.gpus)
+
+
+def worker_env_for(nproc: int) -> dict[str, dict[str, str]]:
+    """:func:`worker_env` for ``nproc`` workers (``tracekit run --nproc-per-node``)."""
     wanted = dict(WORKER_ENV_DEFAULTS)
-    wanted["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // cfg.gpus))
+    wanted["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
     out = {}
     for name, default in wanted.items():
         user = os.environ.get(name)
@@ -163,17 +168,25 @@ def launcher_info(cfg: CollectConfig) -> dict[str, Any]:
 def launch(cfg: CollectConfig, run_dir: Path, env: dict[str, str]) -> dict[int, dict[str, Any]]:
     """Run the ranks to their end; returns the launcher's failures by rank (empty: every
     rank exited 0). Ctrl-C or SIGTERM stop every rank and raise KeyboardInterrupt."""
+    spec = {"config": cfg, "run_dir": str(run_dir), "timeout_s": TIMEOUT_S}
+    return launch_workers(cfg.gpus, WORKER_MODULE, spec, run_dir, env)
+
+
+def launch_workers(nproc: int, module: str, spec_data: dict[str, Any], run_dir: Path,
+                   env: dict[str, str]) -> dict[int, dict[str, Any]]:  # fmt: skip
+    """:func:`launch` of ``nproc`` workers ``python -m module SPEC`` (``SPEC``: the pickled
+    ``spec_data``); ``tracekit run --nproc-per-node`` starts its script ranks here."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     (run_dir / LOGS).mkdir()
     spec = run_dir / SPEC
-    spec.write_bytes(pickle.dumps({"config": cfg, "run_dir": str(run_dir), "timeout_s": TIMEOUT_S}))
+    spec.write_bytes(pickle.dumps(spec_data))
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
-        nproc_per_node=cfg.gpus,
+        nproc_per_node=nproc,
         run_id=f"tracekit-{uuid.uuid4().hex[:12]}",
         rdzv_backend="c10d",
         rdzv_endpoint="localhost:0",
@@ -183,7 +196,7 @@ def launch(cfg: CollectConfig, run_dir: Path, env: dict[str, str]) -> dict[int, 
     )
     try:
         with _environment(env), _signal_handlers(), _quiet_launcher():
-            elastic_launch(config, sys.executable)("-m", WORKER_MODULE, str(spec))
+            elastic_launch(config, sys.executable)("-m", module, str(spec))
     except ChildFailedError as e:
         return {
             int(rank): {

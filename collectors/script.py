@@ -101,8 +101,8 @@ def parse_command(tokens: Sequence[str]) -> ScriptCommand:
     head = Path(toks[0]).name
     if head in LAUNCHERS or "torch.distributed.run" in toks[:3]:
         raise UsageError(
-            f"{toks[0]}: distributed launchers are not supported by tracekit run yet; "
-            "profile one process: tracekit run -- python train.py ARGS"
+            f"{toks[0]}: distributed launchers are replaced by tracekit run's own: "
+            "tracekit run --nproc-per-node N -- python train.py ARGS"
         )
     if _PYTHON.match(head) or os.path.abspath(toks[0]) == os.path.abspath(sys.executable):
         toks = toks[1:]
@@ -312,9 +312,18 @@ def _log(text: str) -> None:
     print(f"tracekit: {text}", file=sys.stderr, flush=True)
 
 
-def run_script(cfg: RunConfig, *, log: Callable[[str], None] | None = _log) -> RunResult:
+def run_script(
+    cfg: RunConfig,
+    *,
+    log: Callable[[str], None] | None = _log,
+    after_step: Callable[[Session], bool] | None = None,
+) -> RunResult:
     """Run the script under a session; the run folder is written whatever happens, except
-    on Ctrl-C (then nothing is left, and ``KeyboardInterrupt`` propagates)."""
+    on Ctrl-C (then nothing is left, and ``KeyboardInterrupt`` propagates).
+
+    ``after_step(session)``, when given, runs at each step end after the session's; it
+    returns False while it still needs steps after the schedule (a rank's measured
+    communication cost, ``collectors/script_rank.py``): the script is stopped only then."""
     cmd = parse_command(cfg.command)
     marker = make_marker(cfg.step_marker)
     if isinstance(marker, markers.FunctionMarker) and marker.local and cmd.path is None:
@@ -334,7 +343,8 @@ def run_script(cfg: RunConfig, *, log: Callable[[str], None] | None = _log) -> R
 
     def on_step() -> None:
         sess.boundary()
-        if cfg.stop_after and sess.complete:
+        busy = after_step is not None and not after_step(sess)
+        if cfg.stop_after and sess.complete and not busy:
             raise StopScript
 
     try:

@@ -63,6 +63,28 @@ _StopAfter = Annotated[
 ]
 
 
+_Nproc = Annotated[
+    int | None,
+    typer.Option(
+        "--nproc-per-node",
+        help="Launch the script on N ranks as torchrun does (RANK, LOCAL_RANK, WORLD_SIZE, "
+        "MASTER_ADDR/PORT...): per-rank traces and logs, one manifest, and the measured "
+        "communication cost when the model is a DDP module.",
+    ),
+]
+_CommRounds = Annotated[
+    int,
+    typer.Option(
+        help="With --nproc-per-node: rounds of the measured communication cost (the "
+        "script's steps with and without gradient sync, interleaved, after the schedule); "
+        "0 skips it."
+    ),
+]
+_CommSteps = Annotated[
+    int, typer.Option(help="With --nproc-per-node: steps with and steps without sync per round.")
+]
+
+
 def run_script_cmd(
     ctx: typer.Context,
     steps: Annotated[int, typer.Option(help="Timed (unprofiled) steps for the metrics.")] = 20,
@@ -113,6 +135,9 @@ def run_script_cmd(
     xspace: Annotated[
         bool, typer.Option("--xspace", help="Also export the trace for TensorBoard's PROFILE tab.")
     ] = False,
+    nproc_per_node: _Nproc = None,
+    comm_rounds: _CommRounds = 6,
+    comm_steps: _CommSteps = 5,
 ) -> None:
     """Profile a training script without editing it: tracekit run [OPTIONS] -- python
     train.py ARGS. Writes the same run folder as collect.
@@ -148,7 +173,15 @@ def run_script_cmd(
             ),
         ),
     )  # fmt: skip
-    result = S.run_script(cfg)
+    if nproc_per_node is not None:  # N ranks, as torchrun starts them
+        if counters:
+            raise UsageError("--counters profiles one process: leave out --nproc-per-node")
+        from tracekit.collectors.script_dist import run_distributed
+
+        result = run_distributed(cfg, nproc_per_node, rounds=comm_rounds, steps=comm_steps,
+                                 log=S._log)  # fmt: skip
+    else:
+        result = S.run_script(cfg)
     S.report_result(result, counters=counters, quiet=quiet)
     if xspace and result.status == "ok":
         from tracekit.cli import _export_xspace_of
