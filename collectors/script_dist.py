@@ -77,10 +77,13 @@ def _rate(per_rank: list[Mapping[str, Any]], key: str, medians: list[float],
           t_ms: float) -> float | None:  # fmt: skip
     """Every rank's per-step amount (its rate x its own median step) over ``t_ms``: the
     job's rate when each step waits for the slowest rank."""
-    vals = [m.get(key) for m in per_rank]
-    if any(v is None for v in vals):
-        return None
-    return sum(float(v) * med for v, med in zip(vals, medians, strict=True)) / t_ms
+    total = 0.0
+    for m, med in zip(per_rank, medians, strict=True):
+        v = m.get(key)
+        if v is None:
+            return None
+        total += float(v) * med
+    return total / t_ms
 
 
 def _slowest(per_rank: list[Mapping[str, Any]], key: str) -> int | None:
@@ -138,8 +141,13 @@ def _status(ranks: list[dict[str, Any]]) -> tuple[str, str | None]:
 
 
 def _per_step(manifests: list[dict[str, Any] | None], key: str) -> int | None:
-    vals = [((m or {}).get("config") or {}).get(key) for m in manifests]
-    return sum(int(v) for v in vals) if vals and all(v is not None for v in vals) else None
+    total = 0
+    for m in manifests:
+        v = ((m or {}).get("config") or {}).get(key)
+        if v is None:
+            return None
+        total += int(v)
+    return total if manifests else None
 
 
 def _schedule(m: dict[str, Any], cost: Mapping[str, Any]) -> None:

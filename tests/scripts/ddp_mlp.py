@@ -4,7 +4,7 @@ It knows nothing of tracekit: it reads the launcher's environment through
 `init_process_group` (gloo on CPU, NCCL on GPUs), wraps an MLP in
 DistributedDataParallel, and trains it on its own random batches (seed + rank).
 `--plain` leaves DDP out (the model stays a plain module); `--fail-rank R --fail-at N`
-makes rank R raise at iteration N."""
+makes rank R raise at iteration N; `--print-env` prints the launcher's variables."""
 
 import argparse
 import os
@@ -22,7 +22,13 @@ def main() -> None:
     parser.add_argument("--plain", action="store_true", help="no DDP wrapper")
     parser.add_argument("--fail-rank", type=int, default=-1)
     parser.add_argument("--fail-at", type=int, default=-1)
+    parser.add_argument("--print-env", action="store_true")
     args = parser.parse_args()
+    if args.print_env:
+        names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                 "MASTER_PORT", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+                 "NVSHMEM_DISABLE_NVLS")  # fmt: skip
+        print(" ".join(f"{n}={os.environ.get(n)}" for n in names), flush=True)
     cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if cuda else "gloo")
     rank = dist.get_rank()
