@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -173,21 +173,27 @@ def run_script_cmd(
             ),
         ),
     )  # fmt: skip
-    if nproc_per_node is not None:  # N ranks, as torchrun starts them
-        if counters:
-            raise UsageError("--counters profiles one process: leave out --nproc-per-node")
-        from tracekit.collectors.script_dist import run_distributed
-
-        result = run_distributed(cfg, nproc_per_node, rounds=comm_rounds, steps=comm_steps,
-                                 log=S._log)  # fmt: skip
-    else:
-        result = S.run_script(cfg)
+    result = _run(cfg, nproc_per_node, comm_rounds, comm_steps, counters=counters)
     S.report_result(result, counters=counters, quiet=quiet)
     if xspace and result.status == "ok":
         from tracekit.cli import _export_xspace_of
 
         _export_xspace_of(result.run_dir, None, None, None)
     raise typer.Exit(result.exit_code)
+
+
+def _run(cfg: Any, nproc: int | None, rounds: int, steps: int, *, counters: bool) -> Any:
+    """The script in this process, or on ``nproc`` ranks as torchrun starts them
+    (``collectors/script_dist.py``)."""
+    from tracekit.collectors import script as S
+
+    if nproc is None:
+        return S.run_script(cfg)
+    if counters:
+        raise UsageError("--counters profiles one process: leave out --nproc-per-node")
+    from tracekit.collectors.script_dist import run_distributed
+
+    return run_distributed(cfg, nproc, rounds=rounds, steps=steps, log=S._log)
 
 
 def _check_script_counters(device: str) -> None:
