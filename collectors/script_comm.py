@@ -51,6 +51,28 @@ def _is_sync_target(m: object) -> bool:
     )
 
 
+def script_barrier(device: torch.device) -> Barrier:
+    """:func:`~tracekit.collectors.commcost.dist_barrier` on the script's default group:
+    with NCCL on this rank's GPU (``device_ids``: NCCL would otherwise guess it from the
+    rank)."""
+    import torch.distributed as dist
+
+    on_gpu = device.type == "cuda"
+    nccl = on_gpu and dist.get_backend() == "nccl"
+
+    def barrier() -> None:
+        if on_gpu:
+            torch.cuda.synchronize(device)
+        if nccl:
+            dist.barrier(device_ids=[device.index if device.index is not None else 0])
+        else:
+            dist.barrier()
+        if on_gpu:
+            torch.cuda.synchronize(device)
+
+    return barrier
+
+
 def find_sync_target(
     model: torch.nn.Module | None, candidates: Any = None
 ) -> torch.nn.Module | None:
@@ -107,7 +129,8 @@ class BoundaryRounds:
     def _mark(self) -> Any:
         if self.device.type == "cuda":
             ev = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-            ev.record()
+            with torch.cuda.device(self.device):  # the rank's device, whatever is current
+                ev.record()
             return ev
         return time.perf_counter()
 
@@ -163,7 +186,7 @@ class CommHook:
     the next step ends; :attr:`entry` is this rank's ``comm_cost`` block."""
 
     def __init__(self, rank: int, *, rounds: int, steps: int, run_on: bool = False,
-                 barrier: Callable[[torch.device], Barrier] = commcost.dist_barrier,
+                 barrier: Callable[[torch.device], Barrier] = script_barrier,
                  log: Callable[[str], None] | None = None) -> None:  # fmt: skip
         self.rank, self.rounds_n, self.steps_n, self.run_on = rank, rounds, steps, run_on
         self._barrier, self._log = barrier, log

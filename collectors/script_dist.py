@@ -44,7 +44,7 @@ from tracekit.collectors.distributed import (
 )
 from tracekit.collectors.script import RunConfig, RunResult, parse_command
 from tracekit.collectors.script_rank import read_rank_manifest
-from tracekit.errors import UsageError
+from tracekit.errors import DeviceError, UsageError
 from tracekit.io import atomic_dir, atomic_write_json
 
 WORKER_MODULE = "tracekit.collectors.script_rank"
@@ -250,6 +250,11 @@ def run_distributed(cfg: RunConfig, nproc: int, *, rounds: int, steps: int,
     if rounds < 0 or steps < 1:
         raise UsageError("--comm-rounds must be >= 0 and --comm-steps >= 1")
     parse_command(cfg.command)  # a bad command line: one line, nothing started
+    if cfg.session.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise DeviceError("--device cuda but CUDA is not available; use --device cpu")
     out = cfg.session.out
     env = worker_env_for(nproc)
     spec = {"run": cfg, "comm_rounds": rounds, "comm_steps": steps, "cwd": os.getcwd()}

@@ -104,6 +104,9 @@ def _run(spec: dict[str, Any], rank: int, result: dict[str, Any]) -> int:
         out=session_dir(run_dir, rank),
         ceilings=cfg.session.ceilings and rank == 0,
         counters=False,
+        # cuda: this rank's GPU, the one its optimizer's parameters are on (the script
+        # picks it; at the session's start the current device is still cuda:0)
+        device="auto" if cfg.session.device == "cuda" else cfg.session.device,
     )
     log = _log_for(rank)
     hook = CommHook(rank, rounds=spec["comm_rounds"], steps=spec["comm_steps"],
@@ -112,8 +115,8 @@ def _run(spec: dict[str, Any], rank: int, result: dict[str, Any]) -> int:
     hook.ended(res.steps)
     if res.traceback:
         sys.stderr.write(res.traceback)
-    if res.message:
-        log(res.message)
+    if res.message:  # its folder is logs/rank<R>.manifest.json once the files moved
+        log(res.message.replace(f"{res.run_dir}/{MANIFEST}", rank_manifest_name(rank)))
     result["backend"] = _backend()
     result["parallel"] = hook.entry.get("sync_off")
     result["comm_cost"] = hook.entry
