@@ -22,20 +22,38 @@ from typing import Any
 import pytest
 import torch
 
-from tracekit.collectors import commcost
+from tracekit.collectors import commcost, passes
 from tracekit.collectors.distributed import WORKER_ENV_DEFAULTS
 from tracekit.collectors.script_comm import BoundaryRounds, CommHook, find_sync_target
 from tracekit.collectors.script_dist import merge_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "ddp_mlp.py"
-# 2 warm-up + 2 timed + 2 profiled (wait 0, warm-up 1, active 1) = 6 steps, then
-# 2 rounds x (2 + 2) steps of the communication cost = 8: 14 steps
+# 2 warm-up + 2 timed + 2 in the light timeline pass (stood in on CPU, below) + 2 profiled
+# (wait 0, warm-up 1, active 1) = 8 steps, then 2 rounds x (2 + 2) steps of the
+# communication cost = 8: 16 steps
 FAST = ["--steps", "2", "--warmup", "2", "--profile-wait", "0", "--profile-warmup", "1",
         "--profile-active", "1", "--no-memory-timeline", "--no-ceilings", "--comm-rounds", "2",
         "--comm-steps", "2", "-q"]  # fmt: skip
-SCHEDULE, EXTRA = 6, 8
+SCHEDULE, EXTRA = 8, 8
 LIMIT_S = 240  # a run still going after this is hung
+
+
+class CpuLight(passes.LightProfiler):
+    """The light timeline pass recording CPU activity (a CPU step launches no CUDA work)."""
+
+    def activities(self) -> list[torch.profiler.ProfilerActivity]:
+        return [torch.profiler.ProfilerActivity.CPU]
+
+
+def stand_in_light_pass() -> None:
+    """Let each rank's session run the light timeline pass on CPU, as on a GPU (the ranks
+    call this from the sitecustomize of :func:`child_env`): its files are a rank's too."""
+    from tracekit.collectors import session, session_windows
+
+    cuda = torch.device("cuda")
+    session.timeline_absent_reason = lambda c, d: passes.timeline_absent_reason(c, cuda)  # type: ignore[assignment]
+    session_windows.LightProfiler = CpuLight  # type: ignore[misc]
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +62,7 @@ def child_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     site = tmp_path_factory.mktemp("site")
     (site / "sitecustomize.py").write_text(
         f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nimport conftest  # noqa: F401\n"
+        "from tests.test_run_multigpu import stand_in_light_pass\nstand_in_light_pass()\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in WORKER_ENV_DEFAULTS}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH")) if p)
@@ -130,6 +149,13 @@ def test_the_per_rank_run_folder(ddp_run: Any) -> None:
         own = _manifest(out, entry["manifest"])  # the rank's own tracekit run manifest
         assert own["rank"] == r and own["artifacts"]["trace"] == trace
         assert own["comm_cost"]["ranks"][0]["rank"] == r
+        light = entry["artifacts"]
+        assert light["timeline_trace"].startswith(f"rank{r}.")
+        assert light["timeline_trace"] in arts["timeline_traces"]
+        sidecar = json.loads((out / own["artifacts"]["timeline_steps"]).read_text())
+        assert own["artifacts"]["timeline_steps"].startswith(f"rank{r}.")
+        assert len(sidecar["starts_ns"]) == 2  # its recorded step's start and its end
+    assert len(arts["timeline_traces"]) == 2 and m["profiler"]["timeline"] is not None
     named = {p.name.split(".")[0] for p in out.iterdir() if p.is_file()} - {"manifest"}
     assert named == {"rank0", "rank1"}
     assert m["schedule"][-1] == {"phase": "comm_cost", "steps": [SCHEDULE + 1, SCHEDULE + EXTRA]}
@@ -139,6 +165,8 @@ def test_the_per_rank_run_folder(ddp_run: Any) -> None:
     medians = [e["metrics"]["step_time_ms"]["median"] for e in d["ranks"]]
     assert met["step_time_median_ms_by_rank"] == medians
     assert met["step_time_ms"]["median"] == max(medians) and met["world_size"] == 2
+    light = [e["metrics"]["timeline_step_time_ms"] for e in d["ranks"]]
+    assert met["timeline_step_time_ms"] == max(light)
 
 
 def test_the_script_gets_torchruns_environment(ddp_run: Any) -> None:
