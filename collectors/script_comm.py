@@ -187,9 +187,13 @@ class CommHook:
 
     def __init__(self, rank: int, *, rounds: int, steps: int, run_on: bool = False,
                  barrier: Callable[[torch.device], Barrier] = script_barrier,
+                 interconnect: Callable[[torch.device], dict[str, Any]] | None = None,
                  log: Callable[[str], None] | None = None) -> None:  # fmt: skip
         self.rank, self.rounds_n, self.steps_n, self.run_on = rank, rounds, steps, run_on
-        self._barrier, self._log = barrier, log
+        self._barrier, self._log, self._interconnect = barrier, log, interconnect
+        self.finished = False  # the measurement (and the sweep) done or skipped
+        self.sweep: dict[str, Any] | None = None  # the interconnect sweep's figures
+        self.sweep_absent: str | None = "not measured" if interconnect else "ceilings off"
         self.target: torch.nn.Module | None = None
         self.searched = False
         self.why = "no step ended"  # why there is no DDP module, once searched
@@ -222,17 +226,36 @@ class CommHook:
             elif self.target is None:
                 self.why = (f"the model is a {type(sess.model).__name__}, not a "
                             "DistributedDataParallel (or FSDP2) module")  # fmt: skip
-        if not sess.complete:
+        if not sess.complete or self.finished:
             return True
         if self.rounds is None:
-            return self._begin(sess)
+            if not self._begin(sess):
+                return False  # the rounds' steps follow
+            self._done(sess)
+            return True
         if not self.rounds.boundary():
             return False
         self._finish(sess)
+        self._done(sess)
         return True
 
+    def _done(self, sess: Session) -> None:
+        """After the measurement (or its skip), on every rank at the same step end: the
+        interconnect sweep of ``collect --gpus N`` (``collectors/interconnect.py``) on the
+        script's process group, when the ceilings are measured."""
+        self.finished = True
+        if self._interconnect is None or sess.device is None:
+            return
+        if self._log is not None:
+            self._log("measuring the interconnect (collectives by message size)")
+        try:
+            self.sweep, self.sweep_absent = self._interconnect(sess.device), None
+        except Exception as e:  # e.g. a backend without all_gather for these tensors
+            self.sweep_absent = f"not measured: {type(e).__name__}: {e}".splitlines()[0]
+
     def _begin(self, sess: Session) -> bool:
-        """The schedule just completed: start the rounds, or say why there are none."""
+        """The schedule just completed: start the rounds (False), or say why there are
+        none (True)."""
         if self.rounds_n == 0:
             self.entry = self._block("skipped", "--comm-rounds 0")
             return True
@@ -252,7 +275,7 @@ class CommHook:
                       "steps, unprofiled")  # fmt: skip
         self.entry = self._block("failed", "the loop ended during the measurement")
         self.rounds.boundary()
-        return False
+        return False  # not done: the rounds' steps follow
 
     def _finish(self, sess: Session) -> None:
         rounds = self.rounds

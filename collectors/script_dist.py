@@ -184,6 +184,9 @@ def build_manifest(cfg: RunConfig, nproc: int, results: Mapping[int, Mapping[str
     m["config"] = {**(m.get("config") or {}), "nproc_per_node": nproc,
                    "comm_rounds": rounds, "comm_steps": steps}  # fmt: skip
     m["command"], m["pid"] = list(sys.argv), os.getpid()
+    rank0 = results.get(0) or {}
+    if m.get("ceilings") and rank0.get("interconnect"):  # as collect --gpus N keeps it
+        m["ceilings"] = {**m["ceilings"], "interconnect": rank0["interconnect"]}
     cost = commcost.combine({r: (res or {}).get("comm_cost") for r, res in results.items()},
                             nproc, rounds=rounds, steps=steps)  # fmt: skip
     _schedule(m, cost)

@@ -33,8 +33,11 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from tracekit.collectors.dist_manifest import LOGS
 from tracekit.collectors.rank import _watch_parent, file_prefix, result_name
@@ -109,8 +112,13 @@ def _run(spec: dict[str, Any], rank: int, result: dict[str, Any]) -> int:
         device="auto" if cfg.session.device == "cuda" else cfg.session.device,
     )
     log = _log_for(rank)
+    sweep: Callable[[torch.device], dict[str, Any]] | None = None
+    if cfg.session.ceilings and int(os.environ["WORLD_SIZE"]) > 1:  # rank 0's in ceilings
+        from tracekit.collectors.interconnect import measure_interconnect
+
+        sweep = measure_interconnect
     hook = CommHook(rank, rounds=spec["comm_rounds"], steps=spec["comm_steps"],
-                    run_on=not cfg.stop_after, log=log)  # fmt: skip
+                    run_on=not cfg.stop_after, interconnect=sweep, log=log)  # fmt: skip
     res = run_script(dataclasses.replace(cfg, session=session), log=log, after_step=hook)
     hook.ended(res.steps)
     if res.traceback:
@@ -120,6 +128,7 @@ def _run(spec: dict[str, Any], rank: int, result: dict[str, Any]) -> int:
     result["backend"] = _backend()
     result["parallel"] = hook.entry.get("sync_off")
     result["comm_cost"] = hook.entry
+    result["interconnect"], result["interconnect_absent"] = hook.sweep, hook.sweep_absent
     _collect_files(res.run_dir, run_dir, rank, res.manifest, result)
     result["status"] = res.status
     result["exit_code"] = res.exit_code

@@ -334,6 +334,32 @@ class _Sharded(torch.nn.Module):
         self.sync.append(on)
 
 
+def test_the_whole_measurement_then_the_interconnect_sweep_once() -> None:
+    """After the last step of the rounds: the rank's figures, then the sweep (ceilings on),
+    once; the step ends after that (``--run-on``) change nothing."""
+    sweeps: list[torch.device] = []
+
+    def sweep(device: torch.device) -> dict[str, Any]:
+        sweeps.append(device)
+        return {"busbw_Bps": 1e9}
+
+    inner = _Sharded()
+    hook = CommHook(0, rounds=1, steps=2, barrier=lambda device: lambda: None,
+                    interconnect=sweep, run_on=True)  # fmt: skip
+    hook(_session(inner))
+    done = [hook(_session(inner, n=n, complete=True)) for n in range(4, 12)]
+    assert done == [False] * 4 + [True] * 4 and inner.sync == [False, True]
+    assert hook.entry["status"] == "ok" and hook.entry["sync_off"] == commcost.FSDP_SYNC_OFF
+    fig = hook.entry["ranks"][0]
+    assert len(fig["rounds_with_ms"]) == len(fig["rounds_without_ms"]) == 1
+    assert sweeps == [torch.device("cpu")] and hook.sweep == {"busbw_Bps": 1e9}
+    assert hook.sweep_absent is None
+    skipped = CommHook(0, rounds=2, steps=2, interconnect=sweep)
+    skipped(_session(torch.nn.Linear(2, 2)))
+    skipped(_session(None, n=9, complete=True))
+    assert skipped.entry["status"] == "skipped" and len(sweeps) == 2  # measured all the same
+
+
 def test_the_sync_target_behind_a_wrapper_and_a_loop_that_ends_early() -> None:
     inner = _Sharded()
     wrapper = torch.nn.Module()
