@@ -51,6 +51,12 @@ def _is_sync_target(m: object) -> bool:
     )
 
 
+def _backend() -> str | None:
+    import torch.distributed as dist
+
+    return str(dist.get_backend()) if dist.is_available() and dist.is_initialized() else None
+
+
 def script_barrier(device: torch.device) -> Barrier:
     """:func:`~tracekit.collectors.commcost.dist_barrier` on the script's default group:
     with NCCL on this rank's GPU (``device_ids``: NCCL would otherwise guess it from the
@@ -192,6 +198,7 @@ class CommHook:
         self.rank, self.rounds_n, self.steps_n, self.run_on = rank, rounds, steps, run_on
         self._barrier, self._log, self._interconnect = barrier, log, interconnect
         self.finished = False  # the measurement (and the sweep) done or skipped
+        self.backend: str | None = None  # the script's default group's, at its first step
         self.sweep: dict[str, Any] | None = None  # the interconnect sweep's figures
         self.sweep_absent: str | None = "not measured" if interconnect else "ceilings off"
         self.target: torch.nn.Module | None = None
@@ -220,6 +227,7 @@ class CommHook:
     def _step(self, sess: Session) -> bool:
         if not self.searched and sess.n >= 1 and sess.phases is not None:
             self.searched = True
+            self.backend = _backend()
             self.target = find_sync_target(sess.model)
             if sess.model is None:
                 self.why = f"no model was found ({sess.model_absent})"

@@ -125,7 +125,7 @@ def _run(spec: dict[str, Any], rank: int, result: dict[str, Any]) -> int:
         sys.stderr.write(res.traceback)
     if res.message:  # its folder is logs/rank<R>.manifest.json once the files moved
         log(res.message.replace(f"{res.run_dir}/{MANIFEST}", rank_manifest_name(rank)))
-    result["backend"] = _backend()
+    result["backend"] = hook.backend or _backend()  # (a script may destroy its group)
     result["parallel"] = hook.entry.get("sync_off")
     result["comm_cost"] = hook.entry
     result["interconnect"], result["interconnect_absent"] = hook.sweep, hook.sweep_absent
