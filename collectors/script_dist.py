@@ -286,8 +286,9 @@ def result_of(out: Path, m: dict[str, Any], results: Mapping[int, Any]) -> RunRe
     failed = m["distributed"]["failed_rank"]
     rank = failed if failed is not None else _first_not_ok(m)
     logs = f"{out}/{LOGS}/rank{rank}.stderr.log"
-    code = (results.get(rank) or {}).get("exit_code") if rank is not None else None
-    res.exit_code = int(code) if code else (2 if status == "incomplete" else 1)
+    entry = m["distributed"]["ranks"][rank] if rank is not None else {}
+    code = (results.get(rank) or {}).get("exit_code") or entry.get("exitcode")  # launcher's
+    res.exit_code = int(code) if code and code > 0 else (2 if status == "incomplete" else 1)
     res.is_error = True
     res.message = f"{m['error']} ({where}; rank {rank}'s output: {logs})"
     return res

@@ -229,22 +229,35 @@ def test_the_multi_rank_analysis_of_the_folder(ddp_run: Any, tmp_path: Path) -> 
     assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == ["rank0", "rank1"]
 
 
-def test_a_rank_that_fails(child_env: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("how", "code", "error"),
+    [
+        ("raise", 1, "rank 1: ValueError: rank 1 gives up at iteration 3"),
+        ("die", 7, "rank 1: exited with exit code 7 before writing its result (rank 1 dies at "
+         "iteration 3)"),
+    ],
+)  # fmt: skip
+def test_a_rank_that_fails(
+    how: str, code: int, error: str, child_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The run fails with the rank that failed: one line naming it, its exit status,
+    status error; the other rank stopped by the launcher."""
     out = tmp_path / "fails"
-    code, _, stderr = _run(child_env, out, "--iters", "40", "--fail-rank", "1", "--fail-at", "3")
-    assert code == 1
+    args = ["--iters", "40", "--fail-rank", "1", "--fail-at", "3", "--fail-how", how]
+    got, _, stderr = _run(child_env, out, *args)
+    assert got == code
     lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(
-        "tracekit: error: rank 1: ValueError: rank 1 gives up at iteration 3 ("
-    ), stderr
+    assert len(lines) == 1 and lines[0].startswith(f"tracekit: error: {error} ("), stderr
     assert "logs/rank1.stderr.log" in lines[0]
     m = _manifest(out)
-    assert m["status"] == "error" and m["error"].startswith("rank 1: ValueError")
+    assert m["status"] == "error" and m["error"] == error
     d = m["distributed"]
     assert d["failed_rank"] == 1 and d["ranks"][1]["status"] == "error"
     assert d["ranks"][0]["status"] in ("terminated", "error")
     assert m["metrics"] is None and d["comm_cost"]["status"] == "failed"
-    assert "ValueError: rank 1 gives up" in (out / "logs" / "rank1.stderr.log").read_text()
+    assert f"rank 1 {'gives up' if how == 'raise' else 'dies'}" in (
+        out / "logs" / "rank1.stderr.log"
+    ).read_text()
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
 
 

@@ -4,10 +4,12 @@ It knows nothing of tracekit: it reads the launcher's environment through
 `init_process_group` (gloo on CPU, NCCL on GPUs), wraps an MLP in
 DistributedDataParallel, and trains it on its own random batches (seed + rank).
 `--plain` leaves DDP out (the model stays a plain module); `--fail-rank R --fail-at N`
-makes rank R raise at iteration N; `--print-env` prints the launcher's variables."""
+makes rank R raise at iteration N (`--fail-how die`: end its process at once);
+`--print-env` prints the launcher's variables."""
 
 import argparse
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -22,6 +24,7 @@ def main() -> None:
     parser.add_argument("--plain", action="store_true", help="no DDP wrapper")
     parser.add_argument("--fail-rank", type=int, default=-1)
     parser.add_argument("--fail-at", type=int, default=-1)
+    parser.add_argument("--fail-how", choices=("raise", "die"), default="raise")
     parser.add_argument("--print-env", action="store_true")
     args = parser.parse_args()
     if args.print_env:
@@ -41,6 +44,9 @@ def main() -> None:
     gen = torch.Generator().manual_seed(rank)
     for i in range(args.iters):
         if rank == args.fail_rank and i == args.fail_at:
+            if args.fail_how == "die":  # the process ends at once, as a crash would
+                print(f"rank {rank} dies at iteration {i}", file=sys.stderr, flush=True)
+                os._exit(7)
             raise ValueError(f"rank {rank} gives up at iteration {i}")
         x = torch.randn(args.batch, 32, generator=gen).to(device)
         y = torch.randint(0, 10, (args.batch,), generator=gen).to(device)
