@@ -90,6 +90,15 @@ def config_text(b: Mapping[str, Any]) -> str:
     return " ".join([*cfg, f"optimizer={b['optimizer']}"])
 
 
+def _path(b: Mapping[str, Any]) -> str:
+    """The critical path's bound, of which pass, and the host calibration."""
+    of = b.get("critical_path_of") or "profiled window"
+    return (
+        f"{b['critical_path_bound']}-bound critical path of the {of}; host "
+        f"x{b['host_speedup']:.2f} without the profiler ({b['host_basis']})"
+    )
+
+
 def header(doc: Mapping[str, Any]) -> RenderableType:
     b = doc["baseline"]
     g = Table.grid(padding=(0, 1))
@@ -99,11 +108,9 @@ def header(doc: Mapping[str, Any]) -> RenderableType:
     g.add_row("step", Text(f"{_ms(b['step_ms'])} ms, {tps(b['tokens_per_s'])} tokens/s, peak "
                            f"{fmt.nbytes(b['peak_bytes'])} ({b['peak_source']})"))  # fmt: skip
     g.add_row("verdict", Text(f"{b['verdict'] or 'n/a (no GPU activity)'}"))
-    path = (
-        f"{b['critical_path_bound']}-bound critical path; host x{b['host_speedup']:.2f} "
-        f"without the profiler ({b['host_basis']})"
-    )
-    g.add_row("path", Text(path))
+    g.add_row("path", Text(_path(b)))
+    if b.get("verdict_note"):
+        g.add_row("", Text(b["verdict_note"]))
     if b.get("remeasured_step_ms") is not None:
         g.add_row("re-run", Text(f"{_ms(b['remeasured_step_ms'])} ms, peak "
                                  f"{fmt.nbytes(b.get('remeasured_peak_bytes'))}"))  # fmt: skip
@@ -241,8 +248,7 @@ def render_html(doc: Mapping[str, Any], table: pd.DataFrame) -> str:
         "step": f"{_ms(b['step_ms'])} ms, {tps(b['tokens_per_s'])} tokens/s, peak "
         f"{fmt.nbytes(b['peak_bytes'])} ({b['peak_source']})",
         "verdict": f"{b['verdict'] or 'n/a'}; next lever: {b['next_lever'] or 'n/a'}",
-        "critical path": f"{b['critical_path_bound']}-bound; host x{b['host_speedup']:.2f} "
-        f"without the profiler ({b['host_basis']})",
+        "critical path": _path(b) + (f"; {b['verdict_note']}" if b.get("verdict_note") else ""),
     }
     rows = "".join(
         "<tr>" + "".join(f'<td class="{c}">{e(f(r.get(k)))}</td>' for _, c, k, f in _COLS) + "</tr>"

@@ -20,6 +20,7 @@ import tracekit.reports.fmt as fmt
 import tracekit.reports.generate as GR
 import tracekit.reports.ranks as ranks_view
 import tracekit.reports.verdict as VR
+import tracekit.summary.cpanchor as CPA
 from tracekit.summary import Summary
 
 BAR = 14  # width of the time-share bars
@@ -509,7 +510,8 @@ def critical_path(sm: Summary) -> RenderableType:
             (f"{r.speedup:.2f}x" if r.speedup == r.speedup else fmt.DASH)
             + ("*" if getattr(r, "capped", False) else ""),
         )
-    notes = [Text(n, style="dim") for n in (a.notes if a else [])]
+    why = CPA.disagreement(sm.verdict.verdict if sm.verdict else None, cp, a)
+    notes = [Text(n, style="dim") for n in [*(a.notes if a else []), *([why] if why else [])]]
     return Group(head, t, Text(""), w, *notes)
 
 

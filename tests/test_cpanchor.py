@@ -109,3 +109,28 @@ def test_no_anchor_without_an_unprofiled_step() -> None:
         cp.measured_ms = saved
     assert CPA.for_summary(None, None) is None
     assert CP.summary_block(None) is None
+
+
+def test_one_verdict_on_the_fixtures() -> None:
+    # on the unprofiled step the verdict and the path agree on every fixture; on the
+    # profiled window the stacks run's path is the profiler's host time
+    for name in RUNS:
+        _, sm = _summary(name)
+        assert CPA.disagreement(sm.verdict.verdict, sm.critical_path, sm.cp_anchor) is None
+    _, sm = _summary("h200-gpt2s-b8-s128-fp32-naive-stack")
+    line = CPA.disagreement(sm.verdict.verdict, sm.critical_path, None)
+    assert line is not None
+    assert line.startswith("the verdict says compute-bound; the profiled window's critical "
+                           "path is host-bound")  # fmt: skip
+    assert line.endswith("the profiled window's host time is the profiler's")
+
+
+def test_a_mixed_path_is_said_in_one_line() -> None:
+    _, sm = _summary("h200-gpt2s-b8-s128-bf16-sdpa")
+    a = sm.cp_anchor
+    assert a is not None
+    mixed = CPA.Anchor(**{**a.__dict__, "bound": "mixed"})
+    line = CPA.disagreement("compute-bound", sm.critical_path, mixed)
+    assert line is not None and "mixed" in line and "\n" not in line
+    assert CPA.disagreement(None, sm.critical_path, a) is None
+    assert CPA.disagreement("communication-bound", sm.critical_path, a) is None

@@ -16,6 +16,7 @@ import pandas as pd
 import tracekit.advise.levers as L
 import tracekit.advise.measure as MS
 import tracekit.advise.table as TB
+import tracekit.summary.cpanchor as CPA
 from tracekit.advise.baseline import Baseline, analyse
 from tracekit.advise.predict import Prediction, predict, predict_all
 from tracekit.errors import UsageError
@@ -94,7 +95,10 @@ def baseline_block(b: Baseline, measured: Mapping[str, Any] | None) -> dict[str,
         "peak_source": b.peak_source,
         "verdict": None if v is None else v.verdict,
         "next_lever": None if v is None else v.lever,
-        "critical_path_bound": b.cp.summary.bound,
+        "critical_path_bound": CPA.path_bound(b.cp, b.summary.cp_anchor)[0],
+        "critical_path_of": CPA.path_bound(b.cp, b.summary.cp_anchor)[1],
+        "verdict_note": CPA.disagreement(None if v is None else v.verdict, b.cp,
+                                         b.summary.cp_anchor),
         "host_speedup": b.host_speedup,
         "host_basis": b.host_basis,
         "remeasured_step_ms": (measured or {}).get("step_time_ms"),

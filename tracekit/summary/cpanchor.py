@@ -191,3 +191,52 @@ def for_summary(trace: Any, cp: CP.CriticalPath | None) -> Anchor | None:
     if cp is None or cp.measured_ms is None:
         return None
     return anchor(cp, cp.measured_ms, gpu_work_ms(trace, cp.steps))
+
+
+_VERDICT_PATH = {
+    "compute-bound": "gpu",
+    "memory-bandwidth-bound": "gpu",
+    "launch/host-bound": "host",
+}
+
+
+def path_bound(cp: CP.CriticalPath, a: Anchor | None) -> tuple[str, str, float, float]:
+    """The critical path's bound to show beside the verdict, the pass it is of, and the
+    GPU's and the host's share of that path (%): the unprofiled step's where anchored."""
+    if a is not None:
+        total = sum(a.groups_ms.values()) or float("nan")
+        return (
+            a.bound,
+            "unprofiled step",
+            100 * a.groups_ms["gpu"] / total,
+            100 * (a.groups_ms["host"] / total),
+        )
+    s = cp.summary
+    p = s.path_ms or float("nan")
+    return s.bound, "profiled window", 100 * s.gpu_ms / p, 100 * s.host_ms / p
+
+
+def disagreement(verdict: str | None, cp: CP.CriticalPath | None, a: Anchor | None) -> str | None:
+    """One line saying why the step's verdict and the critical path's bound differ (None
+    when they agree, or when either is missing). The verdict splits the unprofiled step
+    into GPU work and the rest; the path's bound needs 80 % of the path in one group."""
+    if verdict is None or cp is None or verdict not in _VERDICT_PATH:
+        return None
+    bound, of, gpu, host = path_bound(cp, a)
+    want = _VERDICT_PATH[verdict]
+    if bound == want:
+        return None
+    shares = f"GPU {gpu:.0f} %, host {host:.0f} % of the path"
+    if bound == "mixed":
+        return (
+            f"the verdict says {verdict}; the {of}'s critical path is mixed ({shares}): "
+            "neither holds 80 % of it, so both the GPU's work and the host's time pay"
+        )
+    why = (
+        "the profiled window's host time is the profiler's"
+        if of == "profiled window" and want == "gpu"
+        else "the split and the path weigh overlap differently"
+    )
+    return (
+        f"the verdict says {verdict}; the {of}'s critical path is {bound}-bound ({shares}): {why}"
+    )
