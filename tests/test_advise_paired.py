@@ -57,9 +57,7 @@ def test_rounds_alternate_and_stop_once_settled() -> None:
 
 def test_rounds_stop_at_the_cap_or_the_budget() -> None:
     base, other, _ = _windows(1.0, 0.3)  # too noisy to settle at +-1 %
-    rounds, _, why = paired_rounds(
-        base, other, Rounds(min_rounds=3, max_rounds=7, half_width=0.01)
-    )
+    rounds, _, why = paired_rounds(base, other, Rounds(min_rounds=3, max_rounds=7, half_width=0.01))
     assert why == "max_rounds" and len(rounds) == 7
     tick = itertools.count()
     clock = lambda: float(next(tick))  # noqa: E731 - one second per call
@@ -94,3 +92,15 @@ def test_overlay_puts_the_paired_ratio_on_the_remeasured_baseline() -> None:
     # twice the tokens at a worst-case 1.02x step: tokens/s is surely better
     big = {**got, "tokens_per_s": 2048 / 0.045, "ratio_hi": 1.02}
     assert MP.sure_gains({"batch": big}, base, "tokens-per-s") == {"batch"}
+
+
+def test_budget_bar_shows_the_lever_and_the_time_left(capsys: pytest.CaptureFixture[str]) -> None:
+    with MP.BudgetBar(60.0, 2) as bar:
+        bar("sdpa", "round 3: ratio 0.8000 [0.7900, 0.8100]")
+        assert bar._bar is not None
+        task = bar._bar.tasks[0]
+        assert task.description.startswith("sdpa (1/2): round 3")
+        assert task.fields["left"].endswith("s of 60 s left") and task.total == 60.0
+    with MP.BudgetBar(60.0, 2, enabled=False) as quiet:
+        quiet("sdpa", "x")
+        assert quiet._bar is None

@@ -50,6 +50,44 @@ class PairedOptions:
 Progress = Callable[[str, str], None]  # (lever, what it is doing)
 
 
+class BudgetBar:
+    """A progress bar over the paired rounds' time budget: the lever being timed, its
+    latest round and the time left (stderr; nothing when disabled)."""
+
+    def __init__(self, budget_s: float, levers: int, enabled: bool = True) -> None:
+        self.budget_s, self.levers, self.enabled = budget_s, levers, enabled
+        self.t0 = time.monotonic()
+        self.done: set[str] = set()
+        self._bar: Any = None
+
+    def __enter__(self) -> BudgetBar:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn
+
+            self._bar = Progress(
+                TextColumn("[bold]paired rounds[/] {task.description}"), BarColumn(),
+                TextColumn("{task.fields[left]}"), console=Console(stderr=True), transient=True,
+            )  # fmt: skip
+            self._bar.start()
+            self._task = self._bar.add_task("", total=self.budget_s, left="")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def __call__(self, lever: str, what: str) -> None:
+        if self._bar is None:
+            return
+        self.done.add(lever)
+        used = time.monotonic() - self.t0
+        left = max(self.budget_s - used, 0.0)
+        self._bar.update(self._task, completed=min(used, self.budget_s),
+                         description=f"{lever} ({len(self.done)}/{self.levers}): {what}",
+                         left=f"{left:.0f} s of {self.budget_s:.0f} s left")  # fmt: skip
+
+
 def subprocess_env() -> dict[str, str]:
     """The workers' environment: the sweep's (this tracekit importable)."""
     from tracekit.sweep.runner import default_env

@@ -6,7 +6,6 @@ side (docs/advise.md)."""
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,13 +203,9 @@ def _paired(
     rows = {n: by_key[p.key] for n, p in points.items()}
     if not opts.paired or not configs:
         return {n: dict(r) for n, r in rows.items()}
-    results = MP.run_all(configs, b.config, dest, opts.rounds, MP.subprocess_env(),
-                         None if opts.quiet else _say)  # fmt: skip
+    with MP.BudgetBar(opts.rounds.budget_s, len(configs), enabled=not opts.quiet) as bar:
+        results = MP.run_all(configs, b.config, dest, opts.rounds, MP.subprocess_env(), bar)
     return {n: MP.overlay(r, base, results.get(n)) for n, r in rows.items()}
-
-
-def _say(lever: str, what: str) -> None:
-    print(f"advise: {lever}: {what}", file=sys.stderr, flush=True)
 
 
 def _by_key(sweep: pd.DataFrame) -> dict[str, dict[str, Any]]:
