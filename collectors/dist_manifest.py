@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from tracekit.collectors.commcost import combine
 from tracekit.collectors.config import CollectConfig
 from tracekit.collectors.gpt import train_flops_per_token
 from tracekit.collectors.rank import backend_for, parallel_info
@@ -38,6 +39,11 @@ RANK_ARTIFACTS = (
     "traces",
     "memory_timeline",
     "memory_timeline_absent",
+    "memory_timeline_pass",
+    "timeline_trace",
+    "timeline_traces",
+    "timeline_trace_absent",
+    "timeline_steps",
     "profiler_flops",
     "memory_snapshot",
     "memory_snapshot_absent",
@@ -46,6 +52,10 @@ TOP_FROM_RANK0 = (
     "trace",
     "memory_timeline",
     "memory_timeline_absent",
+    "memory_timeline_pass",
+    "timeline_trace",
+    "timeline_trace_absent",
+    "timeline_steps",
     "profiler_flops",
     "memory_snapshot",
     "memory_snapshot_absent",
@@ -89,6 +99,7 @@ def rank_entry(
         "metrics": None,
         "artifacts": None,
         "total_steps": None,
+        "comm_cost": None,  # this rank's measured communication cost (collectors/commcost.py)
         "logs": logs,
     }
     if result is not None:
@@ -107,6 +118,8 @@ def rank_entry(
             e[k] = result.get(k)
         arts = result.get("artifacts")
         e["artifacts"] = {k: arts.get(k) for k in RANK_ARTIFACTS} if arts else None
+        cost = result.get("comm_cost") or {}
+        e["comm_cost"] = cost["ranks"][0] if cost.get("ranks") else None
     if failure is None:
         if result is None:
             e["error"] = "stopped by the launcher after another rank failed"
@@ -200,7 +213,8 @@ def merge_metrics(cfg: CollectConfig, per_rank: list[Mapping[str, Any]]) -> dict
 def _top_artifacts(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     arts0 = ranks[0]["artifacts"] or {}
     top: dict[str, Any] = {k: arts0.get(k) for k in TOP_FROM_RANK0}
-    top["traces"] = [t for r in ranks for t in ((r["artifacts"] or {}).get("traces") or [])]
+    for key in ("traces", "timeline_traces"):
+        top[key] = [t for r in ranks for t in ((r["artifacts"] or {}).get(key) or [])]
     top["tensorboard"] = "tensorboard"
     top["logs"] = LOGS
     return top
@@ -230,6 +244,7 @@ def build_manifest(
         (res["versions"] for res in reporting if res.get("versions")), m["versions"]
     )
     m["profiler"]["activities"] = ["cpu", "cuda"] if cfg.device == "cuda" else ["cpu"]
+    m["profiler"]["timeline"] = ((results.get(0) or {}).get("profiler") or {}).get("timeline")
     first = first_failure(ranks)
     if first is None:
         m["status"], m["error"] = "ok", None
@@ -242,6 +257,7 @@ def build_manifest(
         m["ceilings"] = {**rank0["ceilings"], "interconnect": rank0.get("interconnect")}
     m["artifacts"] = _top_artifacts(ranks)
     m["total_steps"] = ranks[0]["total_steps"]
+    cost = {r: (res or {}).get("comm_cost") for r, res in results.items()}
     m["distributed"] = {
         "world_size": n,
         "nnodes": 1,
@@ -257,6 +273,7 @@ def build_manifest(
         "env": dict(env),
         "failed_rank": first["rank"] if first else None,
         "ranks": ranks,
+        "comm_cost": combine(cost, n, rounds=cfg.comm_rounds, steps=cfg.comm_steps),
     }
     return m
 
@@ -284,6 +301,7 @@ def summary_lines(m: Mapping[str, Any]) -> list[str]:
             f"slowest rank {met['slowest_rank']} (skew {met['step_time_skew_pct']:.1f} %); "
             f"{met['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU"
         )
+    lines += comm_cost_lines(d.get("comm_cost"))
     ic = (m.get("ceilings") or {}).get("interconnect")
     if ic:
         lines.append(
@@ -294,4 +312,27 @@ def summary_lines(m: Mapping[str, Any]) -> list[str]:
         f"traces: {len(m['artifacts']['traces'])} (rank<R>.*); logs: "
         f"{LOGS}/rank<R>.{{stdout,stderr}}.log"
     )
+    return lines
+
+
+def comm_cost_lines(cost: Mapping[str, Any] | None) -> list[str]:
+    """The summary's line of the measured communication cost (none for a run without)."""
+    if not cost:
+        return []
+    if cost["status"] != "ok":
+        return [f"communication cost: {cost['status']} ({cost['reason']})"]
+    per_rank = [
+        f"rank {r['rank']} {r['cost_ms']:.2f} ms ("
+        + ("n/a" if r["cost_pct"] is None else f"{r['cost_pct']:.0f} %")
+        + f", {r['cost_ms_range'][0]:.2f}–{r['cost_ms_range'][1]:.2f}) of "
+        f"{r['with_sync_ms']:.2f} ms"
+        for r in cost["ranks"]
+    ]
+    lines = [
+        f"communication cost (unprofiled, measured: {cost['rounds']} rounds x "
+        f"{cost['steps_per_round']} steps with and without {cost['sync_off']}): "
+        + "; ".join(per_rank)
+    ]
+    if cost.get("caveat"):
+        lines.append(f"  caveat: {cost['caveat']}")
     return lines
