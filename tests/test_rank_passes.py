@@ -337,6 +337,12 @@ def test_two_ranks_end_ok_with_the_light_pass_on_each(two_ranks: tuple[Path, str
         t for r in ranks for t in r["artifacts"]["timeline_traces"]
     ]
     assert m["profiler"]["timeline"]["activities"] == ["cuda"]
+    light = [r["metrics"]["timeline_step_time_ms"] for r in ranks]
+    met = m["metrics"]
+    assert met["timeline_step_time_ms"] == max(light)
+    assert met["timeline_overhead_pct"] == pytest.approx(
+        (max(light) / met["step_time_ms"]["median"] - 1) * 100
+    )
 
 
 def test_two_ranks_comm_cost_in_the_manifest_and_summary(two_ranks: tuple[Path, str]) -> None:
