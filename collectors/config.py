@@ -68,6 +68,9 @@ class CollectConfig:
     quiet: bool = False
     gpus: int = 1  # processes (one per GPU; on CPU, gloo processes); 1: this process
     parallel: str = "ddp"  # with gpus > 1: DDP or FSDP2 (fully_shard)
+    # with gpus > 1: the measured communication cost (collectors/commcost.py); 0 rounds: off
+    comm_rounds: int = 6
+    comm_steps: int = 5
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -94,6 +97,8 @@ class CollectConfig:
         _check_int("seed", self.seed, 0)
         _check_int("snapshot-steps", self.snapshot_steps, 1)
         _check_int("gpus", self.gpus, 1)
+        _check_int("comm-rounds", self.comm_rounds, 0)
+        _check_int("comm-steps", self.comm_steps, 1)
         if self.parallel not in PARALLELS:
             raise UsageError(
                 f"--parallel must be one of {', '.join(PARALLELS)}, got {self.parallel!r}"

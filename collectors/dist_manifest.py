@@ -11,8 +11,9 @@ run's metrics read these too:
   ``slowest_rank``; ``step_time_skew_pct`` = (largest - smallest median) / smallest;
 * throughput: the global batch (N x ``--batch``) per slowest-rank step, and per GPU;
 * memory: peaks are the largest rank's (named), the average is the mean of the ranks';
-* profiled step time: the largest median over ranks; the overhead is against the step
-  time above; ``final_loss``: the mean of the ranks' last losses (the global batch's loss).
+* profiled step time and the light timeline pass's: the largest median over ranks; the
+  overheads are against the step time above; ``final_loss``: the mean of the ranks' last
+  losses (the global batch's loss).
 
 A run fails with the first rank that failed (its result's ``failed_at``, else the time
 the launcher saw it exit): status ``oom`` or ``error``, ``error`` = ``rank R: <message>``.
@@ -28,6 +29,7 @@ from typing import Any
 
 import torch
 
+from tracekit.collectors.commcost import combine
 from tracekit.collectors.config import CollectConfig
 from tracekit.collectors.gpt import train_flops_per_token
 from tracekit.collectors.rank import backend_for, parallel_info
@@ -38,6 +40,11 @@ RANK_ARTIFACTS = (
     "traces",
     "memory_timeline",
     "memory_timeline_absent",
+    "memory_timeline_pass",
+    "timeline_trace",
+    "timeline_traces",
+    "timeline_trace_absent",
+    "timeline_steps",
     "profiler_flops",
     "memory_snapshot",
     "memory_snapshot_absent",
@@ -46,14 +53,18 @@ TOP_FROM_RANK0 = (
     "trace",
     "memory_timeline",
     "memory_timeline_absent",
+    "memory_timeline_pass",
+    "timeline_trace",
+    "timeline_trace_absent",
+    "timeline_steps",
     "profiler_flops",
     "memory_snapshot",
     "memory_snapshot_absent",
 )
 ACROSS_RANKS = (
     "step time: the slowest rank's (largest median); throughput: global batch per that "
-    "step; peaks: the largest rank's; average memory: mean of the ranks'; profiled step: "
-    "largest median over ranks; final loss: mean of the ranks'"
+    "step; peaks: the largest rank's; average memory: mean of the ranks'; profiled step and "
+    "light timeline pass step: largest median over ranks; final loss: mean of the ranks'"
 )
 
 
@@ -89,6 +100,7 @@ def rank_entry(
         "metrics": None,
         "artifacts": None,
         "total_steps": None,
+        "comm_cost": None,  # this rank's measured communication cost (collectors/commcost.py)
         "logs": logs,
     }
     if result is not None:
@@ -107,6 +119,8 @@ def rank_entry(
             e[k] = result.get(k)
         arts = result.get("artifacts")
         e["artifacts"] = {k: arts.get(k) for k in RANK_ARTIFACTS} if arts else None
+        cost = result.get("comm_cost") or {}
+        e["comm_cost"] = cost["ranks"][0] if cost.get("ranks") else None
     if failure is None:
         if result is None:
             e["error"] = "stopped by the launcher after another rank failed"
@@ -158,6 +172,21 @@ def _stat(values: list[float | None], fn: Any) -> float | None:
     return fn(vals) if vals else None
 
 
+def _timeline_across(per_rank: list[Mapping[str, Any]], step_ms: float) -> dict[str, Any]:
+    """The light pass's step across ranks: the largest median (None: no light pass)."""
+    meds = [(float(m["timeline_step_time"]["median"]), r)
+            for r, m in enumerate(per_rank) if m.get("timeline_step_time")]  # fmt: skip
+    if not meds:
+        return {"timeline_step_time_ms": None, "timeline_step_time": None,
+                "timeline_overhead_pct": None}  # fmt: skip
+    v, r = max(meds, key=lambda x: (x[0], -x[1]))
+    return {
+        "timeline_step_time_ms": v,
+        "timeline_step_time": dict(per_rank[r]["timeline_step_time"]),
+        "timeline_overhead_pct": (v / step_ms - 1.0) * 100,
+    }
+
+
 def merge_metrics(cfg: CollectConfig, per_rank: list[Mapping[str, Any]]) -> dict[str, Any]:
     """The top-level ``metrics`` of N ranks' metrics (module docstring: how)."""
     n = len(per_rank)
@@ -184,6 +213,7 @@ def merge_metrics(cfg: CollectConfig, per_rank: list[Mapping[str, Any]]) -> dict
         "profiled_step_time_ms": prof_medians[pslow],
         "profiled_step_time": dict(per_rank[pslow]["profiled_step_time"]),
         "profiler_overhead_pct": (prof_medians[pslow] / medians[slow] - 1.0) * 100,
+        **_timeline_across(per_rank, medians[slow]),
         "final_loss": statistics.fmean(float(m["final_loss"]) for m in per_rank),
         "memory_method": f"{per_rank[0]['memory_method']}; across ranks: peak = the largest "
         "rank's, average = the mean of the ranks' averages",
@@ -200,7 +230,8 @@ def merge_metrics(cfg: CollectConfig, per_rank: list[Mapping[str, Any]]) -> dict
 def _top_artifacts(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     arts0 = ranks[0]["artifacts"] or {}
     top: dict[str, Any] = {k: arts0.get(k) for k in TOP_FROM_RANK0}
-    top["traces"] = [t for r in ranks for t in ((r["artifacts"] or {}).get("traces") or [])]
+    for key in ("traces", "timeline_traces"):
+        top[key] = [t for r in ranks for t in ((r["artifacts"] or {}).get(key) or [])]
     top["tensorboard"] = "tensorboard"
     top["logs"] = LOGS
     return top
@@ -230,6 +261,7 @@ def build_manifest(
         (res["versions"] for res in reporting if res.get("versions")), m["versions"]
     )
     m["profiler"]["activities"] = ["cpu", "cuda"] if cfg.device == "cuda" else ["cpu"]
+    m["profiler"]["timeline"] = ((results.get(0) or {}).get("profiler") or {}).get("timeline")
     first = first_failure(ranks)
     if first is None:
         m["status"], m["error"] = "ok", None
@@ -242,6 +274,7 @@ def build_manifest(
         m["ceilings"] = {**rank0["ceilings"], "interconnect": rank0.get("interconnect")}
     m["artifacts"] = _top_artifacts(ranks)
     m["total_steps"] = ranks[0]["total_steps"]
+    cost = {r: (res or {}).get("comm_cost") for r, res in results.items()}
     m["distributed"] = {
         "world_size": n,
         "nnodes": 1,
@@ -257,6 +290,7 @@ def build_manifest(
         "env": dict(env),
         "failed_rank": first["rank"] if first else None,
         "ranks": ranks,
+        "comm_cost": combine(cost, n, rounds=cfg.comm_rounds, steps=cfg.comm_steps),
     }
     return m
 
@@ -284,6 +318,7 @@ def summary_lines(m: Mapping[str, Any]) -> list[str]:
             f"slowest rank {met['slowest_rank']} (skew {met['step_time_skew_pct']:.1f} %); "
             f"{met['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU"
         )
+    lines += comm_cost_lines(d.get("comm_cost"))
     ic = (m.get("ceilings") or {}).get("interconnect")
     if ic:
         lines.append(
@@ -294,4 +329,27 @@ def summary_lines(m: Mapping[str, Any]) -> list[str]:
         f"traces: {len(m['artifacts']['traces'])} (rank<R>.*); logs: "
         f"{LOGS}/rank<R>.{{stdout,stderr}}.log"
     )
+    return lines
+
+
+def comm_cost_lines(cost: Mapping[str, Any] | None) -> list[str]:
+    """The summary's line of the measured communication cost (none for a run without)."""
+    if not cost:
+        return []
+    if cost["status"] != "ok":
+        return [f"communication cost: {cost['status']} ({cost['reason']})"]
+    per_rank = [
+        f"rank {r['rank']} {r['cost_ms']:.2f} ms ("
+        + ("n/a" if r["cost_pct"] is None else f"{r['cost_pct']:.0f} %")
+        + f", {r['cost_ms_range'][0]:.2f}–{r['cost_ms_range'][1]:.2f}) of "
+        f"{r['with_sync_ms']:.2f} ms"
+        for r in cost["ranks"]
+    ]
+    lines = [
+        f"communication cost (unprofiled, measured: {cost['rounds']} rounds x "
+        f"{cost['steps_per_round']} steps with and without {cost['sync_off']}): "
+        + "; ".join(per_rank)
+    ]
+    if cost.get("caveat"):
+        lines.append(f"  caveat: {cost['caveat']}")
     return lines

@@ -9,7 +9,9 @@ launcher, which sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` a
 2. with ceilings on: rank 0 measures the device ceilings while the others wait, then all
    ranks measure the interconnect (``collectors/interconnect.py``);
 3. runs the single-GPU phases (``collectors/run.py``) on its model replica (DDP) or shard
-   (FSDP2), on its own batches (seed + rank), writing ``rank<R>.``-prefixed files;
+   (FSDP2), on its own batches (seed + rank), writing ``rank<R>.``-prefixed files, with
+   the measured communication cost (``collectors/commcost.py``) between the timed steps
+   and the profiled passes;
 4. writes ``rank<R>.result.json`` (status, metrics, artifacts) for the parent to merge,
    and never ``manifest.json``.
 
@@ -36,6 +38,7 @@ from typing import Any
 import torch
 
 from tracekit.collectors.ceilings import measure_ceilings
+from tracekit.collectors.commcost import measure as measure_comm
 from tracekit.collectors.config import TORCH_DTYPE, CollectConfig, resolve_device
 from tracekit.collectors.interconnect import measure_interconnect
 from tracekit.collectors.run import (
@@ -47,6 +50,7 @@ from tracekit.collectors.run import (
     precisions_used,
     versions,
 )
+from tracekit.collectors.train import Workload
 from tracekit.io import atomic_write_json
 
 # A test hook: "<ranks>:<step>:<action>" makes those ranks ('*' or a comma list) fail at
@@ -165,6 +169,16 @@ def _watch_parent() -> None:
     threading.Thread(target=watch, name="tracekit-parent-watch", daemon=True).start()
 
 
+def rank_manifest_entries(cfg: CollectConfig, device: torch.device) -> dict[str, Any]:
+    """What a rank's result holds of the one-GPU manifest before its phases fill them, built
+    by the same function (``base_manifest``): ``artifacts`` (without ``tensorboard``: one
+    logdir per run, not per rank) and ``profiler`` (the passes write their descriptions
+    in it, e.g. the light timeline pass's ``profiler.timeline``)."""
+    base = base_manifest(cfg, device)
+    base["artifacts"].pop("tensorboard", None)
+    return {"artifacts": base["artifacts"], "profiler": base["profiler"]}
+
+
 def _run(
     cfg: CollectConfig,
     run_dir: Path,
@@ -200,14 +214,22 @@ def _run(
         if rank == 0:
             result["interconnect"] = interconnect
     result["phase"] = "workload"
-    result["artifacts"] = base_manifest(cfg, device)["artifacts"]  # filled as files appear
-    result["artifacts"].pop("tensorboard", None)  # one logdir per run, not per rank
+    result.update(rank_manifest_entries(cfg, device))
     wrap, fault = wrap_model(cfg, device), _fault_hook(rank)
 
     def wrapped(m: torch.nn.Module) -> torch.nn.Module:
         if fault is not None:
             fault(m)
         return wrap(m)
+
+    def comm_cost(wl: Workload, n: int) -> int:
+        """The measured communication cost (``collectors/commcost.py``), unprofiled."""
+        result["phase"] = "comm_cost"
+        result["comm_cost"], n = measure_comm(wl.model, wl.step, device, rank=rank,
+                                              rounds=cfg.comm_rounds, steps=cfg.comm_steps,
+                                              start=n)  # fmt: skip
+        result["phase"] = "workload"
+        return n
 
     _workload(
         cfg.replace(ceilings=False),
@@ -218,6 +240,7 @@ def _run(
         prefix=file_prefix(rank),
         wrap=wrapped,
         data_seed=cfg.seed + rank,
+        after_timed=comm_cost,
     )
 
 
@@ -241,6 +264,8 @@ def main(argv: list[str] | None = None) -> None:
         "device": None,
         "metrics": None,
         "artifacts": None,
+        "profiler": None,
+        "comm_cost": None,
     }
     try:
         _run(cfg, run_dir, float(spec["timeout_s"]), rank, local_rank, result)

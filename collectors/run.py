@@ -262,11 +262,15 @@ def _test_fault(model: torch.nn.Module) -> None:
 def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Display,
               manifest: dict[str, Any], *, prefix: str = "",
               wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
-              data_seed: int | None = None) -> None:  # fmt: skip
+              data_seed: int | None = None,
+              after_timed: Callable[[Workload, int], int] | None = None) -> None:  # fmt: skip
     """Run every phase, filling ``manifest`` in place (so a failure keeps what was done).
 
     One rank of a multi-GPU run (``collectors/rank.py``) passes ``prefix`` (``rank<R>.``,
-    the start of each of its file names), ``wrap`` (DDP / FSDP2) and its ``data_seed``."""
+    the start of each of its file names), ``wrap`` (DDP / FSDP2), its ``data_seed`` and
+    ``after_timed``: steps of its own between the timed steps and the profiled passes (the
+    measured communication cost), called with the workload and the next global step,
+    returning the step after its own."""
     if cfg.ceilings:
         ui.phase("measuring device ceilings")
         manifest["ceilings"] = measure_ceilings(device, precisions_used(cfg)).to_dict()
@@ -312,6 +316,9 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
     if not math.isfinite(final_loss):
         raise TracekitError(f"the training loss is {final_loss} after {n} steps")
 
+    if after_timed is not None:
+        ui.phase("communication cost (unprofiled)")
+        n = after_timed(wl, n)
     name = prefix + default_worker_name()
     n, profiled_ms, timeline_ms = _profile(wl, cfg.profiler, device, run_dir, ui, manifest, name, n)
     manifest["metrics"] = _metrics(

@@ -21,6 +21,7 @@ where a step is synchronous).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import random
 import statistics
 import time
@@ -215,13 +216,42 @@ def build_workload(
     return Workload(model, optimizer, scaler, batches, device, probe, n_params, step)
 
 
+# True while suspend_grad_sync() holds gradient sync off for whole steps.
+_SYNC_SUSPENDED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "tracekit_grad_sync_suspended", default=False
+)
+
+
+@contextlib.contextmanager
+def suspend_grad_sync(model: torch.nn.Module) -> Iterator[None]:
+    """Whole steps without gradient sync (the communication-cost measurement,
+    ``collectors/commcost.py``): DDP's ``no_sync()``, or FSDP2's
+    ``set_requires_gradient_sync(False)`` (turned back on at the end); an accumulating
+    step's last micro-batch then does not turn it back on (:func:`grad_sync`)."""
+    token = _SYNC_SUSPENDED.set(True)
+    try:
+        fsdp = getattr(model, "set_requires_gradient_sync", None)
+        if fsdp is not None:
+            fsdp(False)
+            try:
+                yield
+            finally:
+                fsdp(True)
+        else:
+            with model.no_sync():  # type: ignore[operator]
+                yield
+    finally:
+        _SYNC_SUSPENDED.reset(token)
+
+
 def grad_sync(model: torch.nn.Module, *, last: bool) -> contextlib.AbstractContextManager[Any]:
     """Around one micro-batch of an accumulating step: DDP's ``no_sync()`` and FSDP2's
     ``set_requires_gradient_sync(False)`` before the last one, so the gradients are
-    reduced once per optimizer step; nothing for a model on one GPU."""
+    reduced once per optimizer step; nothing for a model on one GPU. Inside
+    :func:`suspend_grad_sync` no micro-batch syncs."""
     fsdp = getattr(model, "set_requires_gradient_sync", None)
     if fsdp is not None:
-        fsdp(last)
+        fsdp(last and not _SYNC_SUSPENDED.get())
         return contextlib.nullcontext()
     no_sync = getattr(model, "no_sync", None)
     if no_sync is not None and not last:

@@ -16,9 +16,14 @@ except ImportError:  # pragma: no cover
     from click import exceptions as click_exc  # type: ignore[no-redef]
 
 from tracekit.cli_options import (
+<<<<<<< HEAD
     BudgetOption,
     HalfWidthOption,
     MaxRoundsOption,
+=======
+    CommRoundsOption,
+    CommStepsOption,
+>>>>>>> mgcollect
     MemoryTimelineOption,
     PairedOption,
     RoundsOption,
@@ -200,6 +205,8 @@ def collect(
     counters: _Counters = False,
     gpus: _Gpus = 1,
     parallel: _Parallel = "ddp",
+    comm_rounds: CommRoundsOption = 6,
+    comm_steps: CommStepsOption = 5,
     workload: _Workload = "train",
     checkpoint: _Checkpoint = False,
     optimizer: _Optimizer = None,
@@ -222,6 +229,7 @@ def collect(
         cuda_graphs=cuda_graphs, prompt=prompt, new_tokens=new_tokens,
         memory_snapshot=memory_snapshot, snapshot_steps=snapshot_steps,
         ceilings=ceilings, out=out, quiet=quiet, gpus=gpus, parallel=parallel,
+        comm_rounds=comm_rounds, comm_steps=comm_steps,
         profiler=ProfilerConfig(
             wait=profile_wait, warmup=profile_warmup, active=profile_active,
             repeat=profile_repeat, record_shapes=record_shapes, profile_memory=profile_memory,

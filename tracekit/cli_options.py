@@ -1,6 +1,6 @@
 """Options of ``tracekit collect``, ``report`` and ``advise`` kept out of ``cli.py`` (a
-module under 700 lines): the profiled passes, where the report's timeline comes from,
-collect's workload defaults, advise's paired rounds."""
+module under 700 lines): the profiled passes, the measured communication cost, where the
+report's timeline comes from, collect's workload defaults, advise's paired rounds."""
 
 from __future__ import annotations
 
@@ -23,6 +23,16 @@ SinglePassOption = Annotated[
         "--single-pass",
         help="Record one profiled pass (no light CUDA-only timeline pass before it).",
     ),
+]
+CommRoundsOption = Annotated[
+    int,
+    typer.Option(
+        help="With --gpus N>1: rounds of the measured communication cost (unprofiled steps "
+        "with and without gradient sync, interleaved); 0 skips it."
+    ),
+]
+CommStepsOption = Annotated[
+    int, typer.Option(help="With --gpus N>1: steps with and steps without sync per round.")
 ]
 
 TimelineOption = Annotated[
