@@ -16,14 +16,11 @@ except ImportError:  # pragma: no cover
     from click import exceptions as click_exc  # type: ignore[no-redef]
 
 from tracekit.cli_options import (
-<<<<<<< HEAD
     BudgetOption,
-    HalfWidthOption,
-    MaxRoundsOption,
-=======
     CommRoundsOption,
     CommStepsOption,
->>>>>>> mgcollect
+    HalfWidthOption,
+    MaxRoundsOption,
     MemoryTimelineOption,
     PairedOption,
     RoundsOption,
