@@ -61,7 +61,7 @@ def stand_in_light_pass(setattr_: Callable[[Any, str, Any], None] = setattr) -> 
 
 def _cfg(**kw: Any) -> CollectConfig:
     base: dict[str, Any] = dict(
-        device="cpu", preset="tiny", batch=2, seq=16, steps=2, warmup=1, gpus=2,
+        device="cpu", preset="tiny", batch=2, seq=16, steps=2, warmup=0, gpus=2,
         ceilings=False, quiet=True, comm_rounds=2, comm_steps=2,
         profiler=ProfilerConfig(wait=0, warmup=0, active=1),
     )  # fmt: skip
@@ -173,14 +173,14 @@ def test_single_pass_rank_says_why_there_is_no_light_pass(
 def test_fsdp_rank_measures_with_its_sync_switch_and_caveat(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cfg = _cfg(parallel="fsdp", grad_accum=2, memory_snapshot=False,
-               profiler=ProfilerConfig(wait=0, warmup=0, active=1, timeline_pass=False,
-                                       memory_timeline=False))  # fmt: skip
+    bare = ProfilerConfig(wait=0, warmup=0, active=1, timeline_pass=False, memory_timeline=False,
+                          record_shapes=False, profile_memory=False, with_flops=False)  # fmt: skip
+    cfg = _cfg(parallel="fsdp", grad_accum=2, steps=1, warmup=0, comm_steps=1, profiler=bare)
     res = _rank_result(cfg, tmp_path, monkeypatch)
     cost = res["comm_cost"]
     assert cost["status"] == "ok" and cost["sync_off"] == commcost.FSDP_SYNC_OFF
     assert cost["caveat"] == commcost.FSDP_CAVEAT and "all-gathers stay" in cost["caveat"]
-    assert cost["rounds"] == 2 and cost["steps_per_round"] == 2
+    assert cost["rounds"] == 2 and cost["steps_per_round"] == 1
     assert len(cost["ranks"][0]["rounds_with_ms"]) == 2
 
 
@@ -362,3 +362,17 @@ def test_two_ranks_comm_cost_in_the_manifest_and_summary(two_ranks: tuple[Path, 
         assert entry["comm_cost"] == x  # the per-rank entry holds the same figures
     assert "communication cost (unprofiled, measured: 2 rounds x 2 steps" in stdout
     assert "rank 0 " in stdout.split("communication cost")[1].splitlines()[0]
+
+
+def test_the_summary_line_names_each_rank_or_why_there_is_none() -> None:
+    from tracekit.collectors.dist_manifest import comm_cost_lines
+
+    ok = commcost.combine({0: _entry(0), 1: _entry(1)}, 2, rounds=1, steps=1)
+    (line,) = comm_cost_lines(ok)
+    assert line.startswith("communication cost (unprofiled, measured: 1 rounds x 1 steps with")
+    assert "rank 0 2.00 ms (20 %, 2.00–2.00) of 10.00 ms; rank 1 3.00 ms (27 %" in line
+    skip = commcost.block("skipped", "--comm-rounds 0", rounds=0, steps=5)
+    assert comm_cost_lines(skip) == ["communication cost: skipped (--comm-rounds 0)"]
+    assert comm_cost_lines(None) == []
+    fsdp = dict(ok, caveat=commcost.FSDP_CAVEAT)
+    assert comm_cost_lines(fsdp)[1] == f"  caveat: {commcost.FSDP_CAVEAT}"
