@@ -61,7 +61,7 @@ def test_what_ifs_are_on_the_unprofiled_step(name: str) -> None:
 def test_resnet50_cuda_graphs_is_bounded_by_the_real_step() -> None:
     # profiled step 33.06 ms (CUDA graphs 2.02x on it); unprofiled 24.76 ms with 15.35 ms
     # of GPU work: at most 1.61x
-    t, sm = _summary("h200-run-resnet50-b64-bf16")
+    _, sm = _summary("h200-run-resnet50-b64-bf16")
     a = sm.cp_anchor
     assert a is not None
     raw = sm.critical_path.what_if.set_index("scenario")["speedup"]
