@@ -330,3 +330,17 @@ def resolve_device(cfg: CollectConfig) -> torch.device:
         if reason:
             raise UsageError(f"--compile: {reason}")
     return device
+
+
+def config_from_dict(c: dict[str, Any]) -> CollectConfig:
+    """A ``CollectConfig`` from a manifest's ``config`` (``to_dict()``'s output): derived
+    keys (``model``, ``out``) dropped, the profiler and data path rebuilt."""
+    c = dict(c)
+    for key in ("model", "out"):
+        c.pop(key, None)
+    prof = c.get("profiler") or {}
+    c["profiler"] = ProfilerConfig(
+        **{k: v for k, v in prof.items() if k in ProfilerConfig.__dataclass_fields__}
+    )
+    c["data"] = Path(c["data"]) if c.get("data") else None
+    return CollectConfig(**{k: v for k, v in c.items() if k in CollectConfig.__dataclass_fields__})

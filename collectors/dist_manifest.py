@@ -11,8 +11,9 @@ run's metrics read these too:
   ``slowest_rank``; ``step_time_skew_pct`` = (largest - smallest median) / smallest;
 * throughput: the global batch (N x ``--batch``) per slowest-rank step, and per GPU;
 * memory: peaks are the largest rank's (named), the average is the mean of the ranks';
-* profiled step time: the largest median over ranks; the overhead is against the step
-  time above; ``final_loss``: the mean of the ranks' last losses (the global batch's loss).
+* profiled step time and the light timeline pass's: the largest median over ranks; the
+  overheads are against the step time above; ``final_loss``: the mean of the ranks' last
+  losses (the global batch's loss).
 
 A run fails with the first rank that failed (its result's ``failed_at``, else the time
 the launcher saw it exit): status ``oom`` or ``error``, ``error`` = ``rank R: <message>``.
@@ -62,8 +63,8 @@ TOP_FROM_RANK0 = (
 )
 ACROSS_RANKS = (
     "step time: the slowest rank's (largest median); throughput: global batch per that "
-    "step; peaks: the largest rank's; average memory: mean of the ranks'; profiled step: "
-    "largest median over ranks; final loss: mean of the ranks'"
+    "step; peaks: the largest rank's; average memory: mean of the ranks'; profiled step and "
+    "light timeline pass step: largest median over ranks; final loss: mean of the ranks'"
 )
 
 
@@ -171,6 +172,21 @@ def _stat(values: list[float | None], fn: Any) -> float | None:
     return fn(vals) if vals else None
 
 
+def _timeline_across(per_rank: list[Mapping[str, Any]], step_ms: float) -> dict[str, Any]:
+    """The light pass's step across ranks: the largest median (None: no light pass)."""
+    meds = [(float(m["timeline_step_time"]["median"]), r)
+            for r, m in enumerate(per_rank) if m.get("timeline_step_time")]  # fmt: skip
+    if not meds:
+        return {"timeline_step_time_ms": None, "timeline_step_time": None,
+                "timeline_overhead_pct": None}  # fmt: skip
+    v, r = max(meds, key=lambda x: (x[0], -x[1]))
+    return {
+        "timeline_step_time_ms": v,
+        "timeline_step_time": dict(per_rank[r]["timeline_step_time"]),
+        "timeline_overhead_pct": (v / step_ms - 1.0) * 100,
+    }
+
+
 def merge_metrics(cfg: CollectConfig, per_rank: list[Mapping[str, Any]]) -> dict[str, Any]:
     """The top-level ``metrics`` of N ranks' metrics (module docstring: how)."""
     n = len(per_rank)
@@ -197,6 +213,7 @@ def merge_metrics(cfg: CollectConfig, per_rank: list[Mapping[str, Any]]) -> dict
         "profiled_step_time_ms": prof_medians[pslow],
         "profiled_step_time": dict(per_rank[pslow]["profiled_step_time"]),
         "profiler_overhead_pct": (prof_medians[pslow] / medians[slow] - 1.0) * 100,
+        **_timeline_across(per_rank, medians[slow]),
         "final_loss": statistics.fmean(float(m["final_loss"]) for m in per_rank),
         "memory_method": f"{per_rank[0]['memory_method']}; across ranks: peak = the largest "
         "rank's, average = the mean of the ranks' averages",

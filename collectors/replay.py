@@ -301,19 +301,11 @@ def replay(run_dir: Path, *, sample: bool = False) -> None:
     shapes and kernels; the analysis extrapolates by kernel and operator shapes."""
     import torch
 
-    from tracekit.collectors.config import CollectConfig
-    from tracekit.collectors.profiler import ProfilerConfig
+    from tracekit.collectors.config import config_from_dict
     from tracekit.collectors.train import build_workload
 
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    c = dict(manifest["config"])
-    for key in ("model", "out"):
-        c.pop(key, None)
-    c["profiler"] = ProfilerConfig(
-        **{k: v for k, v in c["profiler"].items() if k in ProfilerConfig.__dataclass_fields__}
-    )
-    c["data"] = Path(c["data"]) if c.get("data") else None
-    cfg = CollectConfig(**{k: v for k, v in c.items() if k in CollectConfig.__dataclass_fields__})
+    cfg = config_from_dict(manifest["config"])
     device = torch.device("cuda")
     if cfg.workload == "generate":
         _replay_generate(cfg, device, sample=sample)

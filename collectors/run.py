@@ -27,11 +27,11 @@ import torch
 import tracekit
 from tracekit.collectors.ceilings import measure_ceilings
 from tracekit.collectors.config import CollectConfig, resolve_device
+from tracekit.collectors.cupti_pass import TimelinePass, recorder_line
 from tracekit.collectors.generate import kv_cache_bytes, run_generate
 from tracekit.collectors.gpt import count_params, train_flops_per_token
 from tracekit.collectors.passes import (
     CategoryProfiler,
-    LightProfiler,
     MarkedProfiler,
     StepMarker,
     category_config,
@@ -354,7 +354,7 @@ def _profile(wl: Workload, pcfg: ProfilerConfig, device: torch.device, run_dir: 
     arts["timeline_trace_absent"] = why
     if why is None:
         ui.phase("profiling the timeline (CUDA activity only)", pcfg.steps)
-        light = LightProfiler(pcfg, run_dir, device=device, worker_name=name, on_export=note)
+        light = TimelinePass(pcfg, run_dir, device=device, worker_name=name, on_export=note)
         timeline_ms = profiled_steps(wl.step, light, n, ui.advance)
         n += pcfg.steps
         arts.update(light.artifacts())
@@ -562,6 +562,8 @@ def summary(run_dir: Path) -> str:
                 f"light timeline pass step: {met['timeline_step_time_ms']:.2f} ms "
                 f"(overhead {met['timeline_overhead_pct']:+.1f} %)"
             )
+        if (rec := recorder_line((m.get("profiler") or {}).get("timeline"))) is not None:
+            lines.append(rec)
         lines.append(
             f"memory: peak allocated {_bytes(met['peak_allocated_bytes'])}, peak reserved "
             f"{_bytes(met['peak_reserved_bytes'])}, average allocated "

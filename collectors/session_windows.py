@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from tracekit.collectors.cupti_pass import TimelinePass
 from tracekit.collectors.passes import (
     CategoryProfiler,
     LightProfiler,
@@ -226,8 +227,8 @@ class ProfiledWindows:
         light_on = phases.full > phases.light
         marker = StepMarker(device) if light_on else None  # the full pass's: the same launches
 
-        def light() -> Profiler:
-            return LightProfiler(config, out_dir, device=device)
+        def light() -> Profiler:  # CUPTI kernels-only, else Kineto's CUDA-only pass
+            return TimelinePass(config, out_dir, device=device, kineto=LightProfiler)
 
         def full() -> Profiler:
             return MarkedProfiler(config, out_dir, device=device, marker=marker)
@@ -258,7 +259,7 @@ class ProfiledWindows:
         prof, arts = w.profiler, self.artifacts
         assert prof is not None
         arts.update(prof.artifacts())  # the full pass and the category step say their pass
-        if isinstance(prof, LightProfiler):
+        if isinstance(prof, TimelinePass):
             self.timeline = prof.describe()
 
     def absent(self, n: int) -> None:

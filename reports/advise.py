@@ -90,6 +90,15 @@ def config_text(b: Mapping[str, Any]) -> str:
     return " ".join([*cfg, f"optimizer={b['optimizer']}"])
 
 
+def _path(b: Mapping[str, Any]) -> str:
+    """The critical path's bound, of which pass, and the host calibration."""
+    of = b.get("critical_path_of") or "profiled window"
+    return (
+        f"{b['critical_path_bound']}-bound critical path of the {of}; host "
+        f"x{b['host_speedup']:.2f} without the profiler ({b['host_basis']})"
+    )
+
+
 def header(doc: Mapping[str, Any]) -> RenderableType:
     b = doc["baseline"]
     g = Table.grid(padding=(0, 1))
@@ -99,11 +108,9 @@ def header(doc: Mapping[str, Any]) -> RenderableType:
     g.add_row("step", Text(f"{_ms(b['step_ms'])} ms, {tps(b['tokens_per_s'])} tokens/s, peak "
                            f"{fmt.nbytes(b['peak_bytes'])} ({b['peak_source']})"))  # fmt: skip
     g.add_row("verdict", Text(f"{b['verdict'] or 'n/a (no GPU activity)'}"))
-    path = (
-        f"{b['critical_path_bound']}-bound critical path; host x{b['host_speedup']:.2f} "
-        f"without the profiler ({b['host_basis']})"
-    )
-    g.add_row("path", Text(path))
+    g.add_row("path", Text(_path(b)))
+    if b.get("verdict_note"):
+        g.add_row("", Text(b["verdict_note"]))
     if b.get("remeasured_step_ms") is not None:
         g.add_row("re-run", Text(f"{_ms(b['remeasured_step_ms'])} ms, peak "
                                  f"{fmt.nbytes(b.get('remeasured_peak_bytes'))}"))  # fmt: skip
@@ -118,16 +125,28 @@ def _cells(r: Mapping[str, Any], pred: bool) -> list[str]:
     if pred:
         return [_ms(r["pred_step_ms"]), ratio(r["pred_step_ratio"]), tps(r["pred_tokens_per_s"]),
                 mib(r["pred_peak_delta_bytes"])]  # fmt: skip
-    return [_ms(r["step_ms"]), signed(r["delta_ms"], 2), ratio(r["step_ratio"]),
+    return [_ms(r["step_ms"]), ratio(r["step_ratio"]), interval(r),
             tps(r["tokens_per_s"]),
             mib(r["peak_delta_bytes"]), ratio(r["pred_step_ratio"]), signed(r["step_error_pct"]),
             signed(r["peak_error_pct"])]  # fmt: skip
 
 
 LEGEND = (
-    "ms: step time; Δ ms, x: against the re-measured baseline; Δ MiB: peak memory change; "
-    "pred x: predicted; err %, mem %: (predicted - measured) / measured step time, peak"
+    "ms: step time; x: against the re-measured baseline, from paired rounds; 90 %: its "
+    "interval (=: no measurable difference, 1 sample: one collect); Δ MiB: peak memory "
+    "change; pred x: predicted; err %, mem %: (predicted - measured) / measured step time, peak"
 )
+
+PRED_LEGEND = "pred ms, x: predicted step time and ratio; Δ MiB: predicted peak memory change"
+
+
+def interval(r: Mapping[str, Any]) -> str:
+    """The step ratio's 90 % interval over paired rounds ('=' marks one holding 1.0)."""
+    lo, hi = r.get("ratio_lo"), r.get("ratio_hi")
+    if not (_ok(lo) and _ok(hi)):
+        return "1 sample" if r.get("status") == "ok" else fmt.DASH
+    mark = "=" if float(lo) <= 1.0 <= float(hi) else ""
+    return f"{mark}{float(lo):.2f}-{float(hi):.2f}"
 
 
 def ranked(doc: Mapping[str, Any], table: pd.DataFrame) -> RenderableType:
@@ -138,7 +157,7 @@ def ranked(doc: Mapping[str, Any], table: pd.DataFrame) -> RenderableType:
     if pred:
         cols += [("pred ms", "right"), ("x", "right"), ("tokens/s", "right"), ("Δ MiB", "right")]
     else:
-        cols += [("ms", "right"), ("Δ ms", "right"), ("x", "right"), ("tokens/s", "right"),
+        cols += [("ms", "right"), ("x", "right"), ("90 %", "right"), ("tokens/s", "right"),
                  ("Δ MiB", "right"),
                  ("pred x", "right"), ("err %", "right"), ("mem %", "right")]  # fmt: skip
     t = _table(f"levers ranked by {doc['objective']}", cols)
@@ -150,7 +169,7 @@ def ranked(doc: Mapping[str, Any], table: pd.DataFrame) -> RenderableType:
             why.append(Text(f"  {name}: {r['status']}: {r.get('error') or ''}", style="yellow"))
         elif not _ok(r["pred_step_ratio"]):
             why.append(Text(f"  {name}: no time prediction: {r['time_evidence']}", style="dim"))
-    text = LEGEND.replace("; Δ ms, x: against the re-measured baseline", "") if pred else LEGEND
+    text = PRED_LEGEND if pred else LEGEND
     legend = Text(text, style="dim")
     return Group(t, *why, legend)
 
@@ -219,7 +238,9 @@ def render(doc: Mapping[str, Any], table: pd.DataFrame, console: Console,
 _COLS: list[tuple[str, str, str, Callable[[Any], str]]] = [
     ("#", "", "rank", _rank), ("lever", "l", "lever", str), ("status", "l", "status", str),
     ("step ms", "", "step_ms", _ms), ("Δ ms", "", "delta_ms", lambda v: signed(v, 2)),
-    ("x", "", "step_ratio", ratio),
+    ("x", "", "step_ratio", ratio), ("90 % interval of x", "", "interval", str),
+    ("effect", "l", "effect", lambda v: str(v) if isinstance(v, str) else fmt.DASH),
+    ("rounds", "", "rounds", lambda v: str(int(v)) if _ok(v) else fmt.DASH),
     ("tokens/s", "", "tokens_per_s", tps), ("peak Δ MiB", "", "peak_delta_bytes", mib),
     ("predicted ms", "", "pred_step_ms", _ms), ("predicted x", "", "pred_step_ratio", ratio),
     ("time error %", "", "step_error_pct", signed),
@@ -241,12 +262,11 @@ def render_html(doc: Mapping[str, Any], table: pd.DataFrame) -> str:
         "step": f"{_ms(b['step_ms'])} ms, {tps(b['tokens_per_s'])} tokens/s, peak "
         f"{fmt.nbytes(b['peak_bytes'])} ({b['peak_source']})",
         "verdict": f"{b['verdict'] or 'n/a'}; next lever: {b['next_lever'] or 'n/a'}",
-        "critical path": f"{b['critical_path_bound']}-bound; host x{b['host_speedup']:.2f} "
-        f"without the profiler ({b['host_basis']})",
+        "critical path": _path(b) + (f"; {b['verdict_note']}" if b.get("verdict_note") else ""),
     }
     rows = "".join(
         "<tr>" + "".join(f'<td class="{c}">{e(f(r.get(k)))}</td>' for _, c, k, f in _COLS) + "</tr>"
-        for r in table.to_dict(orient="records")
+        for r in _with_interval(table)
     )
     head = "".join(f'<th class="{c}">{e(h)}</th>' for h, c, _, _ in _COLS)
     ev = "".join(
@@ -271,13 +291,17 @@ def render_html(doc: Mapping[str, Any], table: pd.DataFrame) -> str:
     )
 
 
+def _with_interval(table: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{**r, "interval": interval(r)} for r in table.to_dict(orient="records")]
+
+
 def markdown(table: pd.DataFrame) -> str:
     """The ranked table as Markdown (TensorBoard's TEXT tab)."""
     head = "| " + " | ".join(h for h, _, _, _ in _COLS) + " |"
     sep = "| " + " | ".join("---" for _ in _COLS) + " |"
     body = [
         "| " + " | ".join(f(r.get(k)).replace("|", "/") for _, _, k, f in _COLS) + " |"
-        for r in table.to_dict(orient="records")
+        for r in _with_interval(table)
     ]
     return "\n".join([head, sep, *body])
 

@@ -513,9 +513,10 @@ def critical_path(sm: Summary) -> str:
         return ""
     s = cp.summary
     g = cp.graphs[0]
+    a = sm.cp_anchor
     items = {
-        "critical path": f"{fmt.ms(s.path_ms)} per step in the steady state; traced step "
-        f"{fmt.ms(s.step_ms)} ({round(s.path_vs_step_pct, 2) + 0.0:+.2f} %)",
+        "critical path": f"{fmt.ms(s.path_ms)} per step in the steady state of the profiled "
+        f"window; traced step {fmt.ms(s.step_ms)} ({round(s.path_vs_step_pct, 2) + 0.0:+.2f} %)",
         "bound": f"{s.bound} (on the path: GPU {fmt.ms(s.gpu_ms)}, host {fmt.ms(s.host_ms)}, "
         f"launch latency {fmt.ms(s.launch_ms)}, idle and waits {fmt.ms(s.idle_ms)})",
         "model": f"launch latency {fmt.us(g.l0 / 1e3)}, gap between queued kernels "
@@ -560,7 +561,15 @@ def critical_path(sm: Summary) -> str:
         "points",
         "edges",
     ]
-    notes = "".join(f"<p class='note'>{esc(n)}</p>" for n in cp.notes)
+    if a is not None:
+        items["unprofiled step"] = (
+            f"{fmt.ms(a.measured_ms)}, {a.bound}-bound; GPU work {fmt.ms(a.gpu_ms)}; what-ifs "
+            f"{a.basis} (host x{a.host_speedup:.2f}, scale {a.scale:.3f})"
+        )
+        wi_cols.append(("capped at the GPU's work", "", lambda v: "yes" if v else ""))
+        wi_fields.append("capped")
+    basis = "on the unprofiled step" if a is not None else "on the profiled window"
+    notes = "".join(f"<p class='note'>{esc(n)}</p>" for n in [*(a.notes if a else []), *cp.notes])
     return "\n".join(
         [
             "<h2>Critical path</h2>",
@@ -570,8 +579,8 @@ def critical_path(sm: Summary) -> str:
             "a speed-up can buy, and GPU time off it buys nothing (docs/critical-path.md).</p>",
             _kv(items),
             _table(cp.on_path, on_cols, on_fields),
-            "<h3>What if</h3>",
-            _table(cp.what_if, wi_cols, wi_fields),
+            f"<h3>What if ({basis})</h3>",
+            _table(a.what_if if a is not None else cp.what_if, wi_cols, wi_fields),
             "<h3>Path against the traced step</h3>",
             _table(cp.per_step.head(50), st_cols, st_fields),
             notes,

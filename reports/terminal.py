@@ -20,6 +20,7 @@ import tracekit.reports.fmt as fmt
 import tracekit.reports.generate as GR
 import tracekit.reports.ranks as ranks_view
 import tracekit.reports.verdict as VR
+import tracekit.summary.cpanchor as CPA
 from tracekit.summary import Summary
 
 BAR = 14  # width of the time-share bars
@@ -467,9 +468,11 @@ def critical_path(sm: Summary) -> RenderableType:
     if cp is None:
         return Text("")
     s = cp.summary
+    a = sm.cp_anchor
     head = Text(
-        f"Critical path {fmt.ms(s.path_ms)} per step (traced {fmt.ms(s.step_ms)}, "
-        f"{round(s.path_vs_step_pct, 2) + 0.0:+.2f} %): {s.bound}-bound",
+        f"Critical path {fmt.ms(s.path_ms)} per step (profiled window; traced "
+        f"{fmt.ms(s.step_ms)}, {round(s.path_vs_step_pct, 2) + 0.0:+.2f} %): {s.bound}-bound"
+        + (f"; unprofiled step {fmt.ms(a.measured_ms)}: {a.bound}-bound" if a else ""),
         style="bold",
     )
     t = _table(
@@ -492,18 +495,24 @@ def critical_path(sm: Summary) -> RenderableType:
             fmt.ms(r.gpu_ms),
             fmt.pct(r.off_path_pct, 0),
         )
+    basis = (
+        f"on the unprofiled step, {a.basis}" if a else "on the profiled window: no unprofiled step"
+    )
     w = _table(
-        f"What if (steady-state step time, {len(cp.what_if_steps)} step(s))",
+        f"What if (steady-state step time {basis}; {len(cp.what_if_steps)} step(s))",
         [("scenario", "name"), ("step", "right"), ("change", "right"), ("speed-up", "right")],
     )
-    for r in cp.what_if.itertuples(index=False):
+    for r in (a.what_if if a else cp.what_if).itertuples(index=False):
         w.add_row(
             _name(r.scenario),
             fmt.ms(r.path_ms),
             fmt.pct(r.delta_pct),
-            f"{r.speedup:.2f}x" if r.speedup == r.speedup else fmt.DASH,
+            (f"{r.speedup:.2f}x" if r.speedup == r.speedup else fmt.DASH)
+            + ("*" if getattr(r, "capped", False) else ""),
         )
-    return Group(head, t, Text(""), w)
+    why = CPA.disagreement(sm.verdict.verdict if sm.verdict else None, cp, a)
+    notes = [Text(n, style="dim") for n in [*(a.notes if a else []), *([why] if why else [])]]
+    return Group(head, t, Text(""), w, *notes)
 
 
 def generate(sm: Summary) -> RenderableType:

@@ -72,7 +72,7 @@ def test_every_levers_time_prediction(base: dict[str, Baseline], run: str, lever
 
 def test_predictions_against_the_measured_sibling_fixtures(base: dict[str, Baseline]) -> None:
     """SDPA from the bf16-naive run against the bf16-SDPA run's measured step, bf16 from
-    the fp32 run against the bf16-naive run's (README figures, same H200)."""
+    the fp32 run against the bf16-naive run's (docs/results.md figures, same H200)."""
     sdpa = predict(base["bf16-naive"], ["sdpa"]).step_ms
     assert sdpa == pytest.approx(11.937, abs=1e-3)
     assert 100 * (sdpa / base["bf16-sdpa"].step_ms - 1) == pytest.approx(2.63, abs=0.01)

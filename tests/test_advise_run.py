@@ -15,13 +15,16 @@ import pandas as pd
 import pytest
 
 import tracekit.advise.measure as MS
+import tracekit.advise.paired as MP
 from tracekit.advise.run import AdviseOptions, advise
 from tracekit.sweep.plan import Point
 from tracekit.sweep.runner import default_env
 
 RUN = Path(__file__).resolve().parents[1] / "fixtures" / "cpu-tiny-fp32-naive"
 OPTS = AdviseOptions(levers=("adamw-fused", "checkpoint", "cuda-graphs"), steps=1, warmup=1,
-                     timeout_s=300, quiet=True)  # fmt: skip
+                     timeout_s=300, quiet=True,
+                     rounds=MP.PairedOptions(min_rounds=2, max_rounds=3, budget_s=1.0,
+                                             window=1, warmup=1))  # fmt: skip
 
 
 def env_for(point: Point) -> dict[str, str]:
@@ -55,6 +58,13 @@ def test_measured_predicted_failed_and_skipped_rows(advised: tuple[Any, Path]) -
     assert fused["status"] == "ok" and fused["rank"] == 1
     assert fused["step_ms"] > 0 and fused["tokens_per_s"] > 0 and fused["peak_bytes"] > 0
     assert fused["step_ratio"] == pytest.approx(fused["step_ms"] / base["remeasured_step_ms"])
+    # its time is from paired rounds against the baseline, in one worker process
+    assert 2 <= fused["rounds"] <= 3 and fused["ratio_lo"] < fused["ratio_hi"]
+    assert fused["effect"] in ("faster", "slower", "no measurable difference")
+    paired = json.loads((a.out / "paired" / "adamw-fused.json").read_text())
+    assert paired["status"] == "ok" and len(paired["rounds"]) == fused["rounds"]
+    assert [r["order"] for r in paired["rounds"]][:2] == ["AB", "BA"]
+    assert fused["step_ratio"] == pytest.approx(paired["interval"]["ratio"])
     # the prediction, on the re-measured baseline, beside the measurement
     assert fused["pred_step_ratio"] == pytest.approx(0.9021, abs=5e-5)
     assert fused["pred_step_ms"] == pytest.approx(base["remeasured_step_ms"] * 0.9021, rel=1e-4)
@@ -105,12 +115,33 @@ def test_resume_runs_nothing_again(advised: tuple[Any, Path]) -> None:
         advise(RUN, out, OPTS, env=env_for)
 
 
+def fake_paired(sweep: FakeSweep) -> Any:
+    """Stands in for the paired rounds: each lever's ratio from ``sweep.results`` with a
+    +-1 % interval (``wide``: levers whose interval holds 1.0)."""
+
+    def run_all(levers: Mapping[str, Any], base: Any, out: Path, opts: Any, *a: Any) -> Any:
+        b_ms = sweep.results["baseline"][0]
+        docs = {}
+        for name in levers:
+            r = sweep.results[name][0] / b_ms
+            lo, hi = (0.9, 1.1) if name in sweep.wide else (r * 0.99, r * 1.01)
+            effect = "faster" if hi < 1 else "slower" if lo > 1 else "no measurable difference"
+            docs[name] = {"status": "ok", "interval": {"ratio": r, "lo": lo, "hi": hi,
+                                                       "rounds": 5, "effect": effect}}  # fmt: skip
+        return docs
+
+    return run_all
+
+
 class FakeSweep:
     """Stands in for the sweep: each point's row from ``results`` (keyed by lever
     options), recording what it was asked to run."""
 
-    def __init__(self, results: Mapping[str, tuple[float, float]]) -> None:
+    def __init__(
+        self, results: Mapping[str, tuple[float, float]], wide: tuple[str, ...] = ()
+    ) -> None:
         self.results = results
+        self.wide = wide
         self.calls: list[list[str]] = []
 
     def __call__(
@@ -134,6 +165,7 @@ def test_best_combination_is_greedy_and_measured(
                       "checkpoint": (130.0, 0.5e9), "grad-accum": (190.0, 1.1e9),
                       "combination": (70.0, 0.9e9)})  # fmt: skip
     monkeypatch.setattr(MS, "run", fake)
+    monkeypatch.setattr(MP, "run_all", fake_paired(fake))
     opts = dataclasses.replace(OPTS, levers=("sdpa", "adamw-fused", "checkpoint", "grad-accum"))
     a = advise(RUN, tmp_path / "o", opts)
     assert fake.calls == [["baseline", "sdpa", "adamw-fused", "checkpoint", "grad-accum"],
@@ -160,3 +192,24 @@ def test_interrupt_exits_130(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
 
     monkeypatch.setattr(MS, "run", interrupted)
     assert main(["advise", str(RUN), "--levers", "sdpa", "-o", str(tmp_path / "o"), "-q"]) == 130
+
+
+def test_a_lever_without_a_measurable_difference_stays_out(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # adamw-fused's single collect looks 10 % faster, but its interval holds 1.0: it is
+    # ranked below sdpa and stays out of the combination (one lever left: no combination)
+    fake = FakeSweep({"baseline": (100.0, 1e9), "sdpa": (80.0, 0.9e9),
+                      "adamw-fused": (90.0, 1e9)}, wide=("adamw-fused",))  # fmt: skip
+    monkeypatch.setattr(MS, "run", fake)
+    monkeypatch.setattr(MP, "run_all", fake_paired(fake))
+    a = advise(RUN, tmp_path / "o", dataclasses.replace(OPTS, levers=("sdpa", "adamw-fused")))
+    assert a.doc["combination"]["levers"] == ["sdpa"]
+    rows = _rows(a.table)
+    assert rows["adamw-fused"]["effect"] == "no measurable difference"
+    assert (rows["adamw-fused"]["ratio_lo"], rows["adamw-fused"]["ratio_hi"]) == (0.9, 1.1)
+    assert rows["sdpa"]["effect"] == "faster" and rows["sdpa"]["rank"] == 1
+    from tracekit.reports.advise import interval
+
+    assert interval(rows["adamw-fused"]) == "=0.90-1.10"
+    assert interval(rows["sdpa"]) == "0.79-0.81"

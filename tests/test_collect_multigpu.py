@@ -32,7 +32,7 @@ from tracekit.errors import UsageError
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--device", "cpu", "--preset", "tiny", "--batch", "2", "--seq", "16", "--steps", "2",
         "--warmup", "1", "--profile-wait", "0", "--profile-warmup", "0", "--profile-active",
-        "1", "-q"]  # fmt: skip
+        "1", "--comm-rounds", "1", "--comm-steps", "1", "-q"]  # fmt: skip
 LIMIT_S = 240  # a run still going after this is hung (they take 10-30 s on 2 loaded cores)
 TRACE = r"rank{r}\.[^.]+_\d+\.\d+"  # rank<R>.<host>_<pid>.<time_ns>
 
@@ -159,7 +159,7 @@ def test_ddp_manifest_describes_every_rank(ddp_run: Any) -> None:
         assert (arts["memory_timeline"] or f"rank{r['rank']}.").startswith(f"rank{r['rank']}.")
         assert arts["profiler_flops"].startswith(f"rank{r['rank']}.")
         assert r["logs"]["stderr"] == f"logs/rank{r['rank']}.stderr.log"
-        assert r["metrics"]["step_time_ms"]["n"] == 2 and r["total_steps"] == 5
+        assert r["metrics"]["step_time_ms"]["n"] == 2 and r["total_steps"] == 5 + 2
     assert m["artifacts"]["traces"] == [r["artifacts"]["trace"] for r in ranks]
     assert m["artifacts"]["trace"] == ranks[0]["artifacts"]["trace"]
     # top-level metrics: the slowest rank's step, the global batch's throughput

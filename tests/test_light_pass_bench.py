@@ -26,21 +26,44 @@ def test_light_pass_cost_runs_on_cpu(capsys: pytest.CaptureFixture[str]) -> None
     mod = _load("light_pass_cost")
     args = ["--device", "cpu", "--preset", "tiny", "--batch", "2", "--seq", "16",
             "--rounds", "3", "--discard", "1", "--active", "1", "--warmup-steps", "1",
-            "--external-correlation", "--launch-cost"]  # fmt: skip
+            "--external-correlation", "--launch-cost",
+            "--configs", "fp32-naive,fp32-sdpa"]  # fmt: skip
     assert mod.main(args) == 0
     out = capsys.readouterr().out
     rounds = re.findall(
-        r"^round \d: unprofiled [\d.]+ ms, light [\d.]+ ms x[\d.]+, light\+xcorr [\d.]+ ms",
+        r"^round \d: unprofiled [\d.]+ ms, (?:(?:kineto|cupti|kineto\+xcorr) [\d.]+ ms x[\d.]+"
+        r"(?:, )?){3}",
         out,
         re.M,
     )
-    assert len(rounds) == 3
-    assert "(discarded)" in out.splitlines()[1]
-    for kind in ("light", "light\\+xcorr"):
-        m = re.search(rf"paired ratio {kind}: (\d+\.\d+) \(IQR [\d.]+-[\d.]+, 2 rounds\)", out)
-        assert m and float(m.group(1)) > 0
+    assert len(rounds) == 6  # two configurations
+    assert "(discarded)" in next(ln for ln in out.splitlines() if ln.startswith("round 0"))
+    for kind in ("kineto", "cupti", "kineto\\+xcorr"):
+        m = re.findall(rf"paired ratio {kind}: (\d+\.\d+) \(IQR [\d.]+-[\d.]+, 2 rounds\)", out)
+        assert len(m) == 2 and all(float(v) > 0 for v in m)
+    table = out[out.index("config        pass") :].splitlines()[1:7]
+    assert [ln.split()[:2] for ln in table] == [
+        [c, k] for c in ("fp32-naive", "fp32-sdpa") for k in ("kineto", "cupti", "kineto+xcorr")
+    ]
     steal = mod.cpu_steal()
     assert steal is None or 0 <= steal[0] <= steal[1]
+
+
+def test_light_pass_cost_on_a_script(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--script``: the windows over a script's own steps (a CPU smoke: no recorder runs)."""
+    mod = _load("light_pass_cost")
+    script = Path(__file__).resolve().parent / "scripts" / "mlp.py"
+    args = ["--device", "cpu", "--script", "--rounds", "2", "--discard", "1", "--active", "1",
+            "--warmup-steps", "2", "--pass", "kineto", "--", "python", str(script),
+            "--iters", "1000"]  # fmt: skip
+    assert mod.main(args) == 0
+    out = capsys.readouterr().out
+    assert "== script python" in out and ": 14 steps (2 warm-up, 4 windows of 3)" in out
+    assert re.search(r"paired ratio kineto: [\d.]+ \(IQR [\d.]+-[\d.]+, 1 rounds\)", out)
+    short = ["--device", "cpu", "--script", "--rounds", "2", "--pass", "kineto", "--", "python",
+             str(script), "--iters", "5"]  # fmt: skip
+    with pytest.raises(SystemExit, match="after 5 of the 29 steps the rounds need"):
+        mod.main(short)
 
 
 def test_light_pass_cost_rejects_too_few_rounds() -> None:

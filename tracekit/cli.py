@@ -16,11 +16,17 @@ except ImportError:  # pragma: no cover
     from click import exceptions as click_exc  # type: ignore[no-redef]
 
 from tracekit.cli_options import (
+    BudgetOption,
     CommRoundsOption,
     CommStepsOption,
+    HalfWidthOption,
+    MaxRoundsOption,
     MemoryTimelineOption,
+    PairedOption,
+    RoundsOption,
     SinglePassOption,
     TimelineOption,
+    paired_options,
     workload_defaults,
 )
 from tracekit.cli_run import RUN_METAVAR, ScriptCommand, run_script_cmd
@@ -437,10 +443,16 @@ def advise(
         str, typer.Option("--format", help="Terminal output: 'text' (tables) or 'json'.")
     ] = "text",
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress display.")] = False,
+    rounds: RoundsOption = 5,
+    max_rounds: MaxRoundsOption = 30,
+    half_width: HalfWidthOption = 0.05,
+    budget: BudgetOption = 240.0,
+    paired: PairedOption = True,
 ) -> None:
     """Rank the optimisation levers for a run: predict each one's step time and peak memory
-    from the run's critical path and memory model, then measure it (the baseline again,
-    each lever alone, the best combination: rows of one sweep)."""
+    from the run's critical path and memory model, then measure it (each lever's collect for
+    its peak and trace; its step time against the baseline's in interleaved rounds, with a
+    90 % interval; the best combination the same way)."""
     if format not in ("text", "json"):
         raise UsageError(f"--format must be 'text' or 'json', not {format!r}")
     from tracekit.advise.levers import parse_levers
@@ -450,6 +462,7 @@ def advise(
     opts = AdviseOptions(
         levers=tuple(parse_levers(levers)), objective=objective, factor=factor, steps=steps,
         warmup=warmup, timeout_s=timeout, predict_only=dry_run, resume=resume, quiet=quiet,
+        paired=paired, rounds=paired_options(rounds, max_rounds, half_width, budget),
     )  # fmt: skip
     result = run_advise(run, out, opts)
     files: list[str] = []

@@ -1,10 +1,10 @@
-"""Options of ``tracekit collect`` and ``tracekit report`` kept out of ``cli.py`` (a module
-under 700 lines): the profiled passes, the measured communication cost, where the report's
-timeline comes from, collect's workload defaults."""
+"""Options of ``tracekit collect``, ``report`` and ``advise`` kept out of ``cli.py`` (a
+module under 700 lines): the profiled passes, the measured communication cost, where the
+report's timeline comes from, collect's workload defaults, advise's paired rounds."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -43,6 +43,34 @@ TimelineOption = Annotated[
         "when it cannot be used) or full."
     ),
 ]
+
+RoundsOption = Annotated[
+    int, typer.Option(help="Paired rounds per lever against the baseline, at least (>= 2).")
+]
+MaxRoundsOption = Annotated[int, typer.Option(help="Paired rounds per lever, at most.")]
+HalfWidthOption = Annotated[
+    float,
+    typer.Option(help="A lever's rounds stop once its ratio's 90 % interval is within +-this."),
+]
+BudgetOption = Annotated[
+    float, typer.Option(help="Seconds of paired rounds for all levers together.")
+]
+PairedOption = Annotated[
+    bool,
+    typer.Option(
+        help="Time each lever against the baseline in interleaved rounds without the profiler "
+        "(--no-paired: each lever's single collect)."
+    ),
+]
+
+
+def paired_options(rounds: int, max_rounds: int, half_width: float, budget: float) -> Any:
+    """advise's ``PairedOptions`` (validated there)."""
+    from tracekit.advise.paired import PairedOptions
+
+    return PairedOptions(
+        min_rounds=rounds, max_rounds=max_rounds, half_width=half_width, budget_s=budget
+    )
 
 
 def workload_defaults(

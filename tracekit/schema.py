@@ -1,8 +1,9 @@
 """Every table tracekit writes: column name, Arrow type, unit and meaning.
 
-This module is the single source of truth for the Parquet tables; the README's
-schema section is generated from it (``python -m tracekit.schema``) and a test
-checks that the two agree and that every written table matches its schema.
+This module is the single source of truth for the Parquet tables; the schema
+section of docs/schema.md is generated from it (``python -m tracekit.schema``)
+and a test checks that the two agree and that every written table matches its
+schema.
 
 Conventions
 -----------
@@ -205,7 +206,7 @@ ARROW: dict[str, pa.Schema] = {name: arrow_schema(cols) for name, cols in TABLES
 
 
 def markdown(tables: dict[str, list[Column]] | None = None) -> str:
-    """Tables' columns as Markdown (default: the parsed tables, for the README)."""
+    """Tables' columns as Markdown (default: the parsed tables, for docs/schema.md)."""
     out: list[str] = []
     for table, cols in (TABLES if tables is None else tables).items():
         out.append(f"#### `{table}`\n")

@@ -104,12 +104,16 @@ def gain(row: Mapping[str, Any], base: Mapping[str, Any], objective: str) -> flo
 
 
 def choose(
-    gains: Mapping[str, float], order: Sequence[str] = L.ORDER
+    gains: Mapping[str, float],
+    order: Sequence[str] = L.ORDER,
+    sure: set[str] | None = None,
 ) -> tuple[list[str], list[tuple[str, str, str]]]:
-    """Greedy: the levers that improved the objective by more than ``MIN_GAIN``, best
-    first, dropping one of two that cannot go together. Returns (chosen, dropped with
-    why)."""
-    good = [n for n in order if gains.get(n, math.nan) > 1.0 + MIN_GAIN]
+    """Greedy: the levers that improved the objective by more than ``MIN_GAIN`` (and, with
+    ``sure``, whose interval says so), best first, dropping one of two that cannot go
+    together. Returns (chosen, dropped with why)."""
+    good = [
+        n for n in order if gains.get(n, math.nan) > 1.0 + MIN_GAIN and (sure is None or n in sure)
+    ]
     good.sort(key=lambda n: -gains[n])
     dropped = L.conflicts([L.LEVERS[n] for n in good])
     gone = {d for _, d, _ in dropped}

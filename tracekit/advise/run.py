@@ -15,7 +15,9 @@ import pandas as pd
 
 import tracekit.advise.levers as L
 import tracekit.advise.measure as MS
+import tracekit.advise.paired as MP
 import tracekit.advise.table as TB
+import tracekit.summary.cpanchor as CPA
 from tracekit.advise.baseline import Baseline, analyse
 from tracekit.advise.predict import Prediction, predict, predict_all
 from tracekit.errors import UsageError
@@ -36,6 +38,8 @@ class AdviseOptions:
     predict_only: bool = False
     resume: bool = False
     quiet: bool = False
+    paired: bool = True  # time each lever against the baseline in interleaved rounds
+    rounds: MP.PairedOptions = field(default_factory=MP.PairedOptions)
 
     def __post_init__(self) -> None:
         if self.objective not in MS.OBJECTIVES:
@@ -94,7 +98,10 @@ def baseline_block(b: Baseline, measured: Mapping[str, Any] | None) -> dict[str,
         "peak_source": b.peak_source,
         "verdict": None if v is None else v.verdict,
         "next_lever": None if v is None else v.lever,
-        "critical_path_bound": b.cp.summary.bound,
+        "critical_path_bound": CPA.path_bound(b.cp, b.summary.cp_anchor)[0],
+        "critical_path_of": CPA.path_bound(b.cp, b.summary.cp_anchor)[1],
+        "verdict_note": CPA.disagreement(None if v is None else v.verdict, b.cp,
+                                         b.summary.cp_anchor),
         "host_speedup": b.host_speedup,
         "host_basis": b.host_basis,
         "remeasured_step_ms": (measured or {}).get("step_time_ms"),
@@ -133,29 +140,38 @@ def advise(
     if base is None or base.get("status") != "ok":
         notes.append("the baseline's re-run failed: measured ratios are missing")
         base = None
-    gains = {
-        n: MS.gain(by_key[p.key], base, opts.objective)
-        for n, p in points.items()
-        if n != MS.BASELINE and base is not None and by_key.get(p.key, {}).get("status") == "ok"
-    }
-    chosen, dropped = MS.choose(gains)
+    ok = {n: p for n, p in points.items() if n != MS.BASELINE and base is not None
+          and by_key.get(p.key, {}).get("status") == "ok"}  # fmt: skip
+    measured = (
+        _paired(b, {n: _config(b, n, opts) for n in ok}, by_key, ok, base, dest, opts)
+        if base is not None
+        else {}
+    )
+    gains = {n: MS.gain(r, base, opts.objective) for n, r in measured.items() if base}
+    sure = MP.sure_gains(measured, base, opts.objective) if opts.paired and base else None
+    chosen, dropped = MS.choose(gains, sure=sure)
     notes += [f"{d} left out of the combination: {why} ({k} gained more)" for k, d, why in dropped]
     combo: Prediction | None = None
     if len(chosen) >= 2:
         combo = predict(b, chosen, opts.factor)
-        cpoint = L.point(L.combine([L.LEVERS[n] for n in chosen], b.config, opts.factor))
+        ccfg = L.combine([L.LEVERS[n] for n in chosen], b.config, opts.factor)
+        cpoint = L.point(ccfg)
         sweep = MS.run(b, {**points, "combination": cpoint}, dest, mopts, resume=True,
                        quiet=opts.quiet, env=env)  # fmt: skip
         by_key = _by_key(sweep)
+        if base is not None and by_key.get(cpoint.key, {}).get("status") == "ok":
+            measured.update(_paired(b, {"combination": ccfg}, by_key,
+                                    {"combination": cpoint}, base, dest, opts))  # fmt: skip
     verdicts = {k: verdict_of(dest / str(r["run_dir"])) for k, r in by_key.items()
                 if r.get("status") == "ok" and r.get("run_dir")}  # fmt: skip
     rows = []
     for p in preds:
-        meas = by_key.get(points[p.lever].key) if p.lever in points else None
+        meas = measured.get(p.lever) or (by_key.get(points[p.lever].key) if p.lever in points
+                                         else None)  # fmt: skip
         key = str((meas or {}).get("key"))
         rows.append(TB.row(p, "lever", meas, base, base_pred, (b.verdict, verdicts.get(key))))
     if combo is not None:
-        meas = by_key.get(cpoint.key)
+        meas = measured.get("combination") or by_key.get(cpoint.key)
         rows.append(TB.row(combo, "combination", meas, base, base_pred,
                            (b.verdict, verdicts.get(cpoint.key))))  # fmt: skip
     table = TB.rank(pd.DataFrame(rows, columns=list(TB.COLUMNS)), opts.objective)
@@ -166,6 +182,30 @@ def advise(
     atomic_write_json(dest / JSON, doc)
     atomic_write_bytes(dest / CSV, table.to_csv(index=False).encode())
     return Advice(doc, table, dest, [dest / JSON, dest / CSV])
+
+
+def _config(b: Baseline, name: str, opts: AdviseOptions) -> dict[str, Any]:
+    """A lever's collect config in the manifest's form."""
+    return dict(L.LEVERS[name].apply(b.config, opts.factor))
+
+
+def _paired(
+    b: Baseline,
+    configs: Mapping[str, Mapping[str, Any]],
+    by_key: Mapping[str, dict[str, Any]],
+    points: Mapping[str, Point],
+    base: Mapping[str, Any],
+    dest: Path,
+    opts: AdviseOptions,
+) -> dict[str, dict[str, Any]]:
+    """Each collected lever's sweep row with its step time from paired rounds against the
+    baseline (``tracekit.advise.paired``; ``opts.paired`` off: the single collects')."""
+    rows = {n: by_key[p.key] for n, p in points.items()}
+    if not opts.paired or not configs:
+        return {n: dict(r) for n, r in rows.items()}
+    with MP.BudgetBar(opts.rounds.budget_s, len(configs), enabled=not opts.quiet) as bar:
+        results = MP.run_all(configs, b.config, dest, opts.rounds, MP.subprocess_env(), bar)
+    return {n: MP.overlay(r, base, results.get(n)) for n, r in rows.items()}
 
 
 def _by_key(sweep: pd.DataFrame) -> dict[str, dict[str, Any]]:

@@ -15,13 +15,15 @@ from tracekit.advise.predict import Prediction
 FORMAT, VERSION = "tracekit.advise", 1
 COLUMNS = (
     "rank", "lever", "title", "kind", "status", "error",
-    "step_ms", "step_ratio", "delta_ms", "tokens_per_s", "tokens_ratio",
+    "step_ms", "step_ratio", "ratio_lo", "ratio_hi", "rounds", "effect", "delta_ms",
+    "tokens_per_s", "tokens_ratio",
     "peak_bytes", "peak_delta_bytes",
     "pred_step_ms", "pred_step_ratio", "step_error_pct", "pred_tokens_per_s",
     "pred_peak_bytes", "pred_peak_delta_bytes", "peak_error_pct",
     "addresses", "targets_verdict", "verdict_before", "verdict_after",
     "time_evidence", "memory_evidence", "key", "run_dir",
 )  # fmt: skip
+TIERS = {"faster": 0, "no measurable difference": 1, "slower": 2}
 # objective -> (measured column, predicted column, ascending)
 RANK_BY = {
     "time": ("step_ms", "pred_step_ms", True),
@@ -75,6 +77,9 @@ def row(
         out.update(step_ms=ms, step_ratio=ms / b_ms, delta_ms=ms - b_ms, tokens_per_s=tps,
                    tokens_ratio=tps / b_tps, peak_bytes=peak,
                    peak_delta_bytes=peak - b_peak)  # fmt: skip
+        # the paired rounds' interval of the step ratio (tracekit.advise.paired.overlay)
+        out.update({k: measured[k] for k in ("ratio_lo", "ratio_hi", "rounds", "effect")
+                    if k in measured})  # fmt: skip
     # predictions relative to the measured baseline row when there is one
     ref_ms = b_ms if b_ms == b_ms else _f(base_pred.get("step_ms"))
     ref_peak = b_peak if b_peak == b_peak else _f(base_pred.get("peak_bytes"))
@@ -96,7 +101,12 @@ def rank(df: pd.DataFrame, objective: str, measured: bool = True) -> pd.DataFram
     meas, pred, asc = RANK_BY[objective]
     key = df[meas if measured else pred].astype(float)
     has = key.notna().to_numpy()
-    order = np.argsort(np.where(has, key.to_numpy() * (1 if asc else -1), np.inf), kind="stable")
+    value = np.where(has, key.to_numpy() * (1 if asc else -1), np.inf)
+    # measured time: a lever whose interval says faster ranks above one with no measurable
+    # difference, which ranks above one whose interval says slower
+    tier = df["effect"].map(TIERS).fillna(1).to_numpy() if measured and objective != "memory" \
+        else np.zeros(len(df))  # fmt: skip
+    order = np.lexsort((value, np.where(has, tier, len(TIERS))))  # unranked rows last
     out: pd.DataFrame = df.iloc[order].reset_index(drop=True)
     ranked = has[order]
     out["rank"] = pd.array([i + 1 if r else None for i, r in enumerate(ranked)], dtype="Int64")

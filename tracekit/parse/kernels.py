@@ -69,7 +69,8 @@ def link_kernels(corr: I64, ext: I64, ops: Ops, rt: Runtime) -> _Links:
     rt_id = launch_rows(corr, rt.correlation, rt.category) if len(rt.correlation) else None
     if rt_id is None:
         rt_id = np.full(n, -1, dtype=np.int64)
-    k_op = np.where(rt_id >= 0, rt.op[np.maximum(rt_id, 0)], -1)
+    # no launch call at all (a kernels-only trace: collectors/cupti_pass.py): no op either
+    k_op = np.where(rt_id >= 0, rt.op[np.maximum(rt_id, 0)], -1) if len(rt.op) else rt_id.copy()
     link_by_external_id(k_op, ext, ops.external_id)
     k_top = top_ops(k_op, ops.index.parent, np.asarray(ops.category == OP))
     if ops.steps is not None:

@@ -13,6 +13,12 @@ trace clock) delimit ``n`` steps: step ``k`` holds every runtime call made from 
 ``k`` up to boundary ``k + 1``, and every GPU activity whose launch call it holds (by
 correlation id: ``kernels.runtime_id``; an activity without a launch call in the trace was
 launched before the window and belongs to no step, as the parser has it for full traces).
+
+A **kernels-only** light trace (``collectors/cupti_pass.py``: CUPTI's kernel, memcpy and
+memset records, header ``tracekitRecorder: "cupti-kernels"``) has no launch calls at all:
+its boundaries are the marker kernels' own starts on the GPU, and each activity belongs
+to the step its own start falls in (on the markers' stream that is launch order; an
+activity of another stream that started after the next marker belongs to the next step).
 The steps table then has the parser's columns (``tracekit.schema.STEPS``): the CPU span
 is the span between two boundaries, the GPU span, busy time and count those of the step's
 activities.
@@ -130,7 +136,7 @@ def light_steps(
             "and no step-start sidecar: at least two are needed to delimit a step"
         )
     k_step = _assign(bounds, launch_ts(kernels, runtime))
-    if "runtime_id" in kernels:  # no launch call in the trace: launched before the window
+    if "runtime_id" in kernels and len(runtime):  # no launch call: launched before the window
         k_step[kernels["runtime_id"].to_numpy() < 0] = -1
     r_step = _assign(bounds, runtime["ts"].to_numpy(dtype=np.int64)) if len(runtime) else None
     steps = _table(bounds, kernels, k_step)

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 import tracekit.summary.classes as C
+import tracekit.summary.cpanchor as CPA
 import tracekit.summary.cpu as CPU
 import tracekit.summary.critical_path as CP
 import tracekit.summary.gendoc as GD
@@ -423,6 +424,7 @@ def summarize(
     if gen is not None:
         notes.extend(gen.notes)
     bd = _breakdown(f, cls, trace.manifest, exposed_comm_pct)
+    cp = None if cpu else CP.for_report(trace, cls, steps)
     sm = Summary(
         **{x.name: getattr(f, x.name) for x in fields(TraceFacts) if x.name != "notes"},
         classes=classes,
@@ -439,7 +441,8 @@ def summarize(
         else None,
         notes=[*notes, CPU.CRITICAL_PATH_NOTE] if cpu else notes,
         warnings=[w for w in (f.launch.message, _timeline_warning(f)) if w],
-        critical_path=None if cpu else CP.for_report(trace, cls, steps),
+        critical_path=cp,
+        cp_anchor=CPA.for_summary(trace, cp),
         generate=gen,
         roof_note=roof_note(
             operators,

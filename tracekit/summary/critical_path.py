@@ -220,6 +220,7 @@ class CriticalPath:
     notes: list[str] = field(default_factory=list)
     measured_ms: float | None = None  # the run's step time without the profiler (manifest)
     host_speedup: float | None = None  # calibrate_host(measured_ms)
+    scenarios: list[Scenario] = field(default_factory=list)  # the what-ifs solved
 
 
 def kernel_classes(trace: Any, cls: Any) -> np.ndarray | None:
@@ -267,6 +268,7 @@ def analyse(
         summary=_summary(per_step, on_path),
         copies=1 if P.whole_trace else copies,
         what_if_steps=[todo[i] for i in sample],
+        scenarios=list(scenarios),
     )
     if P.whole_trace:
         cp.notes.append(

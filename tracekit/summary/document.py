@@ -3,6 +3,7 @@ every key; format ``tracekit.summary``, version :data:`SUMMARY_VERSION`)."""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -71,13 +72,22 @@ def summary_json(
         "sources": _sources(sm),
         "warnings": sm.warnings,
         "notes": sm.notes,
-        "critical_path": CP.summary_block(sm.critical_path),
+        "critical_path": _critical_path(sm),
         "generate": generate_json(sm.generate, sm.kv, sm.roofs.bandwidth_source),
         "cpu": sm.cpu.to_dict(sm.breakdown) if sm.cpu is not None else None,
     }
     if sm.cpu is not None:
         doc["sources"].update(CPU.SOURCES)
     return _clean(doc)  # type: ignore[no-any-return]
+
+
+def _critical_path(sm: Summary) -> dict[str, Any] | None:
+    """The ``critical_path`` block; its ``unprofiled`` part holds the what-ifs on the
+    unprofiled step where the run has one (``tracekit.summary.cpanchor``)."""
+    block = CP.summary_block(sm.critical_path)
+    if block is not None and sm.cp_anchor is not None:
+        block["unprofiled"].update(json.loads(json.dumps(sm.cp_anchor.block(), default=float)))
+    return block
 
 
 def _run(sm: Summary) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+import tracekit.summary.cpanchor as CPA
 import tracekit.summary.cpu as CPU
 import tracekit.summary.critical_path as CP
 import tracekit.summary.generate as GEN
@@ -105,6 +106,8 @@ class Summary(TraceFacts):
     warnings: list[str] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     critical_path: CP.CriticalPath | None = None
+    # the critical path's what-ifs on the unprofiled step (a run folder with its step time)
+    cp_anchor: CPA.Anchor | None = None
     generate: GEN.GenerateFacts | None = None  # a generate run: prefill, decode, the model
     # the multi-rank analysis (tracekit.ranks.reduce.RanksSummary) of a multi-rank report
     ranks: Any = None

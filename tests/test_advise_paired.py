@@ -1,0 +1,106 @@
+"""Paired timing for advise: the ratio's interval, the rounds' stopping rule, the overlay
+of a lever's row (tracekit.collectors.paired_stats, .paired; tracekit.advise.paired)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+
+import tracekit.advise.paired as MP
+from tracekit.collectors.paired import Rounds, paired_rounds
+from tracekit.collectors.paired_stats import ratio_interval, settled, t95
+from tracekit.errors import UsageError
+
+
+def test_interval_of_constant_and_noisy_ratios() -> None:
+    iv = ratio_interval([0.8] * 6)
+    assert (iv.ratio, iv.lo, iv.hi, iv.rounds) == pytest.approx((0.8, 0.8, 0.8, 6))
+    assert iv.effect == "faster" and iv.half_width == pytest.approx(0.0)
+    # log ratios +-0.1 around 0: mean 0, sd 0.1095 (n=6), t(5) = 2.015
+    iv = ratio_interval([math.exp(x) for x in (0.1, -0.1, 0.1, -0.1, 0.1, -0.1)])
+    h = 2.015 * math.sqrt(0.06 / 5) / math.sqrt(6)
+    assert iv.lo == pytest.approx(math.exp(-h)) and iv.hi == pytest.approx(math.exp(h))
+    assert iv.effect == "no measurable difference"
+    assert ratio_interval([1.3, 1.31, 1.29]).effect == "slower"
+    one = ratio_interval([0.9])
+    assert one.rounds == 1 and one.hi == math.inf and not settled(one, 1, 0.05)
+    assert ratio_interval([]).rounds == 0 and math.isnan(ratio_interval([-1.0]).ratio)
+    assert t95(1) == 6.314 and t95(30) == 1.697 and t95(100) == 1.645 and t95(0) == math.inf
+
+
+def _windows(ratio: float, noise: float, seed: int = 0):  # type: ignore[no-untyped-def]
+    rng = random.Random(seed)
+    calls: list[str] = []
+
+    def base(k: int) -> float:
+        calls.append("A")
+        return 10.0 * (1 + rng.uniform(-noise, noise))
+
+    def other(k: int) -> float:
+        calls.append("B")
+        return 10.0 * ratio * (1 + rng.uniform(-noise, noise))
+
+    return base, other, calls
+
+
+def test_rounds_alternate_and_stop_once_settled() -> None:
+    base, other, calls = _windows(0.8, 0.002)
+    rounds, iv, why = paired_rounds(base, other, Rounds(min_rounds=5, max_rounds=30))
+    assert why == "settled" and len(rounds) == 5  # tight from the start: the minimum
+    assert "".join(calls[:8]) == "ABBAABBA"
+    assert [r["order"] for r in rounds] == ["AB", "BA", "AB", "BA", "AB"]
+    assert iv.ratio == pytest.approx(0.8, rel=0.01) and iv.effect == "faster"
+
+
+def test_rounds_stop_at_the_cap_or_the_budget() -> None:
+    base, other, _ = _windows(1.0, 0.3)  # too noisy to settle at +-1 %
+    rounds, _, why = paired_rounds(base, other, Rounds(min_rounds=3, max_rounds=7, half_width=0.01))
+    assert why == "max_rounds" and len(rounds) == 7
+    tick = itertools.count()
+    clock = lambda: float(next(tick))  # noqa: E731 - one second per call
+    base, other, _ = _windows(1.0, 0.3)
+    r = Rounds(min_rounds=3, max_rounds=100, budget_s=4.0, half_width=0.01)
+    rounds, _, why = paired_rounds(base, other, r, clock=clock)
+    assert why == "budget" and 3 <= len(rounds) <= 5
+    with pytest.raises(ValueError):
+        Rounds(min_rounds=1)
+    with pytest.raises(UsageError, match="--rounds"):
+        MP.PairedOptions(min_rounds=5, max_rounds=4)
+    with pytest.raises(UsageError, match="--half-width"):
+        MP.PairedOptions(half_width=0)
+
+
+def test_overlay_puts_the_paired_ratio_on_the_remeasured_baseline() -> None:
+    base = {"step_time_ms": 50.0, "tokens_per_s": 1024 / 0.05}
+    row = {"key": "k", "status": "ok", "step_time_ms": 48.0, "tokens_per_s": 1024 / 0.048}
+    doc = {"status": "ok", "interval": {"ratio": 0.9, "lo": 0.88, "hi": 0.92, "rounds": 6,
+                                         "effect": "faster"}}  # fmt: skip
+    got = MP.overlay(row, base, doc)
+    assert got["step_time_ms"] == pytest.approx(45.0) and got["rounds"] == 6
+    assert got["tokens_per_s"] == pytest.approx(1024 / 0.045)
+    assert (got["ratio_lo"], got["ratio_hi"], got["effect"]) == (0.88, 0.92, "faster")
+    kept = MP.overlay(row, base, {"status": "oom", "error": "CUDA out of memory"})
+    assert kept["step_time_ms"] == 48.0 and math.isnan(kept["ratio_hi"])
+    assert kept["effect"] == "paired timing failed: CUDA out of memory"
+    assert MP.overlay(row, base, None)["effect"] == "one sample (no paired rounds)"
+    rows = {"a": got, "b": {**got, "ratio_hi": 1.02}, "c": {**got, "ratio_hi": math.nan}}
+    assert MP.sure_gains(rows, base, "time") == {"a"}
+    assert MP.sure_gains(rows, base, "memory") == {"a", "b", "c"}
+    # twice the tokens at a worst-case 1.02x step: tokens/s is surely better
+    big = {**got, "tokens_per_s": 2048 / 0.045, "ratio_hi": 1.02}
+    assert MP.sure_gains({"batch": big}, base, "tokens-per-s") == {"batch"}
+
+
+def test_budget_bar_shows_the_lever_and_the_time_left(capsys: pytest.CaptureFixture[str]) -> None:
+    with MP.BudgetBar(60.0, 2) as bar:
+        bar("sdpa", "round 3: ratio 0.8000 [0.7900, 0.8100]")
+        assert bar._bar is not None
+        task = bar._bar.tasks[0]
+        assert task.description.startswith("sdpa (1/2): round 3")
+        assert task.fields["left"].endswith("s of 60 s left") and task.total == 60.0
+    with MP.BudgetBar(60.0, 2, enabled=False) as quiet:
+        quiet("sdpa", "x")
+        assert quiet._bar is None
