@@ -134,7 +134,11 @@ def _run(spec: dict[str, Any], rank: int, result: dict[str, Any]) -> int:
     result["exit_code"] = res.exit_code
     if res.status in ("error", "oom"):
         result["failed_at"] = time.time()
-    return res.exit_code if res.exit_code else (1 if res.status in ("error", "oom") else 0)
+    if res.status in ("error", "oom"):  # non-zero: the launcher stops the others
+        return res.exit_code or 1
+    # incomplete: every rank's loop ended early; its result says so (a non-zero exit would
+    # make the launcher stop ranks still writing theirs)
+    return 0 if res.status == "incomplete" else res.exit_code
 
 
 def _collect_files(src: Path, run_dir: Path, rank: int, manifest: dict[str, Any],

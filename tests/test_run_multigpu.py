@@ -255,10 +255,27 @@ def test_a_rank_that_fails(
     assert d["failed_rank"] == 1 and d["ranks"][1]["status"] == "error"
     assert d["ranks"][0]["status"] in ("terminated", "error")
     assert m["metrics"] is None and d["comm_cost"]["status"] == "failed"
-    assert f"rank 1 {'gives up' if how == 'raise' else 'dies'}" in (
-        out / "logs" / "rank1.stderr.log"
-    ).read_text()
+    assert (
+        f"rank 1 {'gives up' if how == 'raise' else 'dies'}"
+        in (out / "logs" / "rank1.stderr.log").read_text()
+    )
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_a_loop_that_ends_before_the_schedule(child_env: dict[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "short"
+    code, _, stderr = _run(child_env, out, "--iters", "5")
+    assert code == 2
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "tracekit: error: rank 0: the loop ended after 5 steps (1 of the 2 steps of the light "
+    ), stderr
+    m = _manifest(out)
+    d = m["distributed"]
+    assert m["status"] == "incomplete" and [r["status"] for r in d["ranks"]] == ["incomplete"] * 2
+    assert d["failed_rank"] is None and m["metrics"] is None
+    assert d["comm_cost"]["status"] == "failed"
+    assert [r["exitcode"] for r in d["ranks"]] == [None, None]  # no rank stopped another
 
 
 def test_options_refused_before_anything_runs(tmp_path: Path) -> None:
