@@ -108,6 +108,15 @@ def find_sync_target(
     return None
 
 
+def parallel_kind(target: torch.nn.Module | None) -> str | None:
+    """``ddp``, ``fsdp2`` or None: how :func:`find_sync_target`'s module is wrapped."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if target is None:
+        return None
+    return "ddp" if isinstance(target, DistributedDataParallel) else "fsdp2"
+
+
 class BoundaryRounds:
     """``rounds`` rounds of ``steps`` steps with and ``steps`` without gradient sync over
     step ends (:meth:`boundary`, once per step end from the one before the first step)."""
@@ -199,6 +208,7 @@ class CommHook:
         self._barrier, self._log, self._interconnect = barrier, log, interconnect
         self.finished = False  # the measurement (and the sweep) done or skipped
         self.backend: str | None = None  # the script's default group's, at its first step
+        self.parallel: str | None = None  # ddp, fsdp2 or None: the model's wrapping
         self.sweep: dict[str, Any] | None = None  # the interconnect sweep's figures
         self.sweep_absent: str | None = "not measured" if interconnect else "ceilings off"
         self.target: torch.nn.Module | None = None
@@ -229,6 +239,7 @@ class CommHook:
             self.searched = True
             self.backend = _backend()
             self.target = find_sync_target(sess.model)
+            self.parallel = parallel_kind(self.target)
             if sess.model is None:
                 self.why = f"no model was found ({sess.model_absent})"
             elif self.target is None:

@@ -53,7 +53,6 @@ ACROSS_RANKS = (
     "every rank's per step over that step; peaks: the largest rank's; average memory: "
     "mean of the ranks'; profiled and light-pass steps: largest median over ranks"
 )
-PARALLEL = {commcost.DDP_SYNC_OFF: "ddp", commcost.FSDP_SYNC_OFF: "fsdp2"}
 
 
 def launcher_info() -> dict[str, Any]:
@@ -191,7 +190,7 @@ def build_manifest(cfg: RunConfig, nproc: int, results: Mapping[int, Mapping[str
                             nproc, rounds=rounds, steps=steps)  # fmt: skip
     _schedule(m, cost)
     reporting = [res for r in range(nproc) if (res := results.get(r))]
-    sync_off = next((res.get("parallel") for res in reporting if res.get("parallel")), None)
+    parallel = next((res.get("parallel") for res in reporting if res.get("parallel")), None)
     samples, tokens = (
         _per_step(manifests, "samples_per_step"),
         _per_step(manifests, "tokens_per_step"),
@@ -202,7 +201,7 @@ def build_manifest(cfg: RunConfig, nproc: int, results: Mapping[int, Mapping[str
         "nnodes": 1,
         "nproc_per_node": nproc,
         "backend": next((res["backend"] for res in reporting if res.get("backend")), None),
-        "parallel": PARALLEL.get(str(sync_off)),
+        "parallel": parallel,
         **launcher_info(),
         "global_batch": samples,
         "per_rank_batch": ((manifests[0] or {}).get("config") or {}).get("samples_per_step")
@@ -287,7 +286,8 @@ def result_of(out: Path, m: dict[str, Any], results: Mapping[int, Any]) -> RunRe
     rank = failed if failed is not None else _first_not_ok(m)
     logs = f"{out}/{LOGS}/rank{rank}.stderr.log"
     entry = m["distributed"]["ranks"][rank] if rank is not None else {}
-    code = (results.get(rank) or {}).get("exit_code") or entry.get("exitcode")  # launcher's
+    got = results.get(rank) if rank is not None else None
+    code = (got or {}).get("exit_code") or entry.get("exitcode")  # else the launcher's
     res.exit_code = int(code) if code and code > 0 else (2 if status == "incomplete" else 1)
     res.is_error = True
     res.message = f"{m['error']} ({where}; rank {rank}'s output: {logs})"

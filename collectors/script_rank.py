@@ -126,7 +126,7 @@ def _run(spec: dict[str, Any], rank: int, result: dict[str, Any]) -> int:
     if res.message:  # its folder is logs/rank<R>.manifest.json once the files moved
         log(res.message.replace(f"{res.run_dir}/{MANIFEST}", rank_manifest_name(rank)))
     result["backend"] = hook.backend or _backend()  # (a script may destroy its group)
-    result["parallel"] = hook.entry.get("sync_off")
+    result["parallel"] = hook.parallel
     result["comm_cost"] = hook.entry
     result["interconnect"], result["interconnect_absent"] = hook.sweep, hook.sweep_absent
     _collect_files(res.run_dir, run_dir, rank, res.manifest, result)

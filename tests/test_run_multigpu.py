@@ -24,7 +24,12 @@ import torch
 
 from tracekit.collectors import commcost, passes
 from tracekit.collectors.distributed import WORKER_ENV_DEFAULTS
-from tracekit.collectors.script_comm import BoundaryRounds, CommHook, find_sync_target
+from tracekit.collectors.script_comm import (
+    BoundaryRounds,
+    CommHook,
+    find_sync_target,
+    parallel_kind,
+)
 from tracekit.collectors.script_dist import merge_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -394,7 +399,7 @@ def test_the_sync_target_behind_a_wrapper_and_a_loop_that_ends_early() -> None:
     inner = _Sharded()
     wrapper = torch.nn.Module()
     wrapper._orig_mod = inner  # torch.compile's wrapper holds the module there
-    assert find_sync_target(wrapper) is inner
+    assert find_sync_target(wrapper) is inner and parallel_kind(inner) == "fsdp2"
     assert find_sync_target(torch.nn.Linear(2, 2), candidates=[]) is None
     hook = CommHook(1, rounds=2, steps=2, barrier=lambda device: lambda: None)
     hook(_session(wrapper))
