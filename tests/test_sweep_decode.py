@@ -62,6 +62,7 @@ def _row(batch: int, ctx: int, new: int = 32) -> dict[str, Any]:
         "weights_bytes": float(2 * (N + 8192 * 768)), "kv_cache_bytes": float(kv),
         "model_kv_bytes_per_token": 2 * 12 * 768 * 2.0, "peak_bytes": 2 * N + kv + OTHER,
         "device_total_bytes": float(DEVICE), "bandwidth_roof_Bps": BW,
+        "matmul_roof_flops": PEAK, "model_weight_bytes": float(W),
         "oom_requested_bytes": math.nan,
     }  # fmt: skip
 
