@@ -130,7 +130,8 @@ def _shape_span(g: GenerateFacts) -> str:
     t = g.gemms.dropna(subset=["bw_pct", "n", "k"]) if len(g.gemms) else g.gemms
     if len(t) < 2:
         return ""
-    lo, hi = t.loc[t["bw_pct"].idxmin()], t.loc[t["bw_pct"].idxmax()]
+    order = t.sort_values("bw_pct")
+    lo, hi = order.iloc[0], order.iloc[-1]
 
     def one(r: Any) -> str:
         return f"{r['bw_pct']:.0f} % ({int(r['k'])}×{int(r['n'])}, {r['mean_us']:.1f} µs a call)"

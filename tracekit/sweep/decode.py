@@ -171,7 +171,7 @@ def measured_crossover(ok: pd.DataFrame) -> Crossover | None:
             y[0] / 1e3, batch=int(b[0]), gemm_flops_per_seq=roof["flops_per_seq"],
             peak_flops=roof["peak"],
         )  # fmt: skip
-        pred, weight_bw = _num(got), roof["weight_bytes"] / t_w if t_w > 0 else math.nan
+        pred, weight_bw = _num(got), float(roof["weight_bytes"] / t_w) if t_w > 0 else math.nan
     slope_flops = roof["flops_per_seq"] / (c / 1e3) if c > 0 else math.nan
     return Crossover(
         column=column,
