@@ -341,6 +341,9 @@ class Session:
         if error is not None:
             oom = isinstance(error, torch.OutOfMemoryError)
             line = error.cause if isinstance(error, SessionFailure) else error
+            if not isinstance(error, SessionFailure):  # the timed steps that ran are kept
+                with contextlib.suppress(Exception):
+                    self._cut_timed()
             self._finalize("oom" if oom else "error", _one_line(line))
         elif not self.complete and self._cut_timed():
             self._finalize("ok", None)

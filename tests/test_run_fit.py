@@ -195,12 +195,14 @@ def test_steps_given_keep_the_fixed_schedule_and_its_error(
 # ------------------------------------------------------------ tracekit.profile()
 
 
-def _loop(n: int, prof: tracekit.Profile) -> None:
+def _loop(n: int, prof: tracekit.Profile, fail_at: int | None = None) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x, y = torch.randn(4, 8), torch.randn(4, 1)
-    for _ in range(n):
+    for i in range(n):
+        if i == fail_at:
+            raise ValueError(f"corrupt batch {i}")
         nn.functional.mse_loss(model(x), y).backward()
         opt.step()
         opt.zero_grad()
@@ -214,6 +216,13 @@ def test_profile_fits_a_short_loop(tmp_path: Path) -> None:
     assert prof.status == "ok" and m is not None and m["schedule_mode"] == "fit"
     assert m["metrics"]["step_time_ms"]["n"] == 3
     assert [c["ran"] for c in m["schedule_shortened"]] == [3]
+    # a loop that raises in the timed steps: status error, with the timed steps it ran
+    failing = tracekit.profile(tmp_path / "e", ceilings=False, quiet=True)
+    with pytest.raises(ValueError, match="corrupt batch 10"), failing:
+        _loop(30, failing, fail_at=10)
+    m = failing.manifest
+    assert failing.status == "error" and m is not None and m["error"].startswith("ValueError")
+    assert m["metrics"]["step_time_ms"]["n"] == 3 and m["schedule"][-1]["steps"] == [8, 10]
     short = tracekit.profile(tmp_path / "q", ceilings=False, quiet=True)
     with (
         pytest.raises(TracekitError, match="lower the minimum to 3 with wait=0 profile_warmup=0"),
