@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from tracekit.collectors import introspect, markers, session
+from tracekit.collectors import introspect, markers, session, session_windows
 from tracekit.collectors.markers import Marker, make_marker
 from tracekit.collectors.session import CountersRange, Session, SessionConfig, SessionFailure
 from tracekit.errors import TracekitError, UsageError
@@ -448,7 +448,7 @@ def replay_main(
         os.chdir(script["cwd"])
     cmd = parse_command(script["command"])
     marker = make_marker(str(config.get("step_marker", "optimizer")))
-    start = session.counters_start(manifest, int(config.get("warmup", 1)))
+    start = session_windows.counters_start(manifest, int(config.get("warmup", 1)))
     rng = CountersRange(start, cudart=cudart, sync=sync)
 
     def on_step() -> None:

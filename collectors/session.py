@@ -60,7 +60,6 @@ from tracekit.collectors.run import (
 )
 from tracekit.collectors.run_manifest import Measured
 from tracekit.collectors.session_windows import (
-    FIT_WARMUP,
     BoundaryTimer,
     Phases,
     ProfiledWindows,
@@ -88,7 +87,8 @@ class SessionConfig:
     learnt. ``samples_per_step``/``tokens_per_step`` override what is inferred from the
     model's inputs. ``fit``: the schedule fitted to a loop of unknown length
     (:class:`~tracekit.collectors.session_windows.Phases`: the profiled passes first, then
-    up to ``steps`` timed steps); :func:`schedule_options` chooses it when neither
+    up to ``steps`` timed steps); :func:`~tracekit.collectors.session_windows.schedule_options`
+    chooses it when neither
     ``steps`` nor ``warmup`` was given."""
 
     out: Path
@@ -128,22 +128,6 @@ class SessionConfig:
         d["profiler"] = self.profiler.to_dict()
         d["out"] = str(self.out)
         return d
-
-
-STEPS, WARMUP = 20, 5  # the fixed schedule's timed and warm-up steps (collect's defaults)
-
-
-def schedule_options(steps: int | None, warmup: int | None) -> dict[str, Any]:
-    """``steps``, ``warmup`` and ``fit`` of a :class:`SessionConfig` from the options as given
-    (None: not given). Neither given: the schedule fitted to the loop (a 1-step warm-up,
-    the profiled passes, then up to 20 timed steps); either given: the fixed schedule
-    (warm-up, timed, profiled; 5 and 20 where not given), which the loop must complete."""
-    fit = steps is None and warmup is None
-    return {
-        "steps": STEPS if steps is None else steps,
-        "warmup": (FIT_WARMUP if fit else WARMUP) if warmup is None else warmup,
-        "fit": fit,
-    }
 
 
 AT_STEP_END = "at the step's end (after the optimizer step)"
@@ -649,13 +633,6 @@ class Session:
             },
         )
         return manifest
-
-
-def counters_start(manifest: dict[str, Any] | None, warmup: int) -> int:
-    """The step whose end opens the counters replay's range: the one before the run's first
-    timed step (``manifest.schedule``), else ``warmup``'s."""
-    timed = [p for p in (manifest or {}).get("schedule") or [] if p.get("phase") == "timed"]
-    return int(timed[0]["steps"][0]) - 1 if timed else warmup
 
 
 class CountersRange:

@@ -187,6 +187,29 @@ class Phases:
         )
 
 
+STEPS, WARMUP = 20, 5  # the fixed schedule's timed and warm-up steps (collect's defaults)
+
+
+def schedule_options(steps: int | None, warmup: int | None) -> dict[str, Any]:
+    """``steps``, ``warmup`` and ``fit`` of a :class:`SessionConfig` from the options as given
+    (None: not given). Neither given: the schedule fitted to the loop (a 1-step warm-up,
+    the profiled passes, then up to 20 timed steps); either given: the fixed schedule
+    (warm-up, timed, profiled; 5 and 20 where not given), which the loop must complete."""
+    fit = steps is None and warmup is None
+    return {
+        "steps": STEPS if steps is None else steps,
+        "warmup": (FIT_WARMUP if fit else WARMUP) if warmup is None else warmup,
+        "fit": fit,
+    }
+
+
+def counters_start(manifest: dict[str, Any] | None, warmup: int) -> int:
+    """The step whose end opens the counters replay's range: the one before the run's first
+    timed step (``manifest.schedule``), else ``warmup``'s."""
+    timed = [p for p in (manifest or {}).get("schedule") or [] if p.get("phase") == "timed"]
+    return int(timed[0]["steps"][0]) - 1 if timed else warmup
+
+
 class BoundaryTimer:
     """Times steps between step ends without synchronising; :meth:`millis` syncs once.
 

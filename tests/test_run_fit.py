@@ -19,7 +19,6 @@ from torch import nn
 
 import tracekit
 from tracekit.cli import main
-from tracekit.collectors import session as S
 from tracekit.collectors import session_windows as W
 from tracekit.collectors.profiler import ProfilerConfig
 from tracekit.errors import TracekitError
@@ -95,13 +94,13 @@ def test_fitted_phases_profile_first_and_time_what_remains() -> None:
 def test_the_schedule_is_fitted_unless_steps_or_warmup_is_given(
     steps: int | None, warmup: int | None, want: dict[str, Any]
 ) -> None:
-    assert S.schedule_options(steps, warmup) == want
+    assert W.schedule_options(steps, warmup) == want
 
 
 def test_counters_replay_opens_before_the_first_timed_step() -> None:
     fitted = {"schedule": W.Phases(1, 20, ProfilerConfig(), 1, light=True, fit=True).to_manifest()}
-    assert S.counters_start(fitted, 1) == 12  # the range holds step 13
-    assert S.counters_start({"schedule": None}, 5) == 5  # a manifest without a schedule
+    assert W.counters_start(fitted, 1) == 12  # the range holds step 13
+    assert W.counters_start({"schedule": None}, 5) == 5  # a manifest without a schedule
 
 
 # ------------------------------------------------------------- scripts, on the CPU

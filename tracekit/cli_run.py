@@ -142,7 +142,8 @@ def run_script_cmd(
         _check_script_counters(device)
     from tracekit.collectors import ProfilerConfig
     from tracekit.collectors import script as S
-    from tracekit.collectors.session import SessionConfig, schedule_options
+    from tracekit.collectors.session import SessionConfig
+    from tracekit.collectors.session_windows import schedule_options
 
     cfg = S.RunConfig(
         command=tuple(command),
