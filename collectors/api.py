@@ -4,7 +4,7 @@
 
     import tracekit
 
-    with tracekit.profile("runs/my-model", steps=20, warmup=5) as prof:
+    with tracekit.profile("runs/my-model") as prof:
         for batch in loader:
             loss = model(batch).loss
             loss.backward()
@@ -13,14 +13,17 @@
             prof.step()  # one call per training step
 
 The schedule, the measurements and the run folder are those of ``tracekit run``
-(:mod:`tracekit.collectors.session`): ``warmup`` warm-up steps (tracekit's probes run in
-those after the first), ``steps`` steps timed without the profiler or the probes, on CUDA
-the light timeline pass, the profiler's steps, the category step (memory by category), a
-CUDA memory snapshot; the folder is written
-as soon as the schedule is complete (the loop goes on unprofiled), or when the block ends.
-A block that ends before the schedule is complete writes the folder with status
-``incomplete`` and raises :class:`tracekit.errors.TracekitError`; a block that raises writes
-status ``error`` and lets the exception through.
+(:mod:`tracekit.collectors.session`). Without ``steps`` and ``warmup`` the schedule fits
+the loop: one warm-up step, on CUDA the light timeline pass, the profiler's steps, the
+category step (memory by category), a CUDA memory snapshot, then up to 20 steps timed
+without the profiler or the probes; a block that ends in the timed steps is complete with
+fewer (``manifest.schedule_shortened``). With ``steps`` or ``warmup`` it is fixed:
+``warmup`` warm-up steps (tracekit's probes run in those after the first), ``steps`` timed
+steps, then the profiled passes. The folder is written as soon as the schedule is complete
+(the loop goes on unprofiled), or when the block ends. A block that ends before it is
+complete writes the folder with status ``incomplete`` and raises
+:class:`tracekit.errors.TracekitError`; a block that raises writes status ``error`` and
+lets the exception through.
 
 ``counters=True`` re-runs *this program* (``sys.orig_argv``) under Nsight Compute after the
 block, twice (the two passes of ``collect --counters``), with ``TRACEKIT_COUNTERS_REPLAY``
@@ -30,6 +33,7 @@ ends the program after it. The program must therefore reach that step the same w
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -38,6 +42,7 @@ from typing import Any
 
 from tracekit.collectors.profiler import ProfilerConfig
 from tracekit.collectors.session import CountersRange, Session, SessionConfig
+from tracekit.collectors.session_windows import counters_start, schedule_options
 from tracekit.errors import TracekitError, UsageError
 
 REPLAY_ENV = "TRACEKIT_COUNTERS_REPLAY"
@@ -83,8 +88,10 @@ class Profile:
     def __enter__(self) -> Profile:
         if self._session is not None or self._range is not None:
             raise UsageError("a tracekit.profile() block can be entered once")
-        if self._replay:
-            self._range = CountersRange(self.config.warmup)
+        if self._replay:  # the run folder was written before the replay: its schedule
+            manifest = self.run_dir / "manifest.json"
+            man = json.loads(manifest.read_text()) if manifest.is_file() else None
+            self._range = CountersRange(counters_start(man, self.config.warmup))
             return self
         self._session = Session(
             self.config,
@@ -92,6 +99,7 @@ class Profile:
             config_extra={"step_definition": "from one prof.step() call to the next"},
             finalize_on_complete=True,
             log=_log,
+            python_names=True,
         )
         self._session.open()
         return self
@@ -165,8 +173,8 @@ def run_program_counters(run_dir: Path, *, ncu: str | None = None) -> dict[str, 
 def profile(
     out: str | os.PathLike[str],
     *,
-    steps: int = 20,
-    warmup: int = 5,
+    steps: int | None = None,
+    warmup: int | None = None,
     wait: int = 1,
     profile_warmup: int = 1,
     active: int = 2,
@@ -194,6 +202,8 @@ def profile(
     the profiler's ``wait``/``profile_warmup``/``active`` steps (× ``repeat``) with the
     profiler options of ``tracekit collect``, and, unless ``with_stack`` or not
     ``memory_timeline``, two more steps for the memory by category (the category step);
+    with neither ``steps`` nor ``warmup`` given, one warm-up step, the profiled passes,
+    then up to 20 timed steps (fewer when the loop ends first: the schedule fits the loop);
     ``device``: ``auto`` (the optimizer's parameters' device), ``cuda`` or ``cpu``. Every
     value is checked first (:class:`tracekit.errors.UsageError`). Writes the run folder
     ``out`` (replaced if it exists), for ``tracekit report``."""
@@ -204,7 +214,7 @@ def profile(
         timeline_pass=not single_pass,
     )  # fmt: skip
     cfg = SessionConfig(
-        out=Path(out), steps=steps, warmup=warmup, profiler=pcfg, device=device,
+        out=Path(out), **schedule_options(steps, warmup), profiler=pcfg, device=device,
         ceilings=ceilings, memory_snapshot=memory_snapshot, snapshot_steps=snapshot_steps,
         samples_per_step=samples_per_step, tokens_per_step=tokens_per_step, counters=counters,
         quiet=quiet,

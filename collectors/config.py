@@ -27,6 +27,24 @@ GENERATE_PROMPT, GENERATE_NEW_TOKENS = 128, 64  # --workload generate's defaults
 TORCH_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def generate_lengths(prompt: int | None, new_tokens: int | None, context: int) -> tuple[int, int]:
+    """``--prompt`` and ``--new-tokens`` with the ones not given filled in to fit ``context``
+    (the model's block_size): both unset, GENERATE_PROMPT and GENERATE_NEW_TOKENS halved
+    together until their sum fits (tiny's 128: 64 + 32); one unset, its default or what the
+    other leaves of the context, if less (at least 1). Values given stay as given: a sum
+    past the context is the caller's error to report."""
+    if prompt is None and new_tokens is None:
+        prompt, new_tokens = GENERATE_PROMPT, GENERATE_NEW_TOKENS
+        while prompt + new_tokens > context and prompt + new_tokens > 2:
+            prompt, new_tokens = max(1, prompt // 2), max(1, new_tokens // 2)
+    elif prompt is None:
+        assert new_tokens is not None
+        prompt = max(1, min(GENERATE_PROMPT, context - new_tokens))
+    elif new_tokens is None:
+        new_tokens = max(1, min(GENERATE_NEW_TOKENS, context - prompt))
+    return prompt, new_tokens
+
+
 def _check_int(name: str, value: object, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise UsageError(f"--{name} must be an integer >= {low}, got {value!r}")
@@ -171,12 +189,12 @@ class CollectConfig:
 
     def _check_generate(self, block_size: int) -> None:
         # frozen dataclass: resolve the defaults in place so the manifest shows them
-        if self.prompt is None:
-            object.__setattr__(self, "prompt", GENERATE_PROMPT)
-        if self.new_tokens is None:
-            object.__setattr__(self, "new_tokens", GENERATE_NEW_TOKENS)
-        _check_int("prompt", self.prompt, 1)
-        _check_int("new-tokens", self.new_tokens, 1)
+        for name, value in (("prompt", self.prompt), ("new-tokens", self.new_tokens)):
+            if value is not None:  # given: checked as given; unset: fitted to the context
+                _check_int(name, value, 1)
+        prompt, new = generate_lengths(self.prompt, self.new_tokens, block_size)
+        object.__setattr__(self, "prompt", prompt)
+        object.__setattr__(self, "new_tokens", new)
         training_only = [
             name
             for name, on in (

@@ -531,12 +531,22 @@ def _generate_lines(m: dict[str, Any]) -> list[str]:
     ]
 
 
+def shortened_text(cut: dict[str, Any]) -> str:
+    """A window of a fitted schedule that the loop cut short (``schedule_shortened``)."""
+    a, b = cut["steps"]
+    return (
+        f"the {cut['phase']} window ran {cut['ran']} of its {cut['planned']} steps "
+        f"({a}-{b}): {cut['why']}"
+    )
+
+
 def summary(run_dir: Path) -> str:
     """A few lines describing a finished run folder (what the CLI prints)."""
     import json
 
     m = json.loads((Path(run_dir) / MANIFEST).read_text())
     lines = [f"run folder: {run_dir}  (status {m['status']})"]
+    lines += [f"shortened: {shortened_text(c)}" for c in m.get("schedule_shortened") or []]
     met = m.get("metrics")
     if met and met.get("workload") == "generate":
         lines += _generate_lines(m)

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from tracekit.collectors import introspect, markers, session
+from tracekit.collectors import introspect, markers, session, session_windows
 from tracekit.collectors.markers import Marker, make_marker
 from tracekit.collectors.session import CountersRange, Session, SessionConfig, SessionFailure
 from tracekit.errors import TracekitError, UsageError
@@ -448,8 +448,7 @@ def replay_main(
     run_dir: Path, *, cudart: Any = None, sync: Callable[[], None] | None = None
 ) -> CountersRange:
     """Re-run the script of ``run_dir`` (its manifest's command, folder and step marker)
-    with the CUDA profiler range around step ``warmup + 1`` (the first timed step), then
-    stop it."""
+    with the CUDA profiler range around the run's first timed step, then stop it."""
     manifest = json.loads((Path(run_dir) / "manifest.json").read_text())
     script = manifest.get("script") or {}
     config = manifest.get("config") or {}
@@ -459,7 +458,8 @@ def replay_main(
         os.chdir(script["cwd"])
     cmd = parse_command(script["command"])
     marker = make_marker(str(config.get("step_marker", "optimizer")))
-    rng = CountersRange(int(config.get("warmup", 1)), cudart=cudart, sync=sync)
+    start = session_windows.counters_start(manifest, int(config.get("warmup", 1)))
+    rng = CountersRange(start, cudart=cudart, sync=sync)
 
     def on_step() -> None:
         rng.boundary()

@@ -85,7 +85,11 @@ class SessionConfig:
     ``warmup`` is at least 1: a step is known to have *started* only when the one before
     it ended, and the first step's end is where the device, optimizer and model are
     learnt. ``samples_per_step``/``tokens_per_step`` override what is inferred from the
-    model's inputs."""
+    model's inputs. ``fit``: the schedule fitted to a loop of unknown length
+    (:class:`~tracekit.collectors.session_windows.Phases`: the profiled passes first, then
+    up to ``steps`` timed steps); :func:`~tracekit.collectors.session_windows.schedule_options`
+    chooses it when neither
+    ``steps`` nor ``warmup`` was given."""
 
     out: Path
     steps: int = 20
@@ -99,6 +103,7 @@ class SessionConfig:
     tokens_per_step: int | None = None
     counters: bool = False
     quiet: bool = False
+    fit: bool = False
 
     def __post_init__(self) -> None:
         _check_int("steps", self.steps, 1)
@@ -110,7 +115,7 @@ class SessionConfig:
             raise UsageError("profiler must be a tracekit.collectors.ProfilerConfig")
         if self.device not in DEVICES:
             raise UsageError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
-        for name in ("ceilings", "memory_snapshot", "counters", "quiet"):
+        for name in ("ceilings", "memory_snapshot", "counters", "quiet", "fit"):
             if not isinstance(getattr(self, name), bool):
                 raise UsageError(f"{name} must be true or false")
         out = Path(self.out)
@@ -247,8 +252,10 @@ class Session:
         config_extra: dict[str, Any] | None = None,
         finalize_on_complete: bool = False,
         log: Callable[[str], None] | None = None,
+        python_names: bool = False,
     ) -> None:
         self.cfg = cfg
+        self.python_names = python_names  # messages name profile()'s keywords, not flags
         self.workload = workload
         self.extra = extra if extra is not None else {}
         self.config_extra = config_extra if config_extra is not None else {}
@@ -271,6 +278,7 @@ class Session:
         self.windows: ProfiledWindows | None = None  # from the end of the timed steps
         self._recording = False
         self.artifacts: dict[str, Any] = empty_artifacts()
+        self.shortened: list[dict[str, Any]] = []  # the manifest's schedule_shortened
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -317,7 +325,12 @@ class Session:
         if error is not None:
             oom = isinstance(error, torch.OutOfMemoryError)
             line = error.cause if isinstance(error, SessionFailure) else error
+            if not isinstance(error, SessionFailure):  # the timed steps that ran are kept
+                with contextlib.suppress(Exception):
+                    self._cut_timed()
             self._finalize("oom" if oom else "error", _one_line(line))
+        elif not self.complete and self._cut_timed():
+            self._finalize("ok", None)
         elif not self.complete:
             self._finalize("incomplete", self.incomplete_message())
         else:
@@ -349,9 +362,12 @@ class Session:
         if self.phases is None:  # not reached: the device is known at the first step's end
             return f"the loop ended after {self.n} steps"
         ph = self.phases
+        if ph.fit and self.n < ph.category:  # the full pass not done: no trace
+            return str(ph.too_short(self.n, self.python_names))
+        needs = "a complete run needs at least" if ph.fit else "the schedule needs"
         return (
-            f"the loop ended after {self.n} steps ({ph.reached(self.n)}); the schedule needs "
-            f"{ph.done} ({ph.describe()})"
+            f"the loop ended after {self.n} steps ({ph.reached(self.n)}); {needs} "
+            f"{ph.minimum} ({ph.describe()})"
         )
 
     # --------------------------------------------------------------- the schedule
@@ -376,9 +392,10 @@ class Session:
         no_light = timeline_absent_reason(cfg.profiler, device)
         self.artifacts["timeline_trace_absent"] = no_light
         snap = cfg.snapshot_steps if snapshot else 0
-        self.phases = Phases(cfg.warmup, cfg.steps, cfg.profiler, snap, light=no_light is None)
-        self.measured.probed = self.phases.probed()
-        self.measured.timed_steps = (self.phases.timed + 1, self.phases.light)
+        ph = Phases(cfg.warmup, cfg.steps, cfg.profiler, snap, light=no_light is None, fit=cfg.fit)
+        self.phases = ph
+        self.measured.probed = ph.probed()
+        self.measured.timed_steps = (ph.timed + 1, ph.timed_end)
 
     def _discover(self) -> None:
         """End of the first step: the device, the optimizer's parameters, the model."""
@@ -405,7 +422,7 @@ class Session:
     def _advance(self, n: int) -> None:
         ph = self.phases
         # the timed steps: one mark per step end, before anything else runs here
-        if ph is not None and ph.timed < n <= ph.light and self._timer is not None:
+        if ph is not None and ph.timed < n <= ph.timed_end and self._timer is not None:
             self._timer.lap()
         if n == 1:
             self._discover()
@@ -419,13 +436,14 @@ class Session:
         # phase changes
         if n == ph.probe_to:
             self._end_probes()
-        if n == ph.light:
+        if n == ph.timed_end:
             self._end_timed()
+        if n == ph.light:
             self._start_profiler()
-        if n == ph.snapshot and ph.done > ph.snapshot:
+        if n == ph.snapshot and ph.snapshot_end > ph.snapshot:
             start_memory_history()
             self._recording = True
-        if n == ph.done and self._recording:
+        if n == ph.snapshot_end and self._recording:
             dump_memory_snapshot(dev, self._tmp_path(SNAPSHOT))
             stop_memory_history()
             self._recording = False
@@ -478,6 +496,20 @@ class Session:
         m.tf32 = bool(torch.backends.cuda.matmul.allow_tf32) or m.matmul_precision != "highest"
         if self.probes.optimizers:
             m.optimizer = introspect.optimizer_info(self.probes.optimizers)
+
+    def _cut_timed(self) -> bool:
+        """A fitted schedule's loop ended in its timed steps, after at least one: end them
+        there (the run is complete, its timed window shortened). False otherwise."""
+        ph, n = self.phases, self.n
+        if ph is None or not ph.fit or self._timer is None or not ph.timed < n < ph.timed_end:
+            return False
+        self._end_timed()
+        self.measured.timed_steps = (ph.timed + 1, n)
+        self.shortened.append({
+            "phase": "timed", "planned": ph.steps, "ran": n - ph.timed, "steps": [ph.timed + 1, n],
+            "why": f"the loop ended after {n} steps",
+        })  # fmt: skip
+        return True
 
     def _start_profiler(self) -> None:
         """The timed steps are over: the profiled windows follow (light, full, category)."""
@@ -566,7 +598,8 @@ class Session:
         why: str | None,
     ) -> dict[str, Any]:
         """The manifest (:func:`tracekit.collectors.run_manifest.build`)."""
-        dev, cfg = self.device, self.cfg
+        dev, cfg, ph = self.device, self.cfg, self.phases
+        cut = self.measured.timed_steps[1] if self.shortened and self.measured.timed_steps else None
         self.measured.device_type = dev.type if dev is not None else None
         self.measured.memory_points = tuple(sorted(self.probes.points))
         manifest: dict[str, Any] = run_manifest.build(
@@ -590,9 +623,14 @@ class Session:
             },
             artifacts=dict(self.artifacts),
             total_steps=self.n,
-            schedule_steps=self.phases.done if self.phases else None,
-            schedule=self.phases.to_manifest() if self.phases else None,
-            extra=self.extra,
+            schedule_steps=ph.done if ph else None,
+            schedule=ph.to_manifest(cut) if ph else None,
+            extra={
+                "schedule_mode": "fit" if cfg.fit else "fixed",
+                "schedule_minimum_steps": ph.minimum if ph else None,
+                "schedule_shortened": self.shortened,
+                **self.extra,
+            },
         )
         return manifest
 

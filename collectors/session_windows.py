@@ -46,8 +46,30 @@ FULL = "profiled steps"
 CATEGORY = "category step"
 
 
+FIT_WARMUP = 1  # the warm-up of a fitted schedule (the profilers' own wait and warm-up follow)
+MIN_TIMED = 1  # timed steps a fitted schedule needs for its step time
+# The options that lower a schedule's minimum: (key, tracekit run's flag, profile()'s keyword)
+LOWER = (
+    ("wait", "--profile-wait 0", "wait=0"),
+    ("warmup", "--profile-warmup 0", "profile_warmup=0"),
+    ("active", "--profile-active 1", "active=1"),
+    ("repeat", "--profile-repeat 1", "repeat=1"),
+    ("category", "--no-memory-timeline", "memory_timeline=False"),
+    ("light", "--single-pass", "single_pass=True"),
+    ("snapshot", "--no-memory-snapshot", "memory_snapshot=False"),
+)
+
+
 class Phases:
-    """Step counts at which each phase begins (steps completed so far)."""
+    """Step counts at which each phase begins (steps completed so far).
+
+    Fixed (``fit`` off): warm-up, ``steps`` timed, the light pass, the full pass, the
+    category step, the snapshot; the loop must run them all (:attr:`minimum` =
+    :attr:`done`). Fitted (``fit``): warm-up, the profiled passes and the snapshot, then up
+    to ``steps`` timed steps: a loop that ends in the timed steps, after at least
+    :data:`MIN_TIMED` of them, is complete with its timed window shortened to the steps it
+    ran; the probes run in the category step (else the full pass) when the warm-up has one
+    step, so that neither the full pass's step times nor the timed steps carry them."""
 
     def __init__(
         self,
@@ -57,42 +79,60 @@ class Phases:
         snapshot_steps: int,
         *,
         light: bool,
+        fit: bool = False,
     ) -> None:
-        self.warmup, self.steps, self.profiler = warmup, steps, profiler
-        self.timed = warmup
-        self.light = self.timed + steps
+        self.warmup, self.steps, self.profiler, self.fit = warmup, steps, profiler, fit
+        self.light = warmup if fit else warmup + steps
         self.full = self.light + (profiler.steps if light else 0)
         self.category = self.full + profiler.steps
         cat = category_config(profiler).steps if category_pass_needed(profiler) else 0
         self.snapshot = self.category + cat
-        self.done = self.snapshot + snapshot_steps
+        self.snapshot_end = self.snapshot + snapshot_steps
+        self.timed = self.snapshot_end if fit else warmup
+        self.timed_end = self.timed + steps
+        self.done = max(self.snapshot_end, self.timed_end)
+        self.minimum = self.timed + MIN_TIMED if fit else self.done
         # The probed steps (the model's input, average memory) follow step end probe_from
         # up to probe_to: the warm-up steps after the first, so that the timed steps run
-        # without tracekit's hooks; with one warm-up step, the full pass's steps (never the
-        # light pass's: its timeline must be the unprofiled step's).
-        probed: tuple[int, int] = (1, self.timed) if warmup >= 2 else (self.full, self.category)
+        # without tracekit's hooks; with one warm-up step, the full pass's steps (fitted:
+        # the category step's, when there is one), never the light pass's: its timeline
+        # must be the unprofiled step's.
+        probed: tuple[int, int] = (
+            (1, warmup)
+            if warmup >= 2
+            else (self.category, self.snapshot)
+            if fit and cat
+            else (self.full, self.category)
+        )
         self.probe_from, self.probe_to = probed
 
-    def parts(self) -> list[tuple[str, str, int, int]]:
-        """(key, words, start, end) of each phase that has steps, in order."""
+    def parts(self, timed_end: int | None = None) -> list[tuple[str, str, int, int]]:
+        """(key, words, start, end) of each phase that has steps, in order (the timed
+        steps ending at ``timed_end`` when they were cut short)."""
         every = [
-            ("warmup", "warm-up", 0, self.timed),
-            ("timed", "timed steps", self.timed, self.light),
+            ("warmup", "warm-up", 0, self.warmup),
+            ("timed", "timed steps", self.timed, timed_end or self.timed_end),
             ("timeline", LIGHT, self.light, self.full),
             ("profiled", FULL, self.full, self.category),
             ("category", CATEGORY, self.category, self.snapshot),
-            ("snapshot", "memory snapshot", self.snapshot, self.done),
+            ("snapshot", "memory snapshot", self.snapshot, self.snapshot_end),
         ]
-        return [p for p in every if p[3] > p[2]]
+        return sorted((p for p in every if p[3] > p[2]), key=lambda p: p[2])
 
-    def to_manifest(self) -> list[dict[str, Any]]:
+    def to_manifest(self, timed_end: int | None = None) -> list[dict[str, Any]]:
         """The manifest's ``schedule``: each phase's first and last step (1-based)."""
-        return [{"phase": k, "steps": [a + 1, b]} for k, _, a, b in self.parts()]
+        return [{"phase": k, "steps": [a + 1, b]} for k, _, a, b in self.parts(timed_end)]
 
     def probed(self) -> str:
         """Which steps are probed, in words."""
         lo, hi = self.probe_from + 1, self.probe_to
-        where = "warm-up" if self.probe_to == self.timed else "profiled"
+        where = (
+            "warm-up"
+            if self.probe_to == self.warmup
+            else "category"
+            if self.probe_from == self.category
+            else "profiled"
+        )
         return f"the {where} step{'s' if hi > lo else ''} {lo}" + (f"-{hi}" if hi > lo else "")
 
     def describe(self) -> str:
@@ -101,11 +141,15 @@ class Phases:
         light = f", {n['timeline']} in the {LIGHT} (CUDA only)" if "timeline" in n else ""
         cat = f", {n['category']} in the {CATEGORY} (memory by category)" if "category" in n else ""
         snap = f", {n['snapshot']} in the memory snapshot" if "snapshot" in n else ""
-        return (
-            f"{self.warmup} warm-up, {self.steps} timed{light}, {p.steps} profiled (wait "
-            f"{p.wait}, warm-up {p.warmup}, active {p.active}, repeat {p.repeat}){cat}{snap}: "
-            f"{self.done} steps"
-        )
+        prof = f"{p.steps} profiled (wait {p.wait}, warm-up {p.warmup}, active {p.active}, "
+        prof += f"repeat {p.repeat})"
+        if self.fit:
+            return (
+                f"{self.warmup} warm-up{light}, {prof}{cat}{snap}, then {MIN_TIMED} to "
+                f"{self.steps} timed: {self.minimum} to {self.done} steps"
+            )
+        timed = f"{self.warmup} warm-up, {self.steps} timed"
+        return f"{timed}{light}, {prof}{cat}{snap}: {self.done} steps"
 
     def reached(self, n: int) -> str:
         """Where a loop that ended after ``n`` steps was, in words."""
@@ -115,6 +159,56 @@ class Phases:
             if n == b:
                 return f"the {words} done"
         return f"{n} steps"  # beyond the schedule
+
+    def lowered(self, python: bool = False) -> tuple[int, list[str]]:
+        """The least minimum the profiler options allow (one recorded step, no light pass,
+        category step or snapshot) and the options that get it (``python``: as
+        ``tracekit.profile()``'s keywords, else ``tracekit run``'s flags)."""
+        p = self.profiler
+        least = Phases(self.warmup, self.steps, ProfilerConfig(wait=0, warmup=0, active=1,
+                       memory_timeline=False), 0, light=False, fit=self.fit)  # fmt: skip
+        on = {"wait": p.wait > 0, "warmup": p.warmup > 0, "active": p.active > 1,
+              "repeat": p.repeat > 1, "category": self.snapshot > self.category,
+              "light": self.full > self.light,
+              "snapshot": self.snapshot_end > self.snapshot}  # fmt: skip
+        return least.minimum, [py if python else flag for k, flag, py in LOWER if on[k]]
+
+    def too_short(self, n: int, python: bool = False) -> str:
+        """What a loop that ended after ``n`` steps, before the full pass was done, is told:
+        the minimum, and how to lower it."""
+        least, opts = self.lowered(python)
+        lower = (
+            f"; run it for more steps, or lower the minimum to {least} with {' '.join(opts)}"
+            if opts and least < self.minimum
+            else "; run it for more steps"
+        )
+        return (
+            f"the loop ended after {n} steps, before any profiled step was recorded: this "
+            f"schedule needs at least {self.minimum} ({self.describe()}){lower}"
+        )
+
+
+STEPS, WARMUP = 20, 5  # the fixed schedule's timed and warm-up steps (collect's defaults)
+
+
+def schedule_options(steps: int | None, warmup: int | None) -> dict[str, Any]:
+    """``steps``, ``warmup`` and ``fit`` of a :class:`SessionConfig` from the options as given
+    (None: not given). Neither given: the schedule fitted to the loop (a 1-step warm-up,
+    the profiled passes, then up to 20 timed steps); either given: the fixed schedule
+    (warm-up, timed, profiled; 5 and 20 where not given), which the loop must complete."""
+    fit = steps is None and warmup is None
+    return {
+        "steps": STEPS if steps is None else steps,
+        "warmup": (FIT_WARMUP if fit else WARMUP) if warmup is None else warmup,
+        "fit": fit,
+    }
+
+
+def counters_start(manifest: dict[str, Any] | None, warmup: int) -> int:
+    """The step whose end opens the counters replay's range: the one before the run's first
+    timed step (``manifest.schedule``), else ``warmup``'s."""
+    timed = [p for p in (manifest or {}).get("schedule") or [] if p.get("phase") == "timed"]
+    return int(timed[0]["steps"][0]) - 1 if timed else warmup
 
 
 class BoundaryTimer:

@@ -119,11 +119,18 @@ def _roofline(g: GenerateFacts) -> str:
     ratio = f" (measured {tpot / model:.2f} × it)" if tpot and model else ""
     sr = p["step_ridge_batch"]
     step = fmt.num(sr, 0) if _ok(sr) else "none (the KV cache's attention stays below it)"
+    ach = p.get("achieved_gemm_ridge_batch")
+    at = (
+        f" (the decode model's crossover, with the weights at the "
+        f"{fmt.si(p['weight_stream_Bps'], 'B/s')} they stream at here: batch {fmt.num(ach, 0)})"
+        if _ok(ach)
+        else ""
+    )
     return (
         f"the decode model on the roofs ({fmt.si(g.bandwidth, 'B/s')}, {g.pipe} "
         f"{fmt.si(g.peak, 'FLOP/s')}, ridge {fmt.intensity(p['ridge_point'])} FLOP/B): "
         f"{fmt.ms(model)} per step{ratio}, {fmt.count(p['tokens_per_s'])} tokens/s; the "
-        f"weight GEMMs reach the ridge at batch {fmt.num(p['gemm_ridge_batch'], 0)}, the "
+        f"weight GEMMs reach the ridge at batch {fmt.num(p['gemm_ridge_batch'], 0)}{at}, the "
         f"whole step at batch {step}"
     )
 

@@ -51,7 +51,7 @@ ROW_COLUMNS = [
     ("peak_bytes", "peak GiB", "gib"),
     ("weights_bytes", "weights GiB", "gib"),
     ("kv_cache_bytes", "KV cache GiB", "gib"),
-    ("model_gemm_ridge_batch", "GEMM ridge batch (model)", ""),
+    ("model_gemm_ridge_batch", "GEMM ridge batch (roofline)", ""),
     ("error", "error", ""),
 ]
 FIT_COLUMNS = [
@@ -121,7 +121,10 @@ def _time_vs_batch(table: pd.DataFrame, ax: Any) -> bool:
                        label=f"measured crossover ≈ {c.batch:.0f}")  # fmt: skip
         if c is not None and c.predicted is not None:
             ax.axvline(c.predicted, color=line.get_color(), lw=1.2, ls="--",
-                       label=f"predicted (GEMM ridge) {c.predicted:.0f}")  # fmt: skip
+                       label=f"predicted (the GEMMs' weight rate) {c.predicted:.0f}")  # fmt: skip
+        if c is not None and c.roofline is not None:
+            ax.axvline(c.roofline, color=line.get_color(), lw=0.8, ls=":",
+                       label=f"roofline ridge (copy ceiling) {c.roofline:.0f}")  # fmt: skip
         drawn = True
     _axes(ax, "batch", "ms", "Decode: time per token and per step vs batch")
     return drawn

@@ -223,6 +223,49 @@ def test_generate_defaults_and_run_name() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("kw", "lengths"),
+    [
+        ({}, (64, 32)),  # 128 + 64 halved once to fit tiny's 128
+        ({"prompt": 100}, (100, 28)),  # the unset one takes what the other leaves
+        ({"new_tokens": 100}, (28, 100)),
+        ({"prompt": 16, "new_tokens": 6}, (16, 6)),  # given values stay as given
+        ({"block_size": 1024}, (128, 64)),  # the defaults fit: unchanged
+    ],
+)
+def test_unset_lengths_fit_the_preset(kw: dict[str, Any], lengths: tuple[int, int]) -> None:
+    cfg = CollectConfig(preset="tiny", device="cpu", workload="generate", **kw)
+    assert (cfg.prompt, cfg.new_tokens) == lengths
+    assert cfg.context <= (kw.get("block_size") or PRESETS["tiny"].block_size)
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [  # values given that cannot fit stay an error
+        ({"prompt": 128, "new_tokens": 64}, "--prompt 128 \\+ --new-tokens 64 = 192 exceeds"),
+        ({"prompt": 128}, "--prompt 128 \\+ --new-tokens 1 = 129 exceeds"),
+        ({"new_tokens": 200}, "--prompt 1 \\+ --new-tokens 200 = 201 exceeds"),
+    ],
+)
+def test_given_lengths_past_the_context_stay_an_error(kw: dict[str, Any], message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        CollectConfig(preset="tiny", device="cpu", workload="generate", **kw)
+
+
+@pytest.mark.filterwarnings("ignore:Profiler won.t be using warmup")
+def test_cpu_generate_on_tiny_with_its_default_lengths(tmp_path: Path) -> None:
+    """The command of issue 25 with only the run's size cut (batch 1, one timed generation,
+    two recorded decode steps): --prompt and --new-tokens left to their defaults."""
+    out = tmp_path / "run"
+    argv = ["collect", "--device", "cpu", "--preset", "tiny", "--workload", "generate",
+            "--batch", "1", "--steps", "1", "--warmup", "1", "--profile-warmup", "0",
+            "--profile-active", "2", "--no-ceilings", "-q"]  # fmt: skip
+    assert main([*argv, "-o", str(out)]) == 0
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["status"] == "ok" and (m["config"]["prompt"], m["config"]["new_tokens"]) == (64, 32)
+    assert m["generate"]["context"] == 96 and m["profiler"]["decode_steps_recorded"] == 2
+
+
 def test_cli_refuses_seq_with_generate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["collect", *TINY, "--seq", "64", "-o", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err

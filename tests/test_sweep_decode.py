@@ -19,6 +19,7 @@ from tracekit.summary.memory_model import ModelShape
 from tracekit.sweep import DECODE_CSV, describe, finish
 from tracekit.sweep.decode import (
     capacity_wall,
+    crossover_words,
     generate_findings,
     generate_fits,
     kv_read_bandwidth,
@@ -62,6 +63,7 @@ def _row(batch: int, ctx: int, new: int = 32) -> dict[str, Any]:
         "weights_bytes": float(2 * (N + 8192 * 768)), "kv_cache_bytes": float(kv),
         "model_kv_bytes_per_token": 2 * 12 * 768 * 2.0, "peak_bytes": 2 * N + kv + OTHER,
         "device_total_bytes": float(DEVICE), "bandwidth_roof_Bps": BW,
+        "matmul_roof_flops": PEAK, "model_weight_bytes": float(W),
         "oom_requested_bytes": math.nan,
     }  # fmt: skip
 
@@ -95,6 +97,34 @@ def test_measured_crossover_fits_the_gemm_times() -> None:
     c = measured_crossover(ok[ok["batch"] <= 64])
     assert c is not None and c.batch is None and not c.reached and c.between is None
     assert c.knee == pytest.approx(200) and c.growth_at_max == pytest.approx(264 / 201)
+
+
+def test_the_prediction_streams_the_weights_at_the_rate_measured_at_the_smallest_batch() -> None:
+    """GEMMs that stream their weights at a quarter of the copy ceiling (a few µs per small
+    kernel) stay flat 4x longer: the decode model, from their time at batch 1 alone,
+    predicts the measured knee; the roofline's ridge (weights at the ceiling) stays at 200
+    and the sentence says why, exactly."""
+    ok = _table()[lambda t: t["seq"] == 1024].sort_values("batch").reset_index(drop=True)
+    W = float(ok["model_weight_bytes"].iloc[0])
+    flat = 1e3 * W / BW  # the roofline's weight read; the GEMMs take 4x that
+    ok["decode_gemm_ms"] += 3 * flat
+    ok = pd.concat([ok, pd.DataFrame([_row(b, 1024) for b in (512, 1024)])], ignore_index=True)
+    ok.loc[9:, "decode_gemm_ms"] += 3 * flat
+    c = measured_crossover(ok)
+    assert c is not None and c.reached and c.batch == pytest.approx(800)
+    assert c.predicted == pytest.approx(800) and c.roofline == pytest.approx(200)
+    assert c.weight_stream_Bps == pytest.approx(BW / 4) and c.flat_bw_pct == pytest.approx(25)
+    assert c.slope_flops == pytest.approx(PEAK) and c.slope_flops_pct == pytest.approx(100)
+    # from the smallest batch only: the rows up to 64 predict the same
+    assert measured_crossover(ok[ok["batch"] <= 64]).predicted == pytest.approx(800)  # type: ignore[union-attr]
+    words = crossover_words(c, ok)
+    assert "the decode model puts it at batch 800 (measured / predicted 1.00)" in words
+    assert "their weights stream at 750.0 GB/s (25 % of the copy ceiling)" in words
+    assert "the roofline's ridge, weights at the copy ceiling, is batch 200" in words
+    assert "(4.00 = 4.00 × 1.00)" in words
+    # a line that starts at or past the roofline's ridge has no flat part to predict from
+    c = measured_crossover(ok[ok["batch"] >= 256])
+    assert c is not None and c.predicted is None and c.roofline == pytest.approx(200)
 
 
 def test_the_crossover_fit_is_robust_to_one_noisy_point() -> None:

@@ -120,9 +120,11 @@ def test_the_crossover_sentence(found: Any, tables: dict[str, Any]) -> None:
         "The memory-to-compute crossover is not reached up to batch 256: the decode GEMMs' "
         "GPU time per step (the trace) grew 1.31× (0.258 ms → 0.339 ms) while the batch grew "
         "256×; at batch 256 they run at 24 % of the matmul roof (intensity 181 FLOP/B vs "
-        "ridge 193); at batch 1 they move their bytes at 24 % of the copy ceiling; a line "
-        "through it (a + c·B fit, R² 0.962) would double its flat part at batch ≈ 737 "
-        "(extrapolated); the decode model puts the GEMMs' ridge at batch 193."
+        "ridge 193); a line through it (a + c·B fit, R² 0.962) would double its flat part at "
+        "batch ≈ 737 (extrapolated); the decode model puts it at batch 817, from the GEMMs' "
+        "0.258 ms at batch 1: their weights stream at 958.4 GB/s (24 % of the copy ceiling), "
+        "their FLOPs at the matmul roof; the roofline's ridge, weights at the copy ceiling, "
+        "is batch 193."
     ) in found["s"][0]
     assert (
         "grew 1.25× (0.624 ms → 0.783 ms) while the batch grew 256×; at batch 256 they run at "
@@ -132,7 +134,13 @@ def test_the_crossover_sentence(found: Any, tables: dict[str, Any]) -> None:
     assert c is not None and c.column == "decode_gemm_ms" and not c.reached and c.batch is None
     assert c.growth_at_max == pytest.approx(1.311756, abs=1e-6)
     assert c.knee == pytest.approx(736.824, abs=1e-3) and c.r2 == pytest.approx(0.961939, abs=1e-6)
-    assert c.predicted == pytest.approx(193.042577, abs=1e-6)
+    assert c.roofline == pytest.approx(193.042577, abs=1e-6)
+    # predicted from batch 1 alone: the rows of the first call (no batch above 256) give
+    # the same figure as the whole sweep
+    assert c.predicted == pytest.approx(817.407314, abs=1e-6)
+    assert c.weight_stream_Bps == pytest.approx(958.380045e9, rel=1e-9)
+    c = measured_crossover(_batch_line(tables["m"]))
+    assert c is not None and c.predicted == pytest.approx(680.227978, abs=1e-6)
 
 
 def test_bandwidth_over_step_and_over_gpu_busy_time(found: Any) -> None:
@@ -193,22 +201,42 @@ def test_the_gpu_script_summary_reads(tmp_path: Path) -> None:
 
 def test_the_whole_sweeps_measure_the_crossover(full: dict[str, pd.DataFrame]) -> None:
     """Batch 512 and 1024: the decode GEMMs' GPU time leaves its flat part between them,
-    about 4x later than the roofline's ridge (at batch 1 they reach 24-28 % of the copy
-    ceiling, at 1024 54-66 % of the matmul roof)."""
-    for key, knee, r2, growth in (
-        ("s", 778.038710, 0.997442, 2.309457),
-        ("m", 746.015820, 0.987502, 2.272364),
+    about 4x later than the roofline's ridge: below it they stream their weights at 24-30 %
+    of the copy ceiling, past it they add FLOPs at 95-116 % of the matmul roof. The decode
+    model, from the GEMMs' time at batch 1, predicts it within 5-9 %."""
+    for key, knee, r2, growth, pred, roofline, flat_bw, slope in (
+        ("s", 778.038710, 0.997442, 2.309457, 817.407314, 193.042577, 23.587761, 95.068099),
+        ("m", 746.015820, 0.987502, 2.272364, 680.227978, 192.109365, 29.904712, 116.128584),
     ):
         c = measured_crossover(_batch_line(full[key]))
         assert c is not None and c.reached and c.between == (512, 1024)
         assert c.batch == pytest.approx(knee, abs=1e-6) and c.r2 == pytest.approx(r2, abs=1e-6)
         assert c.growth_at_max == pytest.approx(growth, abs=1e-6)
+        # the decode model's prediction (weights at the rate the GEMMs stream them at batch
+        # 1, FLOPs at the matmul roof) within 25 % of the measured crossover; the
+        # roofline's (weights at the copy ceiling) 4x early
+        assert c.predicted == pytest.approx(pred, abs=1e-6) and c.roofline is not None
+        assert abs(c.predicted / c.batch - 1) < 0.25 and c.batch / c.roofline > 3.8
+        assert c.roofline == pytest.approx(roofline, abs=1e-6)
+        # why, exactly: measured / roofline = (ceiling / flat part's bandwidth) x (FLOP/s
+        # added past it / matmul roof)
+        assert c.flat_bw_pct == pytest.approx(flat_bw, abs=1e-6)
+        assert c.slope_flops_pct == pytest.approx(slope, abs=1e-6)
+        assert c.batch / c.roofline == pytest.approx(c.slope_flops_pct / c.flat_bw_pct, rel=1e-9)
     s = generate_findings(full["s"])
     assert (
         "The measured crossover from memory- to compute-bound: the decode GEMMs' GPU time per "
         "step (the trace), flat at 0.258 ms, doubles at batch ≈ 778 (between 512 and 1024; a + "
-        "c·B fit, R² 0.997); the decode model puts it at batch 193 (measured / predicted 4.03)"
+        "c·B fit, R² 0.997); the decode model puts it at batch 817 (measured / predicted 0.95), "
+        "from the GEMMs' 0.258 ms at batch 1: their weights stream at 958.4 GB/s (24 % of the "
+        "copy ceiling), their FLOPs at the matmul roof; the roofline's ridge, weights at the "
+        "copy ceiling, is batch 193 (measured / roofline 4.03): below the crossover the GEMMs "
+        "move their weights at 24 % of the copy ceiling (the fit's flat part), past it they "
+        "add 745 TFLOP/s, 95 % of the matmul roof (4.03 = 4.24 × 0.95)."
     ) in s[0]
+    m = generate_findings(full["m"])[0]
+    assert "the decode model puts it at batch 680 (measured / predicted 1.10)" in m
+    assert "past it they add 897 TFLOP/s, 116 % of the matmul roof (3.88 = 3.34 × 1.16)." in m
     # GPU-bound and steady from 256 on: the plateau is the KV cache's, legitimately
     assert (
         "Tokens/s stops growing from batch 512 to 1024 (+7 %): there the KV cache is 99 % of "

@@ -44,6 +44,17 @@ class ScriptCommand(TyperCommand):
         return super().parse_args(ctx, args)
 
 
+_Steps = Annotated[
+    int | None,
+    typer.Option(
+        help="Timed (unprofiled) steps for the metrics; given (or --warmup): the fixed "
+        "schedule, which the script must complete  [default: up to 20, fitted]"
+    ),
+]
+_Warmup = Annotated[
+    int | None,
+    typer.Option(help="Warm-up steps, probed after the first (>= 1)  [default: 1 fitted, 5 fixed]"),
+]
 _StepMarker = Annotated[
     str,
     typer.Option(
@@ -87,8 +98,8 @@ _CommSteps = Annotated[
 
 def run_script_cmd(
     ctx: typer.Context,
-    steps: Annotated[int, typer.Option(help="Timed (unprofiled) steps for the metrics.")] = 20,
-    warmup: Annotated[int, typer.Option(help="Warm-up steps, probed after the first (>= 1).")] = 5,
+    steps: _Steps = None,
+    warmup: _Warmup = None,
     step_marker: _StepMarker = "optimizer",
     stop_after: _StopAfter = True,
     device: Annotated[
@@ -142,25 +153,30 @@ def run_script_cmd(
     """Profile a training script without editing it: tracekit run [OPTIONS] -- python
     train.py ARGS. Writes the same run folder as collect.
 
-    Schedule, counted in the script's steps: --warmup warm-up steps, --steps timed
-    unprofiled steps, on CUDA a light timeline pass (the profiler's schedule, CUDA activity
-    only; not with --single-pass), the profiled steps (--profile-wait + --profile-warmup +
+    Schedule, counted in the script's steps, fitted to the script by default: 1 warm-up
+    step, on CUDA a light timeline pass (the profiler's schedule, CUDA activity only; not
+    with --single-pass), the profiled steps (--profile-wait + --profile-warmup +
     --profile-active, x --profile-repeat), two category steps for memory by category
     (unless --with-stack or --no-memory-timeline), on CUDA --snapshot-steps memory-snapshot
-    steps. Defaults: 5 + 20 + 4 + 4 + 2 + 1 = 36 steps on CUDA, 31 on CPU."""
+    steps, then up to 20 timed unprofiled steps, fewer if the script ends first: at least
+    1 + 4 + 4 + 2 + 1 + 1 = 13 steps on CUDA, 8 on CPU. With --steps or --warmup the
+    schedule is fixed: warm-up, timed, then the profiled steps (5 + 20 + 11 = 36 on CUDA),
+    and the script must run them all."""
     command = ctx.meta["tracekit.script"]
     if counters:
         _check_script_counters(device)
     from tracekit.collectors import ProfilerConfig
     from tracekit.collectors import script as S
     from tracekit.collectors.session import SessionConfig
+    from tracekit.collectors.session_windows import schedule_options
 
     cfg = S.RunConfig(
         command=tuple(command),
         step_marker=step_marker,
         stop_after=stop_after,
         session=SessionConfig(
-            out=out if out is not None else S.default_out(command), steps=steps, warmup=warmup,
+            out=out if out is not None else S.default_out(command),
+            **schedule_options(steps, warmup),
             device=device, ceilings=ceilings, memory_snapshot=memory_snapshot,
             snapshot_steps=snapshot_steps, samples_per_step=samples_per_step,
             tokens_per_step=tokens_per_step, counters=counters, quiet=quiet,

@@ -134,6 +134,15 @@ def _option_costs(man: dict[str, Any] | None) -> dict[str, str]:
     return OPTION_COST
 
 
+def _shortened(cut: dict[str, Any]) -> str:
+    """A window the run's fitted schedule cut short (manifest ``schedule_shortened``)."""
+    a, b = cut.get("steps") or ("?", "?")
+    return (
+        f"the full {cut.get('phase')} window: {cut.get('ran')} of its {cut.get('planned')} "
+        f"steps ran ({a}-{b}; {cut.get('why')}; manifest schedule_shortened)"
+    )
+
+
 def _header(trace: Any, steps: list[int], table: pd.DataFrame) -> Header:
     man = trace.manifest if isinstance(trace.manifest, dict) else None
     cfg = _get(man, "config")
@@ -166,6 +175,7 @@ def _header(trace: Any, steps: list[int], table: pd.DataFrame) -> Header:
     options = {k: bool(v) for k, v in (trace.meta.get("options") or {}).items()}
     missing = [f"{k} off: {cost}" for k, cost in _option_costs(man).items()
                if not options.get(k, False)]  # fmt: skip
+    missing += [_shortened(c) for c in _get(man, "schedule_shortened") or []]
     device = trace.device_name if hasattr(trace, "device_name") else None
     device = device or _get(man, "device", "name")
     if _is_cpu(trace):

@@ -28,6 +28,19 @@ R, ``None`` when it cannot (long contexts). The step time on the roofline
 (:meth:`DecodeStep.time_s`) treats the two parts apart:
 max(W / BW, 2·N·B / peak) + max(KV bytes / BW, attention FLOPs / peak).
 
+That ridge is the **roofline's**: it assumes the weights stream at the copy ceiling. The
+decode GEMMs do not: each of a small model's per-layer GEMMs moves a few MB and takes a
+few µs almost whatever its size (only the LM head's large matrix comes near the ceiling),
+so their time per step, flat below the crossover, is the weights streamed at an
+**achieved bandwidth** W / t_w, a quarter of the ceiling for gpt2-small on an H200.
+Their time per step is t(B) = t_w + B·2N / P, so it doubles its flat part at
+B* = P·t_w / (2N) (:func:`achieved_gemm_ridge_batch`): the ridge point at the achieved
+bandwidth, R'·W/(2N) with R' = P·t_w / W. t_w comes from the decode GEMMs' measured time
+at a batch below the ridge (the trace), less its FLOPs at P (:func:`weight_stream_time`);
+P is the matmul roof (measured where the run has it): past the crossover the H200
+sweeps' GEMM time grows at about that rate, so the compute side holds and the bandwidth
+is what the roofline misses (figures in docs/generate.md).
+
 The model reads a run's manifest (``config.model``, ``config.dtype`` and the ``generate``
 block that ``collect --workload generate`` writes); no torch.
 """
@@ -216,6 +229,27 @@ def gemm_ridge_batch(
     return R * weight_bytes(model, dtype) / (2 * matmul_params(model))
 
 
+def weight_stream_time(
+    gemm_s: float, *, batch: int, gemm_flops_per_seq: float, peak_flops: float
+) -> float:
+    """t_w, the flat part of the decode GEMMs' time per step: their measured time
+    ``gemm_s`` at ``batch`` less that batch's FLOPs at ``peak_flops``, t − B·2N/P."""
+    return gemm_s - batch * gemm_flops_per_seq / peak_flops
+
+
+def achieved_gemm_ridge_batch(
+    gemm_s: float, *, batch: int, gemm_flops_per_seq: float, peak_flops: float
+) -> float | None:
+    """The batch at which the decode GEMMs' time doubles its flat part, predicted from
+    their time ``gemm_s`` measured at a ``batch`` below the ridge: B* = P·t_w / (2N), the
+    ridge point of the bandwidth the weights actually stream at (W / t_w) with the
+    matmul roof P (the module docstring). None when t_w <= 0 (no flat part measured)."""
+    t_w = weight_stream_time(
+        gemm_s, batch=batch, gemm_flops_per_seq=gemm_flops_per_seq, peak_flops=peak_flops
+    )
+    return peak_flops * t_w / gemm_flops_per_seq if t_w > 0 else None
+
+
 def step_ridge_batch(
     model: Mapping[str, Any] | ModelShape,
     *,
@@ -298,8 +332,35 @@ class DecodeModel:
         ctx = self.prompt + self.new_tokens
         return 2 * self.shape.n_layer * self.batch * ctx * self.shape.n_embd * b
 
-    def predict(self, bandwidth_Bps: float, peak_flops: float) -> dict[str, Any]:
-        """The roofline's figures for this run at the given ceilings."""
+    def gemm_flops_per_seq(self) -> int:
+        """2·N: the weight GEMMs' FLOPs per sequence of a decode step."""
+        return 2 * matmul_params(self.shape)
+
+    def achieved(
+        self, gemm_s: float, bandwidth_Bps: float, peak_flops: float
+    ) -> dict[str, float | None]:
+        """The crossover predicted from the decode GEMMs' measured time per step
+        ``gemm_s`` at this run's batch: the bandwidth the weights stream at (W / t_w, and
+        its % of ``bandwidth_Bps``) and :func:`achieved_gemm_ridge_batch`."""
+        f = self.gemm_flops_per_seq()
+        t_w = weight_stream_time(
+            gemm_s, batch=self.batch, gemm_flops_per_seq=f, peak_flops=peak_flops
+        )
+        bw = weight_bytes(self.shape, self.dtype) / t_w if t_w > 0 else None
+        return {
+            "weight_stream_s": t_w,
+            "weight_stream_Bps": bw,
+            "weight_stream_pct": 100.0 * bw / bandwidth_Bps if bw is not None else None,
+            "achieved_gemm_ridge_batch": achieved_gemm_ridge_batch(
+                gemm_s, batch=self.batch, gemm_flops_per_seq=f, peak_flops=peak_flops
+            ),
+        }
+
+    def predict(
+        self, bandwidth_Bps: float, peak_flops: float, gemm_s: float | None = None
+    ) -> dict[str, Any]:
+        """The roofline's figures for this run at the given ceilings; with the decode
+        GEMMs' measured time per step ``gemm_s`` (the trace) also :meth:`achieved`'s."""
         times = [s.time_s(bandwidth_Bps, peak_flops) for s in self.steps()]
         tpot = sum(times) / len(times)
         ctx = self.prompt + self.new_tokens
@@ -321,4 +382,9 @@ class DecodeModel:
                 bandwidth_Bps=bandwidth_Bps,
             ),
             "last_step_bound": self.step(self.new_tokens - 1).bound(bandwidth_Bps, peak_flops),
+            **(
+                self.achieved(gemm_s, bandwidth_Bps, peak_flops)
+                if gemm_s is not None and gemm_s > 0
+                else {}
+            ),
         }

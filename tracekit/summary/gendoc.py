@@ -93,9 +93,7 @@ def gemm_words(g: GenerateFacts) -> str:
             f"{gm.get('bound') or 'bound unknown'}"
         )
     if p is not None:
-        text += (
-            f"; by the model the weight GEMMs reach the ridge at batch {p['gemm_ridge_batch']:.0f}"
-        )
+        text += crossover_words(g, p)
         sr = p.get("step_ridge_batch")
         ctx = g.model.prompt + g.model.new_tokens
         if _ok(sr):
@@ -109,13 +107,42 @@ def gemm_words(g: GenerateFacts) -> str:
     return text
 
 
+def crossover_words(g: GenerateFacts, p: dict[str, Any]) -> str:
+    """The decode model's memory-to-compute crossover of the weight GEMMs (the weights at
+    the bandwidth they stream at in this run, the FLOPs at the roof) beside the roofline's
+    ridge (the weights at the copy ceiling)."""
+    roofline = (
+        "by the roofline (weights at the copy ceiling) they reach the ridge at batch "
+        f"{p['gemm_ridge_batch']:.0f}"
+    )
+    if not _ok(p.get("achieved_gemm_ridge_batch")):
+        return f"; {roofline}"
+    return (
+        f"; the decode model puts their memory-to-compute crossover at batch "
+        f"{p['achieved_gemm_ridge_batch']:.0f}: here they stream the weights at "
+        f"{_si(p['weight_stream_Bps'], 'B/s')} ({_pct(p['weight_stream_pct'])} of the copy "
+        f"ceiling{_shape_span(g)}), their FLOPs taken at the {g.pipe} roof; {roofline}"
+    )
+
+
+def _shape_span(g: GenerateFacts) -> str:
+    """The decode GEMM shapes slowest and fastest against the copy ceiling."""
+    t = g.gemms.dropna(subset=["bw_pct", "n", "k"]) if len(g.gemms) else g.gemms
+    if len(t) < 2:
+        return ""
+    order = t.sort_values("bw_pct")
+    lo, hi = order.iloc[0], order.iloc[-1]
+
+    def one(r: Any) -> str:
+        return f"{r['bw_pct']:.0f} % ({int(r['k'])}×{int(r['n'])}, {r['mean_us']:.1f} µs a call)"
+
+    return f"; by GEMM shape from {one(lo)} to {one(hi)}"
+
+
 def _memory_lever(g: GenerateFacts) -> str:
     p = g.prediction
-    at = (
-        f" (the weight GEMMs turn compute-bound near batch {p['gemm_ridge_batch']:.0f})"
-        if p
-        else ""
-    )
+    near = p and (p.get("achieved_gemm_ridge_batch") or p["gemm_ridge_batch"])
+    at = f" (the weight GEMMs turn compute-bound near batch {near:.0f})" if near else ""
     kv = g.traffic.kv_cache_read / g.traffic.total if g.traffic.total else 0.0
     lever = (
         f"amortise the weight read over more sequences: a larger batch{at}; fewer bytes "
@@ -237,6 +264,9 @@ def generate_json(
                     "tpot_ms": 1e3 * p["tpot_s"],
                     "tokens_per_s": p["tokens_per_s"],
                     "gemm_ridge_batch": p["gemm_ridge_batch"],
+                    "achieved_gemm_ridge_batch": p.get("achieved_gemm_ridge_batch"),
+                    "weight_stream_Bps": p.get("weight_stream_Bps"),
+                    "weight_stream_pct": p.get("weight_stream_pct"),
                     "step_ridge_batch": p["step_ridge_batch"],
                     "last_step_bound": p["last_step_bound"],
                 }

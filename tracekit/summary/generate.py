@@ -529,6 +529,8 @@ def analyse(
     per_step = per_step_table(dm, steps, step_table, kernel_bytes, decode, tpot, roofs, peak)
     prefill = prefill_facts(dm, kernels, trace_ops, _num((met.get("ttft_ms") or {}).get("median")))
     mem = met.get("memory") or {}
+    gemm = gemm_totals(gemms, roofs, pipe)
+    gemm_s = float(gemm["ms_per_step"]) / 1e3 if gemm["ms_per_step"] else None
     notes = []
     if tpot is None:
         notes.append(
@@ -543,9 +545,9 @@ def analyse(
         prefill=prefill,
         shares=time_shares(manifest, prefill, per_step, dm),
         gemms=gemms,
-        gemm=gemm_totals(gemms, roofs, pipe),
+        gemm=gemm,
         traffic=DecodeTraffic.mean_of([dm.step(d) for d in steps]),
-        prediction=dm.predict(roofs.bandwidth, peak) if roofs.bandwidth and peak else None,
+        prediction=dm.predict(roofs.bandwidth, peak, gemm_s) if roofs.bandwidth and peak else None,
         pipe=pipe,
         bandwidth=roofs.bandwidth,
         peak=peak,

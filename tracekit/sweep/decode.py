@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.summary.decode_model import achieved_gemm_ridge_batch, weight_stream_time
 from tracekit.sweep.decode_limits import HOST, change_words, host_words, span, with_limits
 from tracekit.sweep.findings import PLATEAU_GAIN, _gib, _num, failed_findings
 from tracekit.sweep.fit import fit_table
@@ -114,7 +115,14 @@ class Crossover:
     between: tuple[int, int] | None  # the sweep points around it
     max_batch: int
     growth_at_max: float  # value at the largest batch / at the smallest
-    predicted: float | None  # the decode model's GEMM ridge batch (measured ceilings)
+    # the decode model's prediction: the ridge at the bandwidth the GEMMs stream their
+    # weights at, from their time at the smallest batch (decode_model.achieved_gemm_ridge_batch)
+    predicted: float | None
+    weight_stream_Bps: float  # W / t_w at the smallest batch, the prediction's bandwidth
+    roofline: float | None  # the roofline's ridge batch R·W/(2N): weights at the copy ceiling
+    flat_bw_pct: float  # W / flat over the copy ceiling: the fit's flat part as a bandwidth
+    slope_flops: float  # 2N / slope: the FLOP/s the GEMMs add per sequence past the knee
+    slope_flops_pct: float  # of the matmul roof
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -152,11 +160,19 @@ def measured_crossover(ok: pd.DataFrame) -> Crossover | None:
     if reached and knee is not None:
         i = int(np.searchsorted(b, knee))
         between = (int(b[max(0, i - 1)]), int(b[min(i, len(b) - 1)]))
-    pred = (
-        _num(ok["model_gemm_ridge_batch"].dropna().median())
-        if "model_gemm_ridge_batch" in ok
-        else math.nan
-    )
+    roof = _roofs(ok)
+    pred = weight_bw = math.nan
+    if column == "decode_gemm_ms" and b[0] < roof["ridge_batch"]:  # a flat part measured
+        got = achieved_gemm_ridge_batch(
+            y[0] / 1e3, batch=int(b[0]), gemm_flops_per_seq=roof["flops_per_seq"],
+            peak_flops=roof["peak"],
+        )  # fmt: skip
+        t_w = weight_stream_time(
+            y[0] / 1e3, batch=int(b[0]), gemm_flops_per_seq=roof["flops_per_seq"],
+            peak_flops=roof["peak"],
+        )  # fmt: skip
+        pred, weight_bw = _num(got), float(roof["weight_bytes"] / t_w) if t_w > 0 else math.nan
+    slope_flops = roof["flops_per_seq"] / (c / 1e3) if c > 0 else math.nan
     return Crossover(
         column=column,
         base_batch=int(b[0]),
@@ -171,7 +187,31 @@ def measured_crossover(ok: pd.DataFrame) -> Crossover | None:
         max_batch=int(b[-1]),
         growth_at_max=float(y[-1] / y[0]),
         predicted=pred if math.isfinite(pred) else None,
+        weight_stream_Bps=weight_bw,
+        roofline=roof["ridge_batch"] if math.isfinite(roof["ridge_batch"]) else None,
+        flat_bw_pct=100.0 * roof["weight_bytes"] / (a / 1e3) / roof["bw"] if a > 0 else math.nan,
+        slope_flops=slope_flops,
+        slope_flops_pct=100.0 * slope_flops / roof["peak"],
     )
+
+
+def _roofs(ok: pd.DataFrame) -> dict[str, float]:
+    """The line's roofs and decode-model figures (medians of its rows; NaN where the
+    table lacks them): the copy ceiling ``bw``, the matmul roof ``peak``, the weights W,
+    the roofline's ridge batch R·W/(2N) and 2N, recovered from that batch."""
+
+    def med(col: str) -> float:
+        return _num(ok[col].dropna().median()) if col in ok and ok[col].notna().any() else math.nan
+
+    bw, peak = med("bandwidth_roof_Bps"), med("matmul_roof_flops")
+    w, ridge = med("model_weight_bytes"), med("model_gemm_ridge_batch")
+    return {
+        "bw": bw,
+        "peak": peak,
+        "weight_bytes": w,
+        "ridge_batch": ridge,
+        "flops_per_seq": peak * w / (bw * ridge),  # R·W/(2N) = ridge batch, R = peak / bw
+    }
 
 
 def crossover_words(c: Crossover, ok: pd.DataFrame) -> str:
@@ -185,19 +225,14 @@ def crossover_words(c: Crossover, ok: pd.DataFrame) -> str:
     )
     last = ok[ok["batch"] == c.max_batch].iloc[-1]
     fit = f"a + c·B fit, R² {c.r2:.3f}"
-    roof = _gemm_roof_words(ok, last) if gemm else ""
+    roof = _gemm_roof_words(ok, last, c.predicted is None) if gemm else ""
     if c.reached and c.batch is not None and c.between is not None:
         s = (
             f"the measured crossover from memory- to compute-bound: {what}, flat at "
             f"{_ms(c.flat_ms)}, doubles at batch ≈ {c.batch:.0f} (between {c.between[0]} and "
             f"{c.between[1]}; {fit})"
         )
-        if c.predicted is not None:
-            s += (
-                f"; the decode model puts it at batch {c.predicted:.0f} (measured / predicted "
-                f"{c.batch / c.predicted:.2f})"
-            )
-        return s + roof
+        return s + _predicted_words(c, ok) + _why_words(c)
     s = (
         f"the memory-to-compute crossover is not reached up to batch {c.max_batch}: "
         f"{what} grew {c.growth_at_max:.2f}× ({_ms(c.base_value)} → "
@@ -209,14 +244,51 @@ def crossover_words(c: Crossover, ok: pd.DataFrame) -> str:
             f"; a line through it ({fit}) would double its flat part at batch ≈ "
             f"{c.knee:,.0f} (extrapolated)"
         )
+    return s + _predicted_words(c, ok)
+
+
+def _predicted_words(c: Crossover, ok: pd.DataFrame) -> str:
+    """The decode model's crossover (from the GEMMs' time at the smallest batch) and the
+    roofline's ridge, each against the measured crossover when there is one."""
+
+    def vs(p: float, what: str) -> str:
+        return f" (measured / {what} {c.batch / p:.2f})" if c.batch is not None else ""
+
+    s = ""
     if c.predicted is not None:
-        s += f"; the decode model puts the GEMMs' ridge at batch {c.predicted:.0f}"
+        bw = _num(ok["bandwidth_roof_Bps"].dropna().median())
+        s += (
+            f"; the decode model puts it at batch {c.predicted:.0f}{vs(c.predicted, 'predicted')}"
+            f", from the GEMMs' {_ms(c.base_value)} at batch {c.base_batch}: their weights "
+            f"stream at {_bw(c.weight_stream_Bps)} ({100 * c.weight_stream_Bps / bw:.0f} % of "
+            "the copy ceiling), their FLOPs at the matmul roof"
+        )
+    if c.roofline is not None:
+        s += (
+            f"; the roofline's ridge, weights at the copy ceiling, is batch {c.roofline:.0f}"
+            f"{vs(c.roofline, 'roofline')}"
+        )
     return s
 
 
-def _gemm_roof_words(ok: pd.DataFrame, last: pd.Series) -> str:
+def _why_words(c: Crossover) -> str:
+    """Why the measured crossover is where it is against the roofline's ridge, exactly:
+    measured / roofline = (copy ceiling / the flat part's bandwidth) × (the FLOP/s the
+    GEMMs add past it / the matmul roof)."""
+    if c.roofline is None or c.batch is None or not math.isfinite(c.flat_bw_pct * c.slope_flops):
+        return ""
+    return (
+        f": below the crossover the GEMMs move their weights at {c.flat_bw_pct:.0f} % of the "
+        f"copy ceiling (the fit's flat part), past it they add "
+        f"{c.slope_flops / 1e12:.0f} TFLOP/s, {c.slope_flops_pct:.0f} % of the matmul roof "
+        f"({c.batch / c.roofline:.2f} = {100 / c.flat_bw_pct:.2f} × {c.slope_flops_pct / 100:.2f})"
+    )
+
+
+def _gemm_roof_words(ok: pd.DataFrame, last: pd.Series, smallest: bool) -> str:
     """Where the GEMMs run against the roofs: at the largest batch (matmul roof, their
-    intensity against the ridge point) and at the smallest (copy ceiling)."""
+    intensity against the ridge point) and, with ``smallest``, at the smallest (copy
+    ceiling; the prediction's words say it otherwise)."""
     s = ""
     fl = _num(last.get("decode_gemm_flops_util_pct"))
     if math.isfinite(fl):
@@ -227,7 +299,7 @@ def _gemm_roof_words(ok: pd.DataFrame, last: pd.Series) -> str:
             s += f" (intensity {it:.0f} FLOP/B vs ridge {ridge:.0f})"
     first = ok.iloc[0]
     bw = _num(first.get("decode_gemm_bw_util_pct"))
-    if math.isfinite(bw):
+    if smallest and math.isfinite(bw):
         s += (
             f"; at batch {int(first['batch'])} they move their bytes at {bw:.0f} % of the "
             "copy ceiling"

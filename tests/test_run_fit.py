@@ -1,0 +1,231 @@
+"""The schedule fitted to a script of unknown length (`tracekit run` and `tracekit.profile()`
+without --steps/--warmup): one warm-up step, the profiled passes, then up to 20 timed steps,
+fewer when the script ends first (collectors/session_windows.py `Phases(fit=True)`).
+
+On this CPU there is no light pass and no snapshot: 1 warm-up + 4 profiled (wait 1, warm-up
+1, active 2) + 2 in the category step, then the timed steps 8-27; at least 8 steps. The
+scripts are tests/scripts/cnn_bn.py (a plain CNN, its step count its first argument) and
+mlp.py, run with their defaults but for the ceilings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import tracekit
+from tracekit.cli import main
+from tracekit.collectors import session_windows as W
+from tracekit.collectors.profiler import ProfilerConfig
+from tracekit.errors import TracekitError
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+QUIET = ("--no-ceilings", "-q")
+
+
+def _run(
+    capsys: pytest.CaptureFixture[str],
+    out: Path,
+    script: str,
+    *args: str,
+    opts: tuple[str, ...] = (),
+) -> tuple[int, dict[str, Any] | None, str, str]:
+    rc = main(["run", *QUIET, *opts, "-o", str(out), "--", "python", str(SCRIPTS / script), *args])
+    o, e = capsys.readouterr()
+    mpath = out / "manifest.json"
+    return rc, (json.loads(mpath.read_text()) if mpath.exists() else None), o, e
+
+
+# ------------------------------------------------------------------ the schedule
+
+
+def test_fitted_phases_profile_first_and_time_what_remains() -> None:
+    ph = W.Phases(1, 20, ProfilerConfig(), 1, light=True, fit=True)  # as on CUDA
+    # 1 warm-up, light 4, full 4, category 2, snapshot 1, then timed 20
+    assert (ph.light, ph.full, ph.category, ph.snapshot, ph.timed, ph.done) == (
+        1, 5, 9, 11, 12, 32,
+    )  # fmt: skip
+    assert ph.minimum == 13 and ph.timed_end == 32
+    assert ph.to_manifest() == [
+        {"phase": "warmup", "steps": [1, 1]}, {"phase": "timeline", "steps": [2, 5]},
+        {"phase": "profiled", "steps": [6, 9]}, {"phase": "category", "steps": [10, 11]},
+        {"phase": "snapshot", "steps": [12, 12]}, {"phase": "timed", "steps": [13, 32]},
+    ]  # fmt: skip
+    assert ph.to_manifest(17)[-1] == {"phase": "timed", "steps": [13, 17]}
+    assert ph.describe() == (
+        "1 warm-up, 4 in the light timeline pass (CUDA only), 4 profiled (wait 1, warm-up 1, "
+        "active 2, repeat 1), 2 in the category step (memory by category), 1 in the memory "
+        "snapshot, then 1 to 20 timed: 13 to 32 steps"
+    )
+    # the probes in the category step: neither the full pass's times nor the timed carry them
+    assert (ph.probe_from, ph.probe_to) == (9, 11) and ph.probed() == "the category steps 10-11"
+    assert ph.reached(3) == "2 of the 4 steps of the light timeline pass"
+    assert ph.lowered() == (
+        3, ["--profile-wait 0", "--profile-warmup 0", "--profile-active 1",
+            "--no-memory-timeline", "--single-pass", "--no-memory-snapshot"],
+    )  # fmt: skip
+    cpu = W.Phases(1, 20, ProfilerConfig(), 0, light=False, fit=True)
+    assert (cpu.minimum, cpu.done) == (8, 27)
+    assert cpu.lowered(python=True) == (
+        3, ["wait=0", "profile_warmup=0", "active=1", "memory_timeline=False"]
+    )  # fmt: skip
+    # without the category step, the full pass's steps are probed, as with --warmup 1
+    bare = W.Phases(1, 20, ProfilerConfig(memory_timeline=False), 0, light=False, fit=True)
+    assert (bare.probe_from, bare.probe_to, bare.minimum) == (1, 5, 6)
+    # the fixed schedule is unchanged: the loop must run it all
+    fixed = W.Phases(5, 20, ProfilerConfig(), 1, light=True)
+    assert (fixed.timed, fixed.timed_end, fixed.light, fixed.minimum, fixed.done) == (
+        5, 25, 25, 36, 36,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("steps", "warmup", "want"),
+    [
+        (None, None, {"steps": 20, "warmup": 1, "fit": True}),
+        (30, None, {"steps": 30, "warmup": 5, "fit": False}),  # given: fixed
+        (None, 3, {"steps": 20, "warmup": 3, "fit": False}),
+    ],
+)
+def test_the_schedule_is_fitted_unless_steps_or_warmup_is_given(
+    steps: int | None, warmup: int | None, want: dict[str, Any]
+) -> None:
+    assert W.schedule_options(steps, warmup) == want
+
+
+def test_counters_replay_opens_before_the_first_timed_step() -> None:
+    fitted = {"schedule": W.Phases(1, 20, ProfilerConfig(), 1, light=True, fit=True).to_manifest()}
+    assert W.counters_start(fitted, 1) == 12  # the range holds step 13
+    assert W.counters_start({"schedule": None}, 5) == 5  # a manifest without a schedule
+
+
+# ------------------------------------------------------------- scripts, on the CPU
+
+
+@pytest.mark.parametrize(("iters", "timed"), [(12, 5), (20, 13), (30, 20)])
+def test_a_short_script_gets_a_full_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], iters: int, timed: int
+) -> None:
+    out = tmp_path / "cnn"
+    rc, m, stdout, err = _run(capsys, out, "cnn_bn.py", str(iters))
+    assert rc == 0, err
+    assert m is not None and m["status"] == "ok" and m["error"] is None
+    assert m["schedule_mode"] == "fit" and m["schedule_minimum_steps"] == 8
+    assert m["metrics"]["step_time_ms"]["n"] == timed
+    assert m["metrics"]["step_time_method"].startswith(f"steps 8-{7 + timed}: ")
+    assert m["metrics"]["profiled_step_time"]["n"] == 2
+    arts = m["artifacts"]
+    assert (out / arts["trace"]).is_file() and (out / arts["memory_timeline"]).is_file()
+    assert m["inputs"]["probed"] == "the category steps 6-7"
+    assert m["schedule"][-1] == {"phase": "timed", "steps": [8, 7 + timed]}
+    if iters < 27:  # the timed window is cut to what the script left
+        assert m["script"]["ended"] == "finished" and m["total_steps"] == iters
+        assert m["schedule_shortened"] == [{
+            "phase": "timed", "planned": 20, "ran": timed, "steps": [8, iters],
+            "why": f"the loop ended after {iters} steps",
+        }]  # fmt: skip
+        assert (
+            f"shortened: the timed window ran {timed} of its 20 steps (8-{iters}): the loop "
+            f"ended after {iters} steps" in stdout
+        )
+        if iters == 12:  # the report says so too (one case: a parse and a summary)
+            from tracekit.reports.run import report
+
+            missing = report(out, no_tensorboard=True).summary.header.missing
+            assert (
+                "the full timed window: 5 of its 20 steps ran (8-12; the loop ended after 12 "
+                "steps; manifest schedule_shortened)" in missing
+            )
+    else:  # the whole schedule: the script is stopped after it
+        assert m["script"]["ended"] == "stopped" and m["total_steps"] == 27
+        assert m["schedule_shortened"] == [] and "shortened" not in stdout
+
+
+def test_a_script_too_short_to_profile_gets_the_minimum_and_how_to_lower_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "mlp"
+    rc, m, _, err = _run(capsys, out, "mlp.py", "--iters", "3")
+    lines = [x for x in err.splitlines() if x.startswith("tracekit")]
+    assert rc == 2 and len(lines) == 1, err
+    assert lines[0].startswith(
+        "tracekit: error: the script ended too early: the loop ended after 3 steps, before "
+        "any profiled step was recorded: this schedule needs at least 8 (1 warm-up, "
+    )
+    lower = "--profile-wait 0 --profile-warmup 0 --profile-active 1 --no-memory-timeline"
+    assert f"; run it for more steps, or lower the minimum to 3 with {lower} (" in lines[0]
+    assert m is not None and m["status"] == "incomplete" and m["artifacts"]["trace"] is None
+    # the options it names do fit the script
+    rc, m, _, err = _run(
+        capsys, tmp_path / "low", "mlp.py", "--iters", "3", opts=tuple(lower.split())
+    )
+    assert rc == 0, err
+    assert m is not None and m["status"] == "ok" and m["metrics"]["step_time_ms"]["n"] == 1
+    assert m["schedule"] == [
+        {"phase": "warmup", "steps": [1, 1]}, {"phase": "profiled", "steps": [2, 2]},
+        {"phase": "timed", "steps": [3, 3]},
+    ]  # fmt: skip
+
+
+def test_a_script_ending_in_the_category_step_keeps_its_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, m, _, err = _run(capsys, tmp_path / "mlp", "mlp.py", "--iters", "6")
+    assert rc == 2 and "the loop ended after 6 steps (1 of the 2 steps of the category step); " \
+        "a complete run needs at least 8 (" in err  # fmt: skip
+    assert m is not None and m["status"] == "incomplete" and m["artifacts"]["trace"]
+    assert m["artifacts"]["memory_timeline_absent"] == "the loop ended in the category step"
+    assert m["metrics"] is None  # no timed step ran
+
+
+def test_steps_given_keep_the_fixed_schedule_and_its_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, m, _, err = _run(capsys, tmp_path / "cnn", "cnn_bn.py", "12", opts=("--steps", "20"))
+    assert rc == 2 and "the schedule needs 31 (5 warm-up, 20 timed, 4 profiled" in err
+    assert m is not None and m["status"] == "incomplete" and m["schedule_mode"] == "fixed"
+    assert m["schedule_shortened"] == [] and m["artifacts"]["trace"] is None
+
+
+# ------------------------------------------------------------ tracekit.profile()
+
+
+def _loop(n: int, prof: tracekit.Profile, fail_at: int | None = None) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(4, 8), torch.randn(4, 1)
+    for i in range(n):
+        if i == fail_at:
+            raise ValueError(f"corrupt batch {i}")
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        prof.step()
+
+
+def test_profile_fits_a_short_loop(tmp_path: Path) -> None:
+    with tracekit.profile(tmp_path / "p", ceilings=False, quiet=True) as prof:
+        _loop(10, prof)
+    m = prof.manifest
+    assert prof.status == "ok" and m is not None and m["schedule_mode"] == "fit"
+    assert m["metrics"]["step_time_ms"]["n"] == 3
+    assert [c["ran"] for c in m["schedule_shortened"]] == [3]
+    # a loop that raises in the timed steps: status error, with the timed steps it ran
+    failing = tracekit.profile(tmp_path / "e", ceilings=False, quiet=True)
+    with pytest.raises(ValueError, match="corrupt batch 10"), failing:
+        _loop(30, failing, fail_at=10)
+    m = failing.manifest
+    assert failing.status == "error" and m is not None and m["error"].startswith("ValueError")
+    assert m["metrics"]["step_time_ms"]["n"] == 3 and m["schedule"][-1]["steps"] == [8, 10]
+    short = tracekit.profile(tmp_path / "q", ceilings=False, quiet=True)
+    with (
+        pytest.raises(TracekitError, match="lower the minimum to 3 with wait=0 profile_warmup=0"),
+        short,
+    ):
+        _loop(2, short)
+    assert short.status == "incomplete"
