@@ -310,6 +310,11 @@ class CommHook:
         """The script ended after ``steps`` steps: say how far an unfinished
         measurement got (and turn gradient sync back on)."""
         r = self.rounds
+        if r is None and not self.finished and self.rounds_n > 0:
+            self.entry = self._block(
+                "failed", f"the loop ended after {steps} steps, before the measurement, whose "
+                f"{self.extra_steps} steps follow the schedule's last",
+            )  # fmt: skip
         if r is None or r.done:
             return
         r.close()
