@@ -229,3 +229,24 @@ def _check_links(got: dict[str, pa.Table], kernels_json: list[dict[str, Any]]) -
         assert -1 <= op < len(ops["op_id"])
         top = k["top_op_id"][i]
         assert (top == -1) if op < 0 else (0 <= top <= op or top == -1)
+
+
+@pytest.mark.parametrize("how", ["delete", "phase"])
+def test_report_on_kernels_whose_runtime_table_is_empty(how: str, tmp_path: Path) -> None:
+    """The same damage through ``tracekit report``: every runtime call lost, the kernels
+    linked by External id; the critical path read the empty runtime table's row 0."""
+    import contextlib
+    import io
+
+    from tracekit.cli import main
+
+    doc = tg.small_trace()
+    events = (_damage(e, how) if e.get("cat") == "cuda_runtime" else e for e in doc["traceEvents"])
+    doc["traceEvents"] = [e for e in events if e is not None]
+    p = tg.write(doc, tmp_path / "t.json")
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = main(["report", str(p), "-o", str(tmp_path / "rep"), "--no-tensorboard"])
+    assert code == 0, err.getvalue()
+    summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
+    assert summary["step_summary"]["shares_pct"]["gpu_work"] > 0
