@@ -3,7 +3,7 @@
     python benchmarks/code_health.py             # top 15 functions and modules, all cycles
     python benchmarks/code_health.py --top 40    # more rows
     python benchmarks/code_health.py --all       # also list tests/ and benchmarks/
-    python benchmarks/code_health.py --lazy      # also count function-level (lazy) imports
+    python benchmarks/code_health.py --module-level   # cycles of module-level imports only
 
 Reads the source with ``ast`` only (nothing is imported), so it runs in well under a second.
 tests/test_code_health.py holds the code to the limits with the same functions.
@@ -17,18 +17,23 @@ tests/test_code_health.py holds the code to the limits with the same functions.
   listed with ``--all`` but exempt: a test's data builder may be long and flat.
 * **Modules**: lines per file.
 * **Import cycles**: among tracekit's modules (tracekit/, collectors/ as tracekit.collectors,
-  reports/ as tracekit.reports), from *module-level* imports: those in the module body,
-  also inside module-level ``if``/``try`` blocks, and ``if TYPE_CHECKING:`` imports too
-  (the type checker follows them, and a cycle that only typing closes still ties the
-  modules together). Function-level lazy imports are *not* counted by default — they run
-  after the modules have loaded — and ``--lazy`` adds them. An import depends on the module
-  it names: ``from p import n`` on ``p`` (its ``__init__``), and on ``p.n`` too when that
-  is a module; ``import a.b.c`` on ``a.b.c``. Both also depend on the packages loaded on
-  the way (``a``, ``a.b``), except the ones the importing module lives in. So a module
-  that takes a sibling from its own package's ``__init__`` (``from tracekit.classify import
-  classes``) closes a cycle with an ``__init__`` that imports it; ``import
+  reports/ as tracekit.reports), from module-level imports (those in the module body, also
+  inside module-level ``if``/``try`` blocks, and ``if TYPE_CHECKING:`` imports: the type
+  checker follows them, and a cycle that only typing closes still ties the modules
+  together) and from function-level imports: a function that imports a module which
+  imports the function's module back is the same tie, only moved to run time (an import
+  put inside a function to dodge a cycle does not remove it). ``--module-level`` leaves
+  the function-level ones out. An import depends on the module it names: ``from p import
+  n`` on ``p`` (its ``__init__``), and on ``p.n`` too when that is a module; ``import
+  a.b.c`` on ``a.b.c``. Both also depend on the packages loaded on the way (``a``,
+  ``a.b``), except the ones the importing module lives in. So a module that takes a
+  sibling from its own package's ``__init__`` at module level (``from tracekit.classify
+  import classes``) closes a cycle with an ``__init__`` that imports it; ``import
   tracekit.classify.classes as classes`` or ``from tracekit.classify.classes import X``
-  does not. Each cycle is printed with the file:line of every import in it.
+  does not. In a function, ``from p import sub`` taking only submodules depends on them
+  alone: by the time a function runs, ``p``'s ``__init__`` has finished loading. Each
+  cycle is printed with the file:line of every import in it (``in a function`` where only
+  a function-level import makes that step).
 
 Exit status 1 when a limit is broken (outside tests/ and benchmarks/), else 0.
 """
@@ -78,7 +83,9 @@ class Graph:
     edges: dict[str, dict[str, int]]
     files: dict[str, str]  # module -> path relative to the root
     lazy_imports: int  # function-level imports of these modules (edges only with lazy=True)
-    lazy: bool = field(default=False)
+    lazy: bool = field(default=True)
+    # (module, dependency) pairs that only function-level imports make (lazy=True only)
+    lazy_only: set[tuple[str, str]] = field(default_factory=set)
 
 
 def source_files(
@@ -226,9 +233,10 @@ def _named(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
 
 
 def import_graph(
-    lazy: bool = False, root: Path = ROOT, packages: Mapping[str, str] = PACKAGES
+    lazy: bool = True, root: Path = ROOT, packages: Mapping[str, str] = PACKAGES
 ) -> Graph:
-    """The import graph of the modules under ``packages`` (see the module docstring)."""
+    """The import graph of the modules under ``packages`` (see the module docstring);
+    ``lazy``: with function-level imports."""
     folders = tuple(packages)
     trees: dict[str, ast.Module] = {}
     files: dict[str, str] = {}
@@ -243,34 +251,53 @@ def import_graph(
     stubs = source_files(folders, root, ".pyi")
     known = set(trees) | {module_name(p, root, packages) for p in stubs}
     graph = Graph({n: {} for n in trees}, files, 0, lazy)
+    module_level_edges: set[tuple[str, str]] = set()
     for name, tree in trees.items():
         own = set(_ancestors(name))
         package = name if name in inits else name.rpartition(".")[0]
         edges = graph.edges[name]
 
-        def need(target: str, line: int, edges: dict[str, int] = edges, me: str = name) -> None:
+        def need(
+            target: str, line: int, lazy: bool, edges: dict[str, int] = edges, me: str = name
+        ) -> None:
             if target in trees and target != me:
                 edges.setdefault(target, line)
+                if not lazy:
+                    module_level_edges.add((me, target))
 
         module_level = {id(n) for n in _import_nodes(tree, lazy=False)}
         for node in _import_nodes(tree, lazy=True):
             named = _named(node, package)
-            if id(node) not in module_level:
+            in_function = id(node) not in module_level
+            if in_function:
                 if not any(t in known or t.split(".")[0] in inits for t in named):
                     continue  # not one of ours
                 graph.lazy_imports += 1
                 if not lazy:
                     continue
-            for target in named:
-                need(target, node.lineno)  # the module the statement names ...
+            for target in _targets(node, named, known, in_function):
+                need(target, node.lineno, in_function)  # the module the statement names ...
                 for mod in _ancestors(target):  # ... the packages loaded on the way,
                     if mod not in own:  # except those this module lives in
-                        need(mod, node.lineno)
-            if isinstance(node, ast.ImportFrom):
-                for alias in node.names:  # ... and a submodule taken by name
-                    if f"{named[0]}.{alias.name}" in known:
-                        need(f"{named[0]}.{alias.name}", node.lineno)
+                        need(mod, node.lineno, in_function)
+    graph.lazy_only = {(a, b) for a, deps in graph.edges.items() for b in deps}
+    graph.lazy_only -= module_level_edges
     return graph
+
+
+def _targets(
+    node: ast.Import | ast.ImportFrom, named: list[str], known: set[str], in_function: bool
+) -> list[str]:
+    """The modules an import depends on: those it names, and a submodule taken by name
+    (``from p import sub``). In a function, a statement that takes only submodules depends
+    on them, not on ``p``'s ``__init__``: it runs once every module-level import is done."""
+    if not isinstance(node, ast.ImportFrom):
+        return named
+    subs = [f"{named[0]}.{a.name}" for a in node.names]
+    known_subs = [m for m in subs if m in known]
+    if in_function and len(known_subs) == len(subs):
+        return known_subs
+    return [*named, *known_subs]
 
 
 def components(edges: Mapping[str, Mapping[str, int]]) -> list[list[str]]:
@@ -349,7 +376,8 @@ def describe(graph: Graph, cycle: list[str]) -> str:
     """``a -> b (a.py:12) -> a (b.py:7)``: each step with the import that makes it."""
     steps = [cycle[0]]
     for a, b in itertools.pairwise(cycle):
-        steps.append(f"{b} ({graph.files[a]}:{graph.edges[a][b]})")
+        how = ", in a function" if (a, b) in graph.lazy_only else ""
+        steps.append(f"{b} ({graph.files[a]}:{graph.edges[a][b]}{how})")
     return " -> ".join(steps)
 
 
@@ -360,7 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--top", type=int, default=15, help="rows per list (default 15)")
     ap.add_argument("--all", action="store_true", help="also list tests/ and benchmarks/")
-    ap.add_argument("--lazy", action="store_true", help="count function-level imports too")
+    ap.add_argument(
+        "--module-level", action="store_true", help="cycles of module-level imports only"
+    )
     args = ap.parse_args(argv)
     funcs, mods = scan((*PACKAGES, *EXEMPT) if args.all else tuple(PACKAGES))
 
@@ -379,12 +409,12 @@ def main(argv: list[str] | None = None) -> int:
         flag = " *" if m in big else "  "
         print(f" {flag}{m.lines:5d}  {m.path}{'  (exempt)' if exempt(m.path) else ''}")
 
-    graph = import_graph(args.lazy)
+    graph = import_graph(lazy=not args.module_level)
     found = cycles(graph.edges)
     what = (
-        "module-level and function-level imports"
-        if args.lazy
-        else f"module-level imports; {graph.lazy_imports} function-level ones not counted"
+        f"module-level imports; {graph.lazy_imports} function-level ones not counted"
+        if args.module_level
+        else f"module-level and {graph.lazy_imports} function-level imports"
     )
     print(f"\nImport cycles among {len(graph.edges)} modules ({what}): {len(found) or 'none'}")
     for c in found:

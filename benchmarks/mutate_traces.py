@@ -4,7 +4,9 @@ every one in clean output or a one-line error.
 Each mutant is a real trace (fixtures/, tests/data/, ../shared/external-traces/) with 1-4
 damages inside JSON strings or numbers: a byte replaced by a random byte (mostly invalid
 UTF-8), bytes inserted or deleted, a lone UTF-16 surrogate escape, a number made huge
-(beyond int64) or turned into text. Every mutant is parsed with the native scanner and
+(beyond int64) or turned into text; with ``--events``, structural damage instead
+(:func:`damage_events`: events deleted or given another phase, step numbers and
+correlation / External ids rewritten). Every mutant is parsed with the native scanner and
 with it turned off (TRACEKIT_NO_SCAN=1), through ``tracekit.cli.main`` in worker
 processes (one per path, restarted if one dies), and the outcomes are counted:
 
@@ -19,6 +21,7 @@ processes (one per path, restarted if one dies), and the outcomes are counted:
 
     python benchmarks/mutate_traces.py                 # 1000 mutants, both paths
     python benchmarks/mutate_traces.py -n 200 --seed 7 --keep /tmp/mutants
+    python benchmarks/mutate_traces.py -n 300 --events  # structural damage
 
 Exit status 0 when there is no failure. Prints one line per failure and the counts.
 """
@@ -106,6 +109,46 @@ def damage(text: bytes, rnd: random.Random, n: int = 1) -> bytes:
             else:
                 buf[b:b] = b"9" * rnd.randint(1, 25)
     return bytes(buf)
+
+
+# Structural damage (--events): whole events lost or retyped, step numbers and ids rewritten.
+_CATS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy",
+         "gpu_memset", "python_function", "ac2g", "fwdbwd", "cpu_instant_event")  # fmt: skip
+_PHASES = ("i", "B", "E", "b", "f", "s", "M", "C", "", "x", None)
+_IDS = (-1, 0, 1, 7, 2**31, 2**62, 2**63 - 1, -(2**63), 2**63, 2**64, "7", "x", 1.5, None)
+
+
+def _step_suffix(rnd: random.Random) -> str:
+    return rnd.choice([str(rnd.randrange(2**31)), str(2**31), str(2**63), "9" * rnd.randint(19, 80),
+                       "", "x", "-1", "1.5", "0" * 30 + "3", str(rnd.randint(0, 3))])  # fmt: skip
+
+
+def damage_events(text: bytes, rnd: random.Random, n: int = 1) -> bytes:
+    """``text`` (a trace) with ``n`` structural damages: the events of a category (all, or a
+    share) deleted or given another phase, step markers renumbered (beyond int32/int64,
+    not numbers), correlation or External ids rewritten (pointing elsewhere, beyond int64,
+    not numbers). Damages of the kinds that left a runtime table empty under kernels."""
+    doc = json.loads(text)
+    ev = [dict(e) for e in doc["traceEvents"] if isinstance(e, dict)]
+    for _ in range(n):
+        how = rnd.choice(["delete", "phase", "step", "correlation", "External id"])
+        cat, share = rnd.choice(_CATS), rnd.choice([1.0, 1.0, 0.5, 0.05])
+        hit = [e for e in ev if e.get("cat") == cat and rnd.random() < share]
+        if how == "delete":
+            gone = {id(e) for e in hit}
+            ev = [e for e in ev if id(e) not in gone]
+        elif how == "phase":
+            for e in hit:
+                e["ph"] = rnd.choice(_PHASES)
+        elif how == "step":
+            for e in ev:
+                if str(e.get("name", "")).startswith("ProfilerStep#") and rnd.random() < 0.7:
+                    e["name"] = "ProfilerStep#" + _step_suffix(rnd)
+        else:
+            for e in hit:
+                if isinstance(e.get("args"), dict) and how in e["args"]:
+                    e["args"] = {**e["args"], how: rnd.choice(_IDS)}
+    return json.dumps({**doc, "traceEvents": ev}).encode()
 
 
 # -- worker: parse files in-process through the CLI's main(), one JSON line per file -------
@@ -233,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=int, default=120, help="seconds per parse before 'hang'")
     p.add_argument("--keep", type=Path, default=None, help="keep failing mutants here")
     p.add_argument("--paths", default="native,msgspec", help="native, msgspec or both")
+    p.add_argument("--events", action="store_true", help="structural damage (damage_events)")
     a = p.parse_args(argv)
     srcs = sources()
     if not srcs:
@@ -250,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
             rnd = random.Random(a.seed * 1_000_003 + i)
             src = srcs[i % len(srcs)]
             mutant = work / f"m{i}.pt.trace.json"
-            mutant.write_bytes(damage(texts[src], rnd, rnd.randint(1, 4)))
+            how = damage_events if a.events else damage
+            mutant.write_bytes(how(texts[src], rnd, rnd.randint(1, 4)))
             digests = {}
             failed = False
             for name, w in workers.items():

@@ -309,7 +309,7 @@ def _analyse(
         cls,
         facts=facts,
         on_table=None if worker is None else _drawing(worker, facts),
-        exposed_comm_pct=ranks.exposed_comm_pct if ranks is not None else None,
+        exposed_comm_pct=ranks.rank_exposed_comm_pct(_rank_of(trace)) if ranks else None,
         union_shares=ranks is not None,
     )
     if ranks is not None:

@@ -4,7 +4,8 @@ table, no module over 700 lines, no import cycle among tracekit's modules.
 The figures come from benchmarks/code_health.py (``ast`` only, well under a second), which
 prints them; its docstring says what counts: a *plain table* is a function whose body is
 one ``return`` of a literal; cycles count module-level imports (``TYPE_CHECKING`` ones
-included), not function-level lazy ones. tests/ and benchmarks/ are exempt from the limits.
+included) and function-level ones (an import moved into a function to dodge a cycle still
+ties the two modules together). tests/ and benchmarks/ are exempt from the limits.
 """
 
 from __future__ import annotations
@@ -33,7 +34,24 @@ def scanned() -> Any:
 
 @pytest.fixture(scope="module")
 def graph() -> Any:
-    return H.import_graph()
+    return H.import_graph()  # module-level and function-level imports
+
+
+# Function-level imports that close a cycle today, each in files this check's owner does not
+# own; their owners break them (a shared piece moved to a module both import, as
+# tracekit/cli_xspace.py and tracekit/ranks/tasks.py did) and drop the line here. The test
+# fails on any other cycle, and on a line here whose import no longer closes one.
+KNOWN_FUNCTION_LEVEL_CYCLES = {
+    # tracekit.profile (PEP 562 __getattr__) <- collectors.run reads tracekit.__version__
+    ("tracekit", "tracekit.collectors"),
+    ("tracekit", "tracekit.collectors.api"),
+    ("tracekit.collectors.run", "tracekit.collectors.dist_manifest"),
+    ("tracekit.collectors.run", "tracekit.collectors.distributed"),
+    ("tracekit.collectors.run", "tracekit.collectors.rank"),
+    ("tracekit.reports.ranks", "tracekit.reports.html"),
+    ("tracekit.reports.ranks", "tracekit.reports.terminal"),
+    ("tracekit.reports.sweep", "tracekit.reports.sweepgen"),
+}
 
 
 def test_no_function_over_100_lines(scanned: Any) -> None:
@@ -49,8 +67,24 @@ def test_no_module_over_700_lines(scanned: Any) -> None:
 
 
 def test_no_import_cycle(graph: Any) -> None:
-    found = H.cycles(graph.edges)
+    known = KNOWN_FUNCTION_LEVEL_CYCLES
+    in_cycle = {m for comp in H.components(graph.edges) for m in comp}
+    stale = {
+        (a, b)
+        for a, b in known
+        if (a, b) not in graph.lazy_only or a not in in_cycle or b not in in_cycle
+    }
+    assert not stale, f"no longer a function-level import in a cycle: drop {sorted(stale)}"
+    edges = {a: {b: n for b, n in d.items() if (a, b) not in known} for a, d in graph.edges.items()}
+    found = H.cycles(edges)
     assert not found, "import cycles:\n" + "\n".join("  " + H.describe(graph, c) for c in found)
+
+
+def test_no_import_cycle_at_module_level() -> None:
+    """No exception here: a module-level cycle can fail at import time."""
+    g = H.import_graph(lazy=False)
+    found = H.cycles(g.edges)
+    assert not found, "import cycles:\n" + "\n".join("  " + H.describe(g, c) for c in found)
 
 
 def _function(src: str) -> ast.FunctionDef:
@@ -84,11 +118,11 @@ def test_function_lengths_count_nested_and_methods() -> None:
     assert found == {"A.m": 4, "A.m.<locals>.inner": 2}
 
 
-def _package(root: Path, files: dict[str, str]) -> Any:
+def _package(root: Path, files: dict[str, str], lazy: bool = False) -> Any:
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(textwrap.dedent(text))
-    return H.import_graph(root=root, packages={"pkg": "pkg"})
+    return H.import_graph(lazy=lazy, root=root, packages={"pkg": "pkg"})
 
 
 def test_import_cycles_follow_the_module_each_import_names(tmp_path: Path) -> None:
@@ -128,3 +162,27 @@ def test_relative_imports_resolve_against_the_package(tmp_path: Path) -> None:
     )
     assert g.edges["pkg.sub.x"] == {"pkg.sub": 1, "pkg.sub.y": 1, "pkg.z": 2}
     assert H.cycles(g.edges) == [["pkg.sub", "pkg.sub.x", "pkg.sub"]]
+
+
+def test_function_level_cycles_are_seen_by_default(tmp_path: Path) -> None:
+    """A cycle closed by an import inside a function (the shape of cli <-> cli_run and
+    ranks.cluster <-> ranks.engine) is found, and marked so; a function taking a sibling
+    submodule through its package (``from . import draw``) depends on that module only."""
+    g = _package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg.run import go\n",
+            "pkg/run.py": "from pkg.cli_run import cmd\ndef go():\n    from . import draw\n",
+            "pkg/cli_run.py": "def cmd():\n    from pkg.run import go\n    return go\n",
+            "pkg/draw.py": "X = 1\n",
+        },
+        lazy=True,
+    )
+    found = H.cycles(g.edges)
+    assert found == [["pkg.cli_run", "pkg.run", "pkg.cli_run"]]
+    assert H.describe(g, found[0]) == (
+        "pkg.cli_run -> pkg.run (pkg/cli_run.py:2, in a function) -> pkg.cli_run (pkg/run.py:1)"
+    )
+    assert g.lazy_only == {("pkg.cli_run", "pkg.run"), ("pkg.run", "pkg.draw")}
+    assert H.cycles(H.import_graph(lazy=False, root=tmp_path, packages={"pkg": "pkg"}).edges) == []
+    assert H.cycles(H.import_graph(root=tmp_path, packages={"pkg": "pkg"}).edges) == found

@@ -421,3 +421,28 @@ def test_byte_damage_in_strings_and_numbers_parses_or_fails_cleanly(
         got[scanner] = _outcome(p, tmp_path / f"out{seed}-{scanner}")
     assert got["0"] == got["1"]
     p.unlink()
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 4), which=st.integers(0, 1))
+def test_structural_damage_parses_or_fails_cleanly(
+    seed: int, n: int, which: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whole events deleted or given another phase, step markers renumbered (any size, not
+    numbers), correlation / External ids rewritten (the mutation run's ``--events``): clean
+    output or a one-line TracekitError, the same on both paths (tests/test_parse_damaged.py
+    checks the links and steps such traces give)."""
+    sources = _damage_sources()
+    data = MUTATE.damage_events(sources[which % len(sources)], random.Random(seed), n)
+    p = tmp_path / f"e{seed}.json"
+    p.write_bytes(data)
+    got = {}
+    for scanner in ("0", "1"):
+        monkeypatch.setenv("TRACEKIT_NO_SCAN", scanner)
+        got[scanner] = _outcome(p, tmp_path / f"out{seed}-{scanner}")
+    assert got["0"] == got["1"]
+    p.unlink()

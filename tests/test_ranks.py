@@ -330,8 +330,9 @@ def test_report_on_a_folder_of_ranks(tmp_path: Path) -> None:
     assert ranks["format"] == "tracekit.ranks" and ranks["detail_rank"] == 0
     assert ranks["exposed_comm_pct"] == pytest.approx(14.0)
     assert ranks["collectives"]["by_kind"]["all_reduce"]["busbw_Bps"] == pytest.approx(100e9)
-    # the verdict's exposed communication is the multi-rank analysis's
-    assert doc["step_summary"]["shares_pct"]["exposed_communication"] == pytest.approx(14.0)
+    # the verdict's exposed communication is the multi-rank analysis's for rank 0 (its own
+    # 19 %, not the 14 % mean: tests/test_ranks_verdict.py)
+    assert doc["step_summary"]["shares_pct"]["exposed_communication"] == pytest.approx(19.0)
     # rank 0's class shares are of the union of its GPU activity: 3.0 of 7.4 ms
     assert doc["time_share_pct"]["communication"] == pytest.approx(100 * 3.0 / 7.4)
     runs = sorted(p.parent.name for p in tb.rglob("events.out.tfevents*"))

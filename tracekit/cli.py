@@ -30,6 +30,7 @@ from tracekit.cli_options import (
     workload_defaults,
 )
 from tracekit.cli_run import RUN_METAVAR, ScriptCommand, run_script_cmd
+from tracekit.cli_xspace import export_xspace_of
 from tracekit.errors import TracekitError, UsageError
 from tracekit.io import keep_freed_memory
 
@@ -240,7 +241,7 @@ def collect(
         _replay_counters(run_dir)
     typer.echo(summary(run_dir))
     if xspace:
-        _export_xspace_of(run_dir, None, None, None)
+        export_xspace_of(run_dir, None, None, None)
 
 
 def _check_counters(counters: bool, device: str, gpus: int) -> None:
@@ -290,26 +291,7 @@ def export_xspace_cmd(
     ] = None,
 ) -> None:
     """Write the trace as XSpace for TensorBoard's PROFILE tab (xprof)."""
-    _export_xspace_of(trace, logdir, run, host)
-
-
-def _export_xspace_of(trace: Path, logdir: Path | None, run: str | None, host: str | None) -> None:
-    from tracekit.parse import load
-    from tracekit.xspace import export_xspace, line_summary, read_xspace
-
-    if logdir is None:
-        logdir = (trace if trace.is_dir() else trace.parent) / "tensorboard"
-    parsed = load(trace)
-    path = export_xspace(parsed, logdir, run=run, host=host)
-    lines = line_summary(read_xspace(path))
-    devices = lines[lines["plane"].str.startswith("/device:")]
-    typer.echo(f"wrote {path}")
-    typer.echo(
-        f"  {len(devices)} GPU stream line(s) with {int(devices['events'].sum())} GPU events, "
-        f"{len(lines) - len(devices)} host line(s) with "
-        f"{int(lines['events'].sum() - devices['events'].sum())} events"
-    )
-    typer.echo(f"view: tensorboard --logdir {logdir}   (then open the PROFILE tab)")
+    export_xspace_of(trace, logdir, run, host)
 
 
 @app.command()

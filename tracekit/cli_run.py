@@ -192,9 +192,9 @@ def run_script_cmd(
     result = _run(cfg, nproc_per_node, comm_rounds, comm_steps, counters=counters)
     S.report_result(result, counters=counters, quiet=quiet)
     if xspace and result.status == "ok":
-        from tracekit.cli import _export_xspace_of
+        from tracekit.cli_xspace import export_xspace_of
 
-        _export_xspace_of(result.run_dir, None, None, None)
+        export_xspace_of(result.run_dir, None, None, None)
     raise typer.Exit(result.exit_code)
 
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 from tracekit.parse.arrays import labels, take, take_nullable, to_table
 from tracekit.parse.columns import Accumulator
 from tracekit.parse.events import KERNEL, MEMCPY, MEMSET, OP
-from tracekit.parse.link import launch_rows, link_by_external_id, top_ops
+from tracekit.parse.link import launch_rows, link_by_external_id, pick, top_ops
 from tracekit.parse.ops import Ops
 from tracekit.parse.runtime import Runtime
 from tracekit.schema import ARROW
@@ -65,22 +65,16 @@ def _column(acc: Accumulator, kinds: list[int], name: str) -> Any:
 def link_kernels(corr: I64, ext: I64, ops: Ops, rt: Runtime) -> _Links:
     """Launch call (same correlation), its op (else the op with the same External id),
     the outermost op, and the step of the launch (else of the op)."""
-    n = len(corr)
-    rt_id = launch_rows(corr, rt.correlation, rt.category) if len(rt.correlation) else None
-    if rt_id is None:
-        rt_id = np.full(n, -1, dtype=np.int64)
-    # no launch call at all (a kernels-only trace: collectors/cupti_pass.py): no op either
-    k_op = np.where(rt_id >= 0, rt.op[np.maximum(rt_id, 0)], -1) if len(rt.op) else rt_id.copy()
+    # no launch call at all (a kernels-only trace, collectors/cupti_pass.py; an empty
+    # runtime table): no launch row and no op either
+    rt_id = launch_rows(corr, rt.correlation, rt.category)
+    k_op = pick(rt.op, rt_id, -1)
     link_by_external_id(k_op, ext, ops.external_id)
     k_top = top_ops(k_op, ops.index.parent, np.asarray(ops.category == OP))
     if ops.steps is not None:
-        step = np.where(
-            rt_id >= 0,
-            rt.step[np.maximum(rt_id, 0)],
-            np.where(k_op >= 0, ops.step[np.maximum(k_op, 0)], -1),
-        )
+        step = np.where(rt_id >= 0, pick(rt.step, rt_id, -1), pick(ops.step, k_op, -1))
     else:
-        step = np.zeros(n, dtype=np.int64)
+        step = np.zeros(len(corr), dtype=np.int64)
     return _Links(rt_id, k_op, k_top, step)
 
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tracekit.errors import TraceError
 from tracekit.parse.arrays import str_test
 from tracekit.parse.columns import Accumulator
 from tracekit.parse.events import ANNOT, FLOW_END, MEMORY, PYMODULE, RUNTIME
@@ -21,7 +23,8 @@ from tracekit.parse.intervals import climb_top, enclosing, thread_key
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 B = npt.NDArray[np.bool_]
-STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+STEP_NAME = re.compile(r"^ProfilerStep#([0-9]+)$")  # ASCII digits, as Arrow's RE2 reads \d
+STEP_MAX = 2**31 - 1  # the tables' step column is int32
 _THREAD_KINDS = (RUNTIME, MEMORY, PYMODULE, FLOW_END)  # kinds with a (pid, tid) besides ops
 
 
@@ -98,24 +101,45 @@ def find_steps(
     if not len(si):
         return None
     names = name.take(pa.array(si)).to_pylist()
-    num = np.asarray(
-        [int(STEP_NAME.match(nm).group(1)) for nm in names],  # type: ignore[union-attr]
-        dtype=np.int64,
-    )
+    num = np.asarray([step_number(nm) for nm in names], dtype=np.int64)
     so = np.argsort(ts[si], kind="stable")
     si, num = si[so], num[so]
     return StepSpans(num, ts[si], end[si], [names[i] for i in so])
 
 
+def pick(values: npt.NDArray[Any], idx: I64, fill: int) -> npt.NDArray[Any]:
+    """``values[idx]`` where ``idx >= 0``, else ``fill``. Only the rows that point
+    somewhere are read: ``values`` may be empty (every ``idx`` then -1), as a runtime
+    table is when a damaged trace lost its calls but kept the kernels pointing at them."""
+    out = np.full(len(idx), fill, dtype=np.result_type(values.dtype, np.min_scalar_type(fill)))
+    hit = idx >= 0
+    out[hit] = values[idx[hit]]
+    return out
+
+
+def step_number(name: str) -> int:
+    """N of a ``ProfilerStep#N`` name (one Arrow matched); a number the int32 step
+    column cannot hold (a damaged trace) is a one-line TraceError, not a wrapped step."""
+    digits = name[len("ProfilerStep#") :]
+    n = int(digits) if len(digits.lstrip("0")) <= 10 else STEP_MAX + 1  # no 4300-digit int()
+    if n > STEP_MAX:
+        shown = name if len(name) <= 40 else name[:37] + "..."
+        raise TraceError(
+            f"step marker '{shown}': step number beyond {STEP_MAX}; the trace is damaged"
+        )
+    return n
+
+
 def launch_rows(k_corr: I64, r_corr: I64, r_cat: npt.NDArray[np.int8]) -> I64:
     """The runtime row that launched each GPU activity: the call with the same correlation
     id, the runtime API preferred over the driver (-1: none)."""
+    if not len(r_corr):  # no runtime calls (e.g. all lost from a damaged trace)
+        return np.full(len(k_corr), -1, dtype=np.int64)
     ro = np.lexsort((r_cat, r_corr))
     sc = r_corr[ro]
-    pos = np.searchsorted(sc, k_corr, side="left")
-    ok = (k_corr >= 0) & (pos < len(sc))
-    ok &= sc[np.minimum(pos, len(sc) - 1)] == k_corr
-    return np.where(ok, ro[np.minimum(pos, len(sc) - 1)], -1)
+    pos = np.minimum(np.searchsorted(sc, k_corr, side="left"), len(sc) - 1)
+    ok = (k_corr >= 0) & (sc[pos] == k_corr)
+    return np.where(ok, ro[pos], -1)
 
 
 def link_by_external_id(k_op: I64, k_ext: I64, op_ext: I64) -> None:
@@ -135,5 +159,5 @@ def top_ops(k_op: I64, parent: I64, is_op: B) -> I64:
     if not len(parent):
         return k_op
     top = climb_top(parent, is_op)
-    k_top = np.where(k_op >= 0, top[np.maximum(k_op, 0)], -1)
-    return np.where((k_top >= 0) & is_op[np.maximum(k_top, 0)], k_top, -1)
+    k_top = pick(top, k_op, -1)
+    return np.where(pick(is_op, k_top, False), k_top, -1)

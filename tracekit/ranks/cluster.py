@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tracekit.errors import UsageError
-from tracekit.ranks.engine import Task, died, raise_failure, remove_leftovers
+from tracekit.ranks.tasks import Task, died, raise_failure, remove_leftovers
 
 CONNECT_TIMEOUT_S = 10.0
 _ADDRESS = re.compile(r"^(tcp|tls|ucx|inproc|ws|wss)://\S+$")

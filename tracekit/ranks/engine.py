@@ -33,7 +33,6 @@ import json
 import multiprocessing as mp
 import os
 import resource
-import shutil
 import signal
 import socket
 import sys
@@ -47,9 +46,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import tracekit
-import tracekit.errors as errors
 from tracekit.errors import TracekitError, UsageError
 from tracekit.io import atomic_dir, atomic_write_json, keep_freed_memory
+from tracekit.ranks.tasks import Task, died, raise_failure, remove_leftovers
 from tracekit.schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -87,18 +86,6 @@ class RankResult:
     trace_bytes: int
     out_bytes: int
     cpu_s: float
-
-
-@dataclass(frozen=True)
-class Task:
-    """What a worker needs to run one rank (picklable: sent to spawned and Dask workers)."""
-
-    fn: str  # "module:qualname"
-    rank: int
-    trace: str
-    out: str  # the rank's final folder
-    key: dict[str, Any]
-    threads: int = 0  # TRACEKIT_WORKERS for the parse in a local worker (0: leave as is)
 
 
 # ---------------------------------------------------------------- naming, key, sizing
@@ -231,21 +218,6 @@ def _cpu() -> float:
     return u.ru_utime + u.ru_stime
 
 
-def raise_failure(task: Task, outcome: Mapping[str, Any]) -> None:
-    """The one-line error for a failed rank, naming it and its file (a bug: the traceback)."""
-    where = f"rank {task.rank}"
-    if task.trace not in outcome["message"]:
-        where += f" ({task.trace})"
-    if outcome["status"] == "error":
-        cls = getattr(errors, str(outcome.get("class")), TracekitError)
-        if not (isinstance(cls, type) and issubclass(cls, TracekitError)):
-            cls = TracekitError
-        raise cls(f"{where}: {outcome['message']}")
-    if outcome["status"] == "died":
-        raise TracekitError(f"{where}: {outcome['message']}")
-    raise RuntimeError(f"{where}: the per-rank function failed\n{outcome['message']}")
-
-
 def _result(task: Task, record: Mapping[str, Any], cached: bool) -> RankResult:
     s = record["stats"]
     return RankResult(
@@ -324,25 +296,6 @@ def _stop(running: Mapping[Connection, _Running]) -> None:
             r.proc.join()
     for r in running.values():
         remove_leftovers(r.task)
-
-
-def remove_leftovers(task: Task) -> None:
-    """Remove the temporary folders of a rank whose worker was killed (atomic_dir's)."""
-    out = Path(task.out)
-    for left in out.parent.glob(f".{out.name}.*"):
-        shutil.rmtree(left, ignore_errors=True)
-
-
-def died(code: int | None, detail: str = "") -> dict[str, Any]:
-    """The outcome of a worker process that ended with exit status ``code`` and no result."""
-    if code is not None and code < 0:
-        why = f"signal {-code} ({signal.Signals(-code).name})"
-        if -code == signal.SIGKILL:
-            why += ": killed, out of memory?"
-    else:
-        why = f"exit status {code}"
-    why += f": {detail}" if detail else ""
-    return {"status": "died", "message": f"its worker process ended without a result, {why}"}
 
 
 def run_local(

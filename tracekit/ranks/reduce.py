@@ -274,6 +274,16 @@ class RanksSummary:
     instances: pd.DataFrame = field(default_factory=pd.DataFrame)
     detail_rank: int | None = None  # the rank a report details (set by the report)
 
+    def rank_exposed_comm_pct(self, rank: int | None) -> float | None:
+        """``rank``'s own exposed communication, % of its step (None: not a GPU analysis,
+        or no such rank). A report's verdict splits one rank's step: it takes this, not the
+        mean over ranks, which set against that rank's busy time can exceed it."""
+        if self.on != "gpu" or rank is None or not len(self.per_rank):
+            return None
+        row = self.per_rank.loc[self.per_rank["rank"] == rank, "exposed_comm_pct"]
+        v = float(row.iloc[0]) if len(row) else math.nan
+        return v if math.isfinite(v) else None
+
 
 def per_rank_table(
     rs: pd.DataFrame,

@@ -236,7 +236,8 @@ def build_step(P: Prepared, step: int, keys: list[str] | None = None) -> StepGra
     kc = comp_at(gpu.end_pt, None)
     gc = np.where(gpu.has_gap, comp_at(gpu.start_pt, keys.index(GPU_IDLE)), -1)
     lrow = P.k_rt[kidx]
-    call_end = np.where(lrow >= 0, rt_end[np.maximum(lrow, 0)], -1)
+    call_end = np.full(len(lrow), -1, np.int64)  # (no runtime rows: a damaged trace)
+    call_end[lrow >= 0] = rt_end[lrow[lrow >= 0]]
     lc = np.where(call_end >= 0, comp_at(np.maximum(call_end, 0), keys.index(CPU_LAUNCH)), -1)
     le = _edge_into(g, gpu.start_pt, keys.index(LAUNCH))
     return StepGraph(
