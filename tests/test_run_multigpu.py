@@ -411,6 +411,14 @@ def test_the_sync_target_behind_a_wrapper_and_a_loop_that_ends_early() -> None:
     assert inner.sync == [False, True]  # sync back on
     assert hook.entry["status"] == "failed"
     assert hook.entry["reason"] == "the loop ended after 3 of the 8 steps of the measurement"
+    early = CommHook(0, rounds=2, steps=2)
+    early(_session(wrapper))
+    early.ended(5)  # the (fitted) schedule's timed steps end with the loop
+    assert (early.entry["status"], early.entry["reason"]) == (
+        "failed",
+        "the loop ended after 5 steps, before the measurement, whose 8 steps follow the "
+        "schedule's last",
+    )
 
 
 def test_metrics_across_ranks() -> None:
