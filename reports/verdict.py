@@ -64,7 +64,8 @@ def step_time_text(sm: Summary) -> str:
     h, tf = sm.header, sm.timeline_facts
     if tf is not None and tf.source == "light":
         st = (
-            f"{fmt.ms(tf.light_step_time_ms)} in the light timeline pass (CUDA only), "
+            f"{fmt.ms(tf.light_step_time_ms)} in the light timeline pass "
+            f"({light_words(tf.recorder)}), "
             f"{fmt.ms(tf.full_step_time_ms)} in the full pass (profiled)"
         )
     else:
@@ -72,6 +73,12 @@ def step_time_text(sm: Summary) -> str:
     if h.measured_step_time_ms is not None:
         st += f", {fmt.ms(h.measured_step_time_ms)} measured without profiler"
     return st
+
+
+def light_words(recorder: str | None) -> str:
+    """The light pass's recorder in a few words (``CUPTI, kernels only`` or ``Kineto, CUDA
+    only``; a run from before the recorders were told apart: ``CUDA only``)."""
+    return TL.RECORDER_WORDS.get(recorder or "", "CUDA only")
 
 
 def timeline_text(sm: Summary, brief: bool = False) -> str | None:
@@ -89,9 +96,10 @@ def timeline_text(sm: Summary, brief: bool = False) -> str | None:
     if tf.source == "light":
         per = [int(r["light_kernels"]) for r in tf.per_step]
         n = sum(per) / len(per) if per else 0
+        joined = f" ({tf.joined_pct:.1f} % of GPU time)" if tf.joined_pct is not None else ""
         return (
-            f"light pass (CUDA only){gap}; {n:,.0f} GPU activities per step joined to the "
-            "full pass; idle, launch and overlap from it"
+            f"light pass ({light_words(tf.recorder)}){gap}; {n:,.0f} GPU activities per step "
+            f"joined to the full pass{joined}; idle, launch and overlap from it"
         )
     return f"full pass{gap}: {(tf.brief or tf.reason) if brief else tf.reason}"
 

@@ -77,11 +77,12 @@ def test_light_pass_joins_the_full_one_kernel_by_kernel(
 ) -> None:
     t = load(_run(tmp_path, marked))
     tl = TL.for_report(t, S.analysed_steps(t.steps))
-    assert tl.light and tl.reason is None and tl.matched_pct == 100.0
+    assert tl.light and tl.reason is None and tl.matched_pct == tl.joined_pct == 100.0
     assert tl.step_source == "marker kernels" and tl.notes == []
+    assert tl.recorder == "kineto-cuda"  # a light trace with launch calls
     assert tl.per_step.to_dict("records") == [
         {"step": 2, "light_step": 0, "light_kernels": 822, "full_kernels": 822, "matched": 822,
-         "matched_pct": 100.0}
+         "matched_pct": 100.0, "joined_pct": 100.0}
     ]  # fmt: skip
     k = tl.kernels
     assert set(k["step"]) == {2} and list(tl.steps["step"]) == [2]
@@ -150,10 +151,12 @@ def test_faithful_within_ten_percent_or_a_warning(tmp_path: Path, marked: dict[s
 @pytest.mark.parametrize(
     ("light", "reason"),
     [
-        ({"drop_kernels": 1}, "step 2: the light pass launched 821 GPU activities, the full "
-         "pass 822 (the passes ran different work)"),
-        ({"rename_kernels": 50}, "only 93.9 % of the light pass's GPU activities have the full "
-         "pass's kernel at the same launch position (< 95 %): the passes ran different kernels"),
+        ({"drop_kernels": 30}, "only 98.8 % of the GPU time joins the full pass's kernels (per "
+         "stream, by order and name, grid and block; < 99 %; most of the rest on stream 7): "
+         "the passes ran different work"),
+        ({"rename_kernels": 50}, "only 96.3 % of the GPU time joins the full pass's kernels (per "
+         "stream, by order and name, grid and block; < 99 %; most of the rest on stream 7): "
+         "the passes ran different work"),
     ],
 )  # fmt: skip
 def test_different_work_falls_back_to_the_full_pass(
@@ -309,15 +312,17 @@ def test_every_output_says_where_the_timeline_comes_from(
     at = [i for i, line in enumerate(lines) if line.startswith("timeline ")]
     mem = [i for i, line in enumerate(lines) if line.startswith("memory ")]
     assert at and mem and mem[0] < at[0] < 40  # after the step summary, on the first screen
-    shown = " ".join(line.strip() for line in lines[at[0] : at[0] + 3])
+    shown = " ".join(line.strip() for line in lines[at[0] : at[0] + 4])
     assert shown.startswith(
-        f"timeline   light pass (CUDA only), {tf.vs_unprofiled_pct:+.1f} % vs unprofiled "
-        "(within 10 %); 822 GPU activities per step joined to the full pass"
+        f"timeline   light pass (Kineto, CUDA only), {tf.vs_unprofiled_pct:+.1f} % vs "
+        "unprofiled (within 10 %); 822 GPU activities per step joined to the full pass "
+        "(100.0 % of GPU time)"
     )
-    assert "in the light timeline pass (CUDA only)" in text
+    assert "in the light timeline pass (Kineto, CUDA only)" in text
     assert "GPU idle" in text and "of the light pass's step" in text
     html = (tmp_path / "out" / "report.html").read_text()
-    assert "light pass (CUDA only)" in html and "light timeline pass, CUDA activity only" in html
+    assert "light pass (Kineto, CUDA only)" in html
+    assert "light timeline pass, CUDA activity only" in html
     doc = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert doc["timeline"]["source"] == "light" and doc["timeline"]["faithful"] is True
     acc = ea.EventAccumulator(str(res.events.parent), size_guidance={ea.SCALARS: 0})

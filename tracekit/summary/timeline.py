@@ -14,19 +14,21 @@ profiler; idle time, launch gaps and overlap do not. So the report takes
 
 **Join.** The k-th light step pairs with the k-th analysed full step (both passes run the
 same schedule of the same step function; extra steps on either side are left out, with a
-note). Within a pair the GPU activities are taken in launch order (the runtime call's
-start, then the activity's own), the step markers left out, and paired by position. The
-join is all or nothing, never a guess:
+note). The light pass's GPU activities of the paired steps join the full pass's **per
+stream, by order and key** (``tracekit.summary.timeline_join``): on each stream, in start
+order, the kernel's name with its grid and block (memcpy/memset: their name), never by
+correlation id (the passes are two profiler sessions), the step markers left out. The
+**join rate** is the share of both passes' GPU time whose activity found its partner; below
+:data:`MIN_JOINED_PCT` % the passes ran different work: the report falls back to the full
+pass and says why (``--timeline light`` makes that an error instead). A light activity
+carries the class of its full partner (one without a partner is classed by its own name),
+so the overlap of communication with other work is measured on the light timeline with the
+full pass's classes.
 
-* every paired step must have launched as many GPU activities in both passes; and
-* at least :data:`MIN_MATCHED_PCT` % of the positional pairs must have the same kernel
-  name (a pair whose names differ stays unmatched: its light activity is classed by its
-  own name).
-
-Otherwise the passes ran different work: the report falls back to the full pass and says
-why (``--timeline light`` makes that an error instead). A light activity carries the
-class of its full partner, so the overlap of communication with other work is measured
-on the light timeline with the full pass's classes.
+The light pass is recorded by CUPTI, kernels only (``cupti-kernels``:
+``collectors/cupti_pass.py``), or by Kineto with CUDA activity (``kineto-cuda``, the
+fallback); :attr:`Timeline.recorder` says which (the manifest's
+``profiler.timeline.recorder``, else the trace: a kernels-only one has no launch calls).
 """
 
 from __future__ import annotations
@@ -41,15 +43,20 @@ import pandas as pd
 from tracekit.classify.classes import classify_kernel_name
 from tracekit.errors import TracekitError, UsageError
 from tracekit.parse import load
-from tracekit.parse.timeline import is_marker, launch_ts, with_light_steps
+from tracekit.parse.timeline import is_marker, with_light_steps
 from tracekit.summary.steps import step_table
+from tracekit.summary.timeline_join import join_streams
 
 MODES = ("auto", "light", "full")
-MIN_MATCHED_PCT = 95.0  # below this share of same-name pairs the light pass is not used
+MIN_JOINED_PCT = 99.0  # below this share of GPU time joined the light pass is not used
 FAITHFUL_PCT = 10.0  # a timeline step further than this from the unprofiled one is flagged
 KERNEL_COLUMNS = ("step", "kind", "name", "ts", "dur", "runtime_id")
 LIGHT = "light"
 FULL = "full"
+CUPTI = "cupti-kernels"  # the light pass's recorders (collectors/cupti_pass.py)
+KINETO = "kineto-cuda"
+RECORDERS = (CUPTI, KINETO)
+RECORDER_WORDS = {CUPTI: "CUPTI, kernels only", KINETO: "Kineto, CUDA only"}
 
 
 @dataclass
@@ -61,7 +68,8 @@ class Timeline:
     steps table (parser columns), renumbered with the full pass's step numbers (empty
     without a light pass); ``kernels`` also holds ``full_kernel_id`` (-1: unmatched),
     ``matched`` and ``marker``. ``per_step``: ``step``, ``light_step``,
-    ``light_kernels``, ``full_kernels``, ``matched``, ``matched_pct``."""
+    ``light_kernels``, ``full_kernels``, ``matched``, ``matched_pct``, ``joined_pct``
+    (GPU time)."""
 
     source: str
     requested: str  # auto | light | full
@@ -72,8 +80,10 @@ class Timeline:
     runtime: pd.DataFrame = field(default_factory=pd.DataFrame)
     steps: pd.DataFrame = field(default_factory=pd.DataFrame)
     per_step: pd.DataFrame = field(default_factory=pd.DataFrame)
-    matched_pct: float | None = None
+    matched_pct: float | None = None  # share of the activities joined
+    joined_pct: float | None = None  # share of the two passes' GPU time joined
     step_source: str | None = None  # marker kernels | host step starts
+    recorder: str | None = None  # cupti-kernels | kineto-cuda
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -81,41 +91,51 @@ class Timeline:
         return self.source == LIGHT
 
 
-def _launch_order(idx: np.ndarray, ts: np.ndarray, launch: np.ndarray) -> np.ndarray:
-    return idx[np.lexsort((ts[idx], launch[idx]))]
+def _step_rows(
+    steps: list[int], l_step: np.ndarray, f_step: np.ndarray, l_sel: np.ndarray,
+    f_sel: np.ndarray, partner: np.ndarray, f_joined: np.ndarray, l_dur: np.ndarray,
+    f_dur: np.ndarray,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Per paired step: its activities in each pass, how many joined, the joined share of
+    the step's GPU time (both passes)."""
+    rows = []
+    for k, s in enumerate(steps):
+        li, fi = np.flatnonzero(l_sel & (l_step == k)), np.flatnonzero(f_sel & (f_step == s))
+        ok_l, ok_f = partner[li] >= 0, f_joined[fi]
+        total = int(l_dur[li].sum()) + int(f_dur[fi].sum())
+        got = int(l_dur[li][ok_l].sum()) + int(f_dur[fi][ok_f].sum())
+        big = max(len(li), len(fi))
+        rows.append({
+            "step": int(s), "light_step": k, "light_kernels": len(li), "full_kernels": len(fi),
+            "matched": int(ok_l.sum()),
+            "matched_pct": 100.0 * int(ok_l.sum()) / big if big else 100.0,
+            "joined_pct": 100.0 * got / total if total else 100.0,
+        })  # fmt: skip
+    return rows
 
 
-def _step_row(s: int, k: int, lc: np.ndarray, fc: np.ndarray) -> dict[str, Any]:
-    same = int((lc == fc).sum()) if len(lc) == len(fc) else 0
-    big = max(len(lc), len(fc))
-    return {
-        "step": int(s),
-        "light_step": k,
-        "light_kernels": len(lc),
-        "full_kernels": len(fc),
-        "matched": same,
-        "matched_pct": 100.0 * same / big if big else 100.0,
-    }
-
-
-def mismatch(per_step: pd.DataFrame) -> str | None:
+def mismatch(joined_pct: float | None, per_step: pd.DataFrame, key: str,
+             worst: str | None) -> str | None:  # fmt: skip
     """Why the light pass cannot stand for the full one (None: it can)."""
     if not len(per_step):
         return "the light pass has no step to pair with the full pass's"
-    for r in per_step.to_dict("records"):
-        if r["light_kernels"] != r["full_kernels"]:
-            return (
-                f"step {r['step']}: the light pass launched {r['light_kernels']} GPU "
-                f"activities, the full pass {r['full_kernels']} (the passes ran different work)"
-            )
-    pct = 100.0 * float(per_step["matched"].sum()) / max(1, int(per_step["full_kernels"].sum()))
-    if pct < MIN_MATCHED_PCT:
+    if joined_pct is None or joined_pct < MIN_JOINED_PCT:
+        pct = f"{joined_pct:.1f}" if joined_pct is not None else "no"
+        where = f"; most of the rest on {worst}" if worst else ""
         return (
-            f"only {pct:.1f} % of the light pass's GPU activities have the full pass's kernel "
-            f"at the same launch position (< {MIN_MATCHED_PCT:.0f} %): the passes ran "
-            "different kernels"
+            f"only {pct} % of the GPU time joins the full pass's kernels (per stream, by order "
+            f"and {key}; < {MIN_JOINED_PCT:.0f} %{where}): the passes ran different work"
         )
     return None
+
+
+def _recorder(light: Any, manifest: dict[str, Any]) -> str:
+    """Which recorder made the light trace: the manifest's ``profiler.timeline``, else the
+    trace itself (a kernels-only trace has no launch calls)."""
+    tl = (manifest.get("profiler") or {}).get("timeline")
+    if isinstance(tl, dict) and tl.get("recorder") in RECORDERS:
+        return str(tl["recorder"])
+    return CUPTI if not len(light.runtime) and len(light.kernels) else KINETO
 
 
 def join(light: Any, full: Any, steps: list[int]) -> Timeline:
@@ -123,30 +143,24 @@ def join(light: Any, full: Any, steps: list[int]) -> Timeline:
     to the full trace's analysed ``steps`` (see the module docstring)."""
     lk, fk = light.kernels, full.kernels
     n = min(len(light.steps), len(steps))
-    names = pd.concat([lk["name"].astype(object), fk["name"].astype(object)], ignore_index=True)
-    codes = pd.factorize(names)[0]
-    l_codes, f_codes = codes[: len(lk)], codes[len(lk) :]
-    l_launch, f_launch = launch_ts(lk, light.runtime), launch_ts(fk, full.runtime)
     l_mark = lk["marker"].to_numpy(dtype=bool) if "marker" in lk else is_marker(lk["name"])
     f_mark = is_marker(fk["name"])
     l_step, f_step = lk["step"].to_numpy(), fk["step"].to_numpy()
-    l_ts, f_ts = lk["ts"].to_numpy(dtype=np.int64), fk["ts"].to_numpy(dtype=np.int64)
+    l_sel = ~l_mark & (l_step >= 0) & (l_step < n)
+    f_sel = ~f_mark & np.isin(f_step, steps[:n])
+    j = join_streams(lk, np.flatnonzero(l_sel), fk, np.flatnonzero(f_sel))
     f_id = fk["kernel_id"].to_numpy(dtype=np.int64)
-    partner = np.full(len(lk), -1, dtype=np.int64)
+    partner = np.where(j.partner >= 0, f_id[np.maximum(j.partner, 0)], -1)
+    l_dur, f_dur = lk["dur"].to_numpy(dtype=np.int64), fk["dur"].to_numpy(dtype=np.int64)
+    per_step = pd.DataFrame(
+        _step_rows(steps[:n], l_step, f_step, l_sel, f_sel, j.partner, j.full_joined, l_dur, f_dur)
+    )
+    why = mismatch(j.joined_pct, per_step, j.key, j.worst)
     new_step = np.full(len(lk), -1, dtype=np.int64)
-    rows = []
     for k, s in enumerate(steps[:n]):
-        li = _launch_order(np.flatnonzero((l_step == k) & ~l_mark), l_ts, l_launch)
-        fi = _launch_order(np.flatnonzero((f_step == s) & ~f_mark), f_ts, f_launch)
-        rows.append(_step_row(s, k, l_codes[li], f_codes[fi]))
-        if len(li) == len(fi):
-            same = l_codes[li] == f_codes[fi]
-            partner[li[same]] = f_id[fi[same]]
         new_step[l_step == k] = s
-    per_step = pd.DataFrame(rows)
-    why = mismatch(per_step)
-    matched = per_step["matched"].sum() if n else 0
-    total = per_step[["light_kernels", "full_kernels"]].max(axis=1).sum() if n else 0
+    matched = int(per_step["matched"].sum()) if n else 0
+    total = int(per_step[["light_kernels", "full_kernels"]].max(axis=1).sum()) if n else 0
     kern = lk[[c for c in KERNEL_COLUMNS if c in lk]].assign(
         step=new_step.astype(np.int32), full_kernel_id=partner, matched=partner >= 0, marker=l_mark
     )
@@ -166,8 +180,10 @@ def join(light: Any, full: Any, steps: list[int]) -> Timeline:
         runtime=_renumber_runtime(light.runtime, steps[:n]),
         steps=_renumber_steps(light.steps, steps[:n]),
         per_step=per_step,
-        matched_pct=100.0 * float(matched) / max(1, int(total)) if n else None,
+        matched_pct=100.0 * matched / max(1, total) if n else None,
+        joined_pct=j.joined_pct if n else None,
         step_source=(light.meta.get("timeline") or {}).get("source"),
+        recorder=_recorder(light, _manifest(full)),
         notes=notes,
     )
 
@@ -288,6 +304,8 @@ class TimelineFacts:
     light_trace: str | None
     step_markers: str | None
     matched_pct: float | None
+    joined_pct: float | None  # share of the passes' GPU time joined
+    recorder: str | None  # which recorder made the light pass
     light_step_time_ms: float | None
     light_measured_step_time_ms: float | None
     full_step_time_ms: float | None
@@ -325,8 +343,10 @@ class TimelineFacts:
             "reason": self.reason,
             "light_trace": self.light_trace,
             "step_markers": self.step_markers,
+            "recorder": self.recorder,
             "matched_pct": self.matched_pct,
-            "min_matched_pct": MIN_MATCHED_PCT,
+            "joined_pct": self.joined_pct,
+            "min_joined_pct": MIN_JOINED_PCT,
             "step_time_ms": self.step_time_ms,
             "light_step_time_ms": self.light_step_time_ms,
             "light_measured_step_time_ms": self.light_measured_step_time_ms,
@@ -371,6 +391,8 @@ def timeline_facts(
         light_trace=tl.path,
         step_markers=tl.step_source,
         matched_pct=tl.matched_pct,
+        joined_pct=tl.joined_pct,
+        recorder=tl.recorder,
         light_step_time_ms=_mean_step(light_table),
         light_measured_step_time_ms=_metric(manifest, "timeline_step_time_ms"),
         full_step_time_ms=_mean_step(full_table),
