@@ -257,12 +257,19 @@ def decide(b: Breakdown, e: Evidence) -> Verdict:
         text.append(_gpu_work_words(e))
     else:
         which, text, lever = _gpu_bound(b, e)
+    if which != "communication-bound" and b.comm_source != "trace":
+        text.insert(0, _comm_words(b))
     head = (
         f"GPU work {shares['gpu_work']:.1f} %, exposed communication "
         f"{shares['exposed_communication']:.1f} %, input wait {shares['input_wait']:.1f} %, "
         f"host idle {shares['host_idle']:.1f} % of {_step_words(b)}"
     )
     return Verdict(which, [head, *text], lever, shares, b.basis)
+
+
+def _comm_words(b: Breakdown) -> str:
+    """Where the exposed communication share came from, when not from this trace."""
+    return f"exposed communication {b.exposed_comm_ms:.2f} ms per step: {b.comm_source}"
 
 
 def _gpu_work_words(e: Evidence) -> str:
