@@ -176,6 +176,14 @@ def test_exposed_communication_from_outside(tmp_path: Path) -> None:
     assert sm.breakdown.comm_source == "run manifest metrics.exposed_comm_pct"
     assert sm.verdict.verdict == "compute-bound"  # 12 + 5 % idle < 20 %
     assert sm.verdict.shares_pct["exposed_communication"] == pytest.approx(12.0)
+    # a verdict that is not communication-bound still says where its figure came from
+    assert sm.verdict.evidence[1] == (
+        "exposed communication 1.20 ms per step: run manifest metrics.exposed_comm_pct"
+    )
+    words = "communication cost measured without the profiler, mean over ranks"
+    sm = summarize(t, cls, exposed_comm_pct=8.0, exposed_comm_source=words)
+    assert sm.breakdown.comm_source == words and sm.verdict.verdict == "compute-bound"
+    assert sm.verdict.evidence[1] == f"exposed communication 0.80 ms per step: {words}"
 
 
 # --------------------------------------------------------------------------- thresholds
