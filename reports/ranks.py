@@ -96,16 +96,16 @@ PER_RANK_TITLE = (
 )
 
 
-def verdict_comm(rs: RanksSummary | None) -> tuple[float | None, str | None]:
-    """The exposed-communication share (of the step) and its words that the verdict takes
-    from the ranks: the measured figure (:mod:`tracekit.ranks.measured`) when there is one,
-    else the trace's mean over ranks."""
-    if rs is None:
-        return None, None
-    m = rs.measured
-    if m is not None and m.comm_pct is not None:
-        return m.comm_pct, m.comm_source
-    return rs.exposed_comm_pct, None
+def verdict_comm(rs: RanksSummary | None, rank: int | None) -> tuple[float, str] | None:
+    """The communication (ms per unprofiled step) and its words that the verdict of the
+    report detailing ``rank`` takes from the ranks: that rank's measured cost, or its
+    exposed communication less a sync wait that is the profiler's
+    (:mod:`tracekit.ranks.measured`); None: the trace's figures stand."""
+    m = rs.measured if rs is not None else None
+    if m is None or m.comm_source is None or not m.comm_by_rank:
+        return None
+    r = rank if rank in m.comm_by_rank else min(m.comm_by_rank)
+    return m.comm_by_rank[r], f"rank {r}'s {m.comm_source}"
 
 
 def lines(rs: RanksSummary) -> list[str]:

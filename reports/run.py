@@ -307,10 +307,10 @@ def _analyse(
     sm = summarize(
         trace,
         cls,
+        comm_ms=ranks_view.verdict_comm(ranks, _rank_of(trace)),
         facts=facts,
         on_table=None if worker is None else _drawing(worker, facts),
-        exposed_comm_pct=ranks_view.verdict_comm(ranks)[0],
-        exposed_comm_source=ranks_view.verdict_comm(ranks)[1],
+        exposed_comm_pct=ranks.exposed_comm_pct if ranks is not None else None,
         union_shares=ranks is not None,
     )
     if ranks is not None:

@@ -172,9 +172,11 @@ def test_ddp_fp32_wait_is_the_profilers(ddp: RanksSummary) -> None:
         "the profiled window's ranks are 69.85 ms apart (rank 1 waits 68.61 ms per step in "
         "its collectives) while the unprofiled steps are 0.15 ms apart (rank 0 42.53 ms, rank "
         "1 42.68 ms): the trace's wait is the profiler's; the verdict counts the trace's "
-        "exposed communication less its sync wait, 0.92 ms per step; the communication cost "
-        "was not measured (tracekit collect --gpus N measures it without the profiler)"
+        "exposed communication less its sync wait (rank 0 1.84 ms, rank 1 0.00 ms per step); "
+        "the communication cost was not measured (tracekit collect --gpus N measures it "
+        "without the profiler)"
     ]
+    assert m.comm_by_rank == {0: pytest.approx(1.967436 - 0.1277735), 1: 0.0}
 
 
 @pytest.mark.parametrize(
@@ -231,8 +233,10 @@ def test_measured_cost_leads(results: dict[str, Path], tmp_path: Path) -> None:
     pr = s.per_rank.set_index("rank")
     assert list(pr["comm_cost_ms"]) == [8.2, 7.6]
     assert list(pr["without_sync_ms"]) == [33.9, 34.7]
-    assert RV.verdict_comm(s) == (m.comm_pct, m.comm_source)
-    assert m.comm_source == "communication cost measured without the profiler, mean over ranks"
+    # the verdict of the report detailing a rank takes that rank's measured cost
+    words = "communication cost measured without the profiler"
+    assert RV.verdict_comm(s, 1) == (7.6, f"rank 1's {words}")
+    assert RV.verdict_comm(s, 0) == (8.2, f"rank 0's {words}")
     lines = RV.lines(s)
     assert lines[1] == (
         "the profiled window's ranks are 69.85 ms apart (rank 1 waits 68.61 ms per step in "
@@ -280,7 +284,7 @@ def test_bare_folder_says_the_figures_are_the_profiled_windows(
     assert "(rank 1 waits 68.61 ms per step in its collectives)" in m.statements[0]
     import tracekit.reports.ranks as RV
 
-    assert RV.verdict_comm(s) == (s.exposed_comm_pct, None)
+    assert RV.verdict_comm(s, 0) is None  # the trace's figures stand
     line = RV.straggler_line(s)
     assert line is not None and line.startswith("straggler (profiled window): rank 0 works")
 
@@ -295,17 +299,19 @@ def test_report_of_the_shared_ddp_run(ddp_report: tuple[str, Any]) -> None:
     v = doc["step_summary"]
     assert v["verdict"] != "communication-bound"  # not on the profiled window's wait
     assert v["verdict"] == "launch/host-bound"
+    # rank 0 (detailed): its exposed communication less its sync wait, its own GPU work
     assert v["shares_pct"]["exposed_communication"] == pytest.approx(
-        100 * (1.967436 - 0.1277735) / 2 / 42.683759689331055, abs=1e-6
+        100 * (1.967436 - 0.1277735) / 42.683759689331055, abs=1e-6
     )
     assert (
-        "exposed communication 0.92 ms per step: the trace's exposed communication less its "
-        "sync wait, mean over ranks: the profiled window's wait is the profiler's" in flat
+        "communication 1.84 ms per step: rank 0's exposed communication in the trace less "
+        "its sync wait (the profiled window's wait is the profiler's)" in flat
     )
     assert (
-        "GPU work 68.3 %, exposed communication 2.2 %, input wait 0.0 %, host idle 29.5 % of "
+        "GPU work 65.8 %, exposed communication 4.3 %, input wait 0.0 %, host idle 29.8 % of "
         "the unprofiled 42.68 ms step" in flat
     )
+    assert sum(v["shares_pct"].values()) == pytest.approx(100.0)
     assert "the trace's wait is the profiler's" in flat
     assert "straggler (unprofiled steps): rank 1, 0.154 ms over the fastest (skew 0.4 %)" in flat
     ranks = doc["ranks"]
@@ -320,10 +326,18 @@ def test_report_leads_with_the_measured_cost(costed_report: tuple[str, Any]) -> 
     text, doc = costed_report
     flat = _flat(text)
     v = doc["step_summary"]
-    assert v["shares_pct"]["exposed_communication"] == pytest.approx(100 * 7.9 / 42.683759689331055)
+    # rank 0 (detailed): its measured 8.2 ms beside its own GPU work from the trace
+    shares = v["shares_pct"]
+    assert shares["exposed_communication"] == pytest.approx(100 * 8.2 / 42.683759689331055)
+    assert sum(shares.values()) == pytest.approx(100.0)
+    assert v["verdict"] == "communication-bound"  # 19.2 % measured against 14.9 % host idle
     assert (
-        "exposed communication 7.90 ms per step: communication cost measured without the "
-        "profiler, mean over ranks" in flat
+        "communication runs with no other GPU work beside it for 8.20 ms per step (rank 0's "
+        "communication cost measured without the profiler)" in flat
+    )
+    assert (
+        "GPU work 65.8 %, exposed communication 19.2 %, input wait 0.0 %, host idle 14.9 % of "
+        "the unprofiled 42.68 ms step" in flat
     )
     ranks_at = flat.index("Ranks")
     assert flat.index("the measured communication cost is 7.90 ms", ranks_at) < flat.index(

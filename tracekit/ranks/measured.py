@@ -67,10 +67,11 @@ class Measured:
     profiled_wait_rank: int | None  # the rank with the longest sync wait in the trace
     profiled_wait_ms: float | None  # its sync wait per step
     profilers_wait: bool  # the trace's wait disagrees with the unprofiled figures
-    comm_ms: float | None  # the verdict's communication, ms per unprofiled step
+    comm_ms: float | None  # the communication on the unprofiled basis, mean over ranks (ms)
     comm_pct: float | None  # ... as a share of the unprofiled step
-    comm_source: str | None
+    comm_source: str | None  # its words; None: the trace's exposed communication stands
     statements: list[str] = field(default_factory=list)
+    comm_by_rank: dict[int, float] = field(default_factory=dict)  # each rank's (the verdict's)
 
     @property
     def unprofiled_spread_ms(self) -> float | None:
@@ -95,6 +96,7 @@ class Measured:
             "comm_ms": self.comm_ms,
             "comm_pct": self.comm_pct,
             "comm_source": self.comm_source,
+            "comm_ms_by_rank": {str(r): v for r, v in self.comm_by_rank.items()},
             "statements": list(self.statements),
         }
 
@@ -176,6 +178,10 @@ def _each(ranks: dict[int, RankFigures], attr: str) -> str:
     return ", ".join(f"rank {r} {_ms(getattr(f, attr))}" for r, f in sorted(ranks.items())[:8])
 
 
+def _each_ms(values: dict[int, float]) -> str:
+    return ", ".join(f"rank {r} {_ms(v)}" for r, v in sorted(values.items())[:8])
+
+
 def _mean(values: list[float | None]) -> float | None:
     got = [v for v in values if v is not None]
     return sum(got) / len(got) if got and len(got) == len(values) else None
@@ -210,7 +216,8 @@ def measure(manifest: Any, per_rank: pd.DataFrame, rank_steps: pd.DataFrame) -> 
         and unprofiled is not None
         and p_spread - spread > max(DISAGREE_MS, DISAGREE_PCT / 100.0 * unprofiled)
     )
-    comm_ms, source = _verdict_comm(basis, disagree, costs, per_rank)
+    by_rank, source = _verdict_comm(basis, disagree, figs, per_rank)
+    comm_ms = _mean(list(by_rank.values())) if by_rank else None
     comm_pct = 100.0 * comm_ms / unprofiled if comm_ms is not None and unprofiled else None
     m = Measured(
         basis=basis,
@@ -230,31 +237,33 @@ def measure(manifest: Any, per_rank: pd.DataFrame, rank_steps: pd.DataFrame) -> 
         comm_ms=comm_ms,
         comm_pct=comm_pct,
         comm_source=source,
+        comm_by_rank=by_rank,
     )
     m.statements.extend(statements(m))
     return m
 
 
-def exposed_transfer_ms(per_rank: pd.DataFrame) -> float:
-    """The trace's exposed communication less its sync wait (what is left when the wait is
-    the profiler's), mean over ranks."""
-    return float((per_rank["exposed_comm_ms"] - per_rank["sync_wait_ms"]).clip(lower=0).mean())
+def exposed_transfer_ms(per_rank: pd.DataFrame) -> dict[int, float]:
+    """Per rank, the trace's exposed communication less its sync wait (what is left when
+    the wait is the profiler's)."""
+    left = (per_rank["exposed_comm_ms"] - per_rank["sync_wait_ms"]).clip(lower=0)
+    return {int(r): float(v) for r, v in zip(per_rank["rank"], left, strict=True)}
 
 
 def _verdict_comm(
-    basis: str, disagree: bool, costs: list[float | None], per_rank: pd.DataFrame
-) -> tuple[float | None, str | None]:
-    """The communication figure the verdict takes (ms per step) and its words; None: the
-    trace's exposed communication, as for any trace."""
+    basis: str, disagree: bool, figs: dict[int, RankFigures], per_rank: pd.DataFrame
+) -> tuple[dict[int, float], str | None]:
+    """Per rank the communication figure the verdict takes (ms per step), and its words;
+    empty: the trace's exposed communication, as for any trace."""
     if basis == "measured":
-        mean = _mean(costs)
-        return mean, "communication cost measured without the profiler, mean over ranks"
+        costs = {r: f.cost_ms for r, f in figs.items() if f.cost_ms is not None}
+        return costs, "communication cost measured without the profiler"
     if disagree and len(per_rank):
         return exposed_transfer_ms(per_rank), (
-            "the trace's exposed communication less its sync wait, mean over ranks: the "
-            "profiled window's wait is the profiler's"
+            "exposed communication in the trace less its sync wait (the profiled window's "
+            "wait is the profiler's)"
         )
-    return None, None
+    return {}, None
 
 
 def statements(m: Measured) -> list[str]:
@@ -303,8 +312,8 @@ def statements(m: Measured) -> list[str]:
         else f"the communication cost was not measured ({MEASURE_HINT})"
     )
     used = (
-        f"; the verdict counts the trace's exposed communication less its sync wait, "
-        f"{_ms(m.comm_ms)} per step"
+        f"; the verdict counts the trace's exposed communication less its sync wait "
+        f"({_each_ms(m.comm_by_rank)} per step)"
         if m.profilers_wait
         else ""
     )

@@ -364,8 +364,8 @@ def summarize(
     top_kernels: int = TOP_KERNELS,
     on_table: Callable[[str, Any], None] | None = None,
     exposed_comm_pct: float | None = None,
-    exposed_comm_source: str | None = None,
     union_shares: bool = False,
+    comm_ms: tuple[float, str] | None = None,
     timeline: TL.Timeline | str = "auto",
 ) -> Summary:
     """Everything the report shows. ``trace``: a ``tracekit.parse.Trace``; ``cls``: its
@@ -374,11 +374,13 @@ def summarize(
     ``operators`` and ``classes`` tables as soon as each is computed (so that a report can
     draw them while the rest is summarised). ``exposed_comm_pct``: the share of the step
     in which communication runs exposed, from a multi-rank analysis (replaces this trace's
-    own figure and the manifest's ``metrics.exposed_comm_pct``; ``exposed_comm_source``: its
-    words, e.g. a communication cost measured without the profiler). ``union_shares``: class
+    own figure and the manifest's ``metrics.exposed_comm_pct``). ``union_shares``: class
     time shares of the union of GPU activity (a multi-rank report; see
     :func:`tracekit.summary.classes.union_shares`). ``timeline``: see :func:`trace_facts`
-    (ignored when ``facts`` is given)."""
+    (ignored when ``facts`` is given). ``comm_ms``: (ms per step, words) of communication
+    measured on the unprofiled step, replacing the trace's exposed communication in the
+    verdict's split (:func:`tracekit.summary.verdict.breakdown`; before
+    ``exposed_comm_pct``)."""
     f = facts if facts is not None else trace_facts(trace, timeline)
     steps = f.steps
     n = max(1, len(steps))
@@ -424,8 +426,7 @@ def summarize(
     )
     if gen is not None:
         notes.extend(gen.notes)
-    given = (exposed_comm_pct, exposed_comm_source) if exposed_comm_pct is not None else None
-    bd = _breakdown(f, cls, trace.manifest, given)
+    bd = _breakdown(f, cls, trace.manifest, exposed_comm_pct, comm_ms)
     sm = Summary(
         **{x.name: getattr(f, x.name) for x in fields(TraceFacts) if x.name != "notes"},
         classes=classes,
@@ -457,7 +458,11 @@ def summarize(
 
 
 def _breakdown(
-    f: TraceFacts, cls: Any, manifest: Any, exposed_comm_pct: tuple[float, str | None] | None
+    f: TraceFacts,
+    cls: Any,
+    manifest: Any,
+    exposed_comm_pct: float | None,
+    comm_ms: tuple[float, str] | None = None,
 ) -> V.Breakdown | None:
     """The verdict's split of the step; a CPU run's over its profiled step (its operators
     are lengthened by the profiler too)."""
@@ -467,6 +472,7 @@ def _breakdown(
         input_wait=f.input_wait_ns,
         exposed_comm=V.exposed_comm_ns(_timeline_kernels(f, cls)),
         exposed_comm_pct=_exposed_comm(manifest, exposed_comm_pct),
+        comm_ms=comm_ms,
     )
 
 
@@ -522,13 +528,11 @@ def _flop_sources(k: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def _exposed_comm(
-    manifest: Any, given: tuple[float, str | None] | None
-) -> tuple[float, str] | None:
-    """An exposed-communication share from outside the trace: the argument (share, words),
-    else the manifest's ``metrics.exposed_comm_pct`` (written by a multi-GPU collect)."""
+def _exposed_comm(manifest: Any, given: float | None) -> tuple[float, str] | None:
+    """An exposed-communication share from outside the trace: the argument, else the
+    manifest's ``metrics.exposed_comm_pct`` (written by a multi-GPU collect)."""
     if given is not None:
-        return float(given[0]), given[1] or "multi-rank analysis"
+        return float(given), "multi-rank analysis"
     v = _num(_get(manifest if isinstance(manifest, dict) else None, "metrics", "exposed_comm_pct"))
     return (v, "run manifest metrics.exposed_comm_pct") if v is not None else None
 
