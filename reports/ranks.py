@@ -44,12 +44,17 @@ def _bytes(v: Any) -> str:
 PER_RANK: list[tuple[str, str, Callable[[Any], str]]] = [
     ("rank", "rank", _rank),
     ("step", "step_time_ms", fmt.ms),
+    ("unprofiled", "unprofiled_step_ms", fmt.ms),
     ("busy", "gpu_busy_ms", fmt.ms),
-    ("comm", "comm_kernel_ms", fmt.ms),
     ("exposed", "exposed_comm_ms", fmt.ms),
-    ("idle", "gpu_idle_ms", fmt.ms),
     ("wait", "sync_wait_ms", fmt.ms),
+    ("comm cost", "comm_cost_ms", fmt.ms),
+    ("idle", "gpu_idle_ms", fmt.ms),
+    ("comm", "comm_kernel_ms", fmt.ms),
     ("peak mem", "peak_allocated_bytes", _bytes),
+    ("cost % of step", "comm_cost_pct", fmt.pct),
+    ("with sync", "with_sync_ms", fmt.ms),
+    ("without sync", "without_sync_ms", fmt.ms),
     ("compute", "compute_ms", fmt.ms),
     ("exposed % of step", "exposed_comm_pct", fmt.pct),
     ("own work", "own_work_ms", fmt.ms),
@@ -84,7 +89,23 @@ COLLECTIVES: list[tuple[str, str, Callable[[Any], str]]] = [
     ("at this size", "measured_at_size_Bps", _gbs),
     ("arrives last", "last_rank", _rank),
 ]
-TERMINAL_COLUMNS = {"per_rank": 8, "stragglers": 7, "collectives": 7}
+TERMINAL_COLUMNS = {"per_rank": 7, "stragglers": 7, "collectives": 7}
+PER_RANK_TITLE = (
+    "Per rank (per step; unprofiled, comm cost: measured without the profiler; the rest: "
+    "the profiled window)"
+)
+
+
+def verdict_comm(rs: RanksSummary | None, rank: int | None) -> tuple[float, str] | None:
+    """The communication (ms per unprofiled step) and its words that the verdict of the
+    report detailing ``rank`` takes from the ranks: that rank's measured cost, or its
+    exposed communication less a sync wait that is the profiler's
+    (:mod:`tracekit.ranks.measured`); None: the trace's figures stand."""
+    m = rs.measured if rs is not None else None
+    if m is None or m.comm_source is None or not m.comm_by_rank:
+        return None
+    r = rank if rank in m.comm_by_rank else min(m.comm_by_rank)
+    return m.comm_by_rank[r], f"rank {r}'s {m.comm_source}"
 
 
 def lines(rs: RanksSummary) -> list[str]:
@@ -98,32 +119,22 @@ def lines(rs: RanksSummary) -> list[str]:
         f"{len(rs.steps)} step(s) compared{detail} (--rank R for another); clock: "
         f"{rs.clock.reason}"
     ]
+    if rs.measured is not None:
+        out.extend(rs.measured.statements)
     pr = rs.per_rank
     if rs.exposed_comm_pct is not None and len(pr):
         each = ", ".join(
             f"rank {int(r.rank)} {fmt.pct(r.exposed_comm_pct)}" for r in pr.head(8).itertuples()
         )
         out.append(
-            f"exposed communication {fmt.pct(rs.exposed_comm_pct)} of the step, mean over "
-            f"ranks ({each}{', …' if len(pr) > 8 else ''})"
+            f"exposed communication {fmt.pct(rs.exposed_comm_pct)} of the profiled step, mean "
+            f"over ranks ({each}{', …' if len(pr) > 8 else ''}); in its collectives, transfer "
+            f"{fmt.ms(_transfer_ms(rs))} and sync wait {fmt.ms(float(pr['sync_wait_ms'].mean()))}"
+            " per step, mean over ranks (profiled window)"
         )
-    st = rs.stragglers
-    if len(st) and len(pr) > 1:
-        worker = int(st["most_work_rank"].mode().iloc[0])
-        lead = float(st.loc[st["most_work_rank"] == worker, "own_work_lead_ms"].mean())
-        waited = ""
-        if rs.waited_on_rank is not None:
-            seen = rs.collectives[rs.collectives["ranks"] >= 2]
-            n_last = int((seen["last_rank"] == rs.waited_on_rank).sum())
-            waited = (
-                f"; the others wait for rank {rs.waited_on_rank} at {n_last} of {len(seen)} "
-                "collectives"
-            )
-        out.append(
-            f"straggler: rank {worker} works longest between collectives ({fmt.ms(lead)} "
-            f"over the median per step){waited}; step-time skew {fmt.pct(rs.skew_pct)} "
-            f"(slowest rank {rs.slowest_rank})"
-        )
+    line = straggler_line(rs)
+    if line:
+        out.append(line)
     for kind, k in rs.by_kind.items():
         cap = k.get("ceiling_Bps")
         of = (
@@ -139,6 +150,53 @@ def lines(rs: RanksSummary) -> list[str]:
     if rs.ceiling is not None:
         out.append(f"ceiling ({rs.ceiling.source}): {rs.ceiling.detail}")
     return out
+
+
+def _transfer_ms(rs: RanksSummary) -> float:
+    """Per step, mean over ranks: kernel time of the collectives less their sync wait."""
+    pr = rs.per_rank
+    return float((pr["comm_kernel_sum_ms"] - pr["sync_wait_ms"]).clip(lower=0).mean())
+
+
+def _profiled_straggler(rs: RanksSummary) -> str:
+    """The profiled window's straggler: the rank that works longest between collectives."""
+    st = rs.stragglers
+    worker = int(st["most_work_rank"].mode().iloc[0])
+    lead = float(st.loc[st["most_work_rank"] == worker, "own_work_lead_ms"].mean())
+    waited = ""
+    if rs.waited_on_rank is not None:
+        seen = rs.collectives[rs.collectives["ranks"] >= 2]
+        n_last = int((seen["last_rank"] == rs.waited_on_rank).sum())
+        waited = (
+            f"; the others wait for rank {rs.waited_on_rank} at {n_last} of {len(seen)} collectives"
+        )
+    return (
+        f"rank {worker} works longest between collectives ({fmt.ms(lead)} over the median per "
+        f"step){waited}; step-time skew {fmt.pct(rs.skew_pct)} (slowest rank {rs.slowest_rank})"
+    )
+
+
+def straggler_line(rs: RanksSummary) -> str | None:
+    """The straggler: from the unprofiled figures where the run has them (the steps without
+    gradient sync, else the timed steps), the profiled window's beside them."""
+    if not len(rs.stragglers) or len(rs.per_rank) < 2:
+        return None
+    m = rs.measured
+    if m is None or m.basis == "profiled window":
+        return f"straggler (profiled window): {_profiled_straggler(rs)}"
+    if m.own_spread_ms is not None:
+        head = (
+            f"straggler (unprofiled steps without gradient sync, no rank waiting): rank "
+            f"{m.own_slowest_rank}, {fmt.ms(m.own_spread_ms)} over the fastest (skew "
+            f"{fmt.pct(m.own_skew_pct)})"
+        )
+    else:
+        head = (
+            f"straggler (unprofiled steps): rank {m.step_slowest_rank}, "
+            f"{fmt.ms(m.step_spread_ms)} over the fastest (skew {fmt.pct(m.step_skew_pct)})"
+        )
+    tail = "the profiler's" if m.profilers_wait else "in line with the unprofiled steps"
+    return f"{head}; in the profiled window {_profiled_straggler(rs)}: {tail}"
 
 
 def union_note(sm: Summary) -> str | None:
@@ -184,7 +242,7 @@ def terminal(sm: Summary) -> list[RenderableType]:
         Group(*(Text(f"  {line}") for line in lines(rs))),
     ]
     n = TERMINAL_COLUMNS
-    out.append(_rich_table("Per rank (per step)", rs.per_rank.head(32), PER_RANK[: n["per_rank"]]))
+    out.append(_rich_table(PER_RANK_TITLE, rs.per_rank.head(32), PER_RANK[: n["per_rank"]]))
     if len(rs.stragglers) and len(rs.ranks) > 1:
         out.append(
             _rich_table("Straggler per step", rs.stragglers.head(16), STRAGGLERS[: n["stragglers"]])
@@ -213,7 +271,7 @@ def html(sm: Summary, plots: Mapping[str, bytes]) -> str:
 
     parts = [
         "<h2>Ranks</h2><ul>" + "".join(f"<li>{esc(x)}</li>" for x in lines(rs)) + "</ul>",
-        "<h3>Per rank (per step)</h3>" + table(rs.per_rank, PER_RANK),
+        f"<h3>{esc(PER_RANK_TITLE)}</h3>" + table(rs.per_rank, PER_RANK),
     ]
     if "ranks_timeline" in plots:
         parts.append(_img(plots["ranks_timeline"], "ranks x time: compute, communication, idle"))

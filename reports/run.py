@@ -307,6 +307,7 @@ def _analyse(
     sm = summarize(
         trace,
         cls,
+        comm_ms=ranks_view.verdict_comm(ranks, _rank_of(trace)),
         facts=facts,
         on_table=None if worker is None else _drawing(worker, facts),
         exposed_comm_pct=ranks.rank_exposed_comm_pct(_rank_of(trace)) if ranks else None,

@@ -319,7 +319,11 @@ def test_report_on_a_folder_of_ranks(tmp_path: Path) -> None:
     code, text, err = _cli("report", str(folder), "-o", str(out), "--tensorboard", str(tb))
     assert code == 0, err
     assert max(len(line) for line in text.splitlines()) <= 80
-    assert "exposed communication 14.0 % of the step" in text
+    assert "exposed communication 14.0 % of the profiled step" in text
+    flat = " ".join(text.split())
+    # a bare folder: the figures are the profiled window's, and the report says why
+    assert "no unprofiled figures (no run manifest with the ranks' steps)" in flat
+    assert "straggler (profiled window):" in flat
     assert "all_reduce: busbw 100 GB/s over 2 collectives = 22.2 % of the spec ceiling" in text
     for name in ("ranks.parquet", "rank_steps.parquet", "rank_stragglers.parquet",
                  "collectives.parquet", "collective_table.parquet", "ranks.trace.json.gz",
@@ -329,6 +333,8 @@ def test_report_on_a_folder_of_ranks(tmp_path: Path) -> None:
     ranks = doc["ranks"]
     assert ranks["format"] == "tracekit.ranks" and ranks["detail_rank"] == 0
     assert ranks["exposed_comm_pct"] == pytest.approx(14.0)
+    assert ranks["measured"]["basis"] == "profiled window"
+    assert ranks["measured"]["comm_ms"] is None
     assert ranks["collectives"]["by_kind"]["all_reduce"]["busbw_Bps"] == pytest.approx(100e9)
     # the verdict's exposed communication is the multi-rank analysis's for rank 0 (its own
     # 19 %, not the 14 % mean: tests/test_ranks_verdict.py)

@@ -176,6 +176,32 @@ def test_exposed_communication_from_outside(tmp_path: Path) -> None:
     assert sm.breakdown.comm_source == "run manifest metrics.exposed_comm_pct"
     assert sm.verdict.verdict == "compute-bound"  # 12 + 5 % idle < 20 %
     assert sm.verdict.shares_pct["exposed_communication"] == pytest.approx(12.0)
+    # a verdict that is not communication-bound still says where its figure came from
+    assert sm.verdict.evidence[1] == (
+        "communication 1.20 ms per step: run manifest metrics.exposed_comm_pct"
+    )
+
+
+def test_communication_measured_on_the_step_replaces_the_traces(tmp_path: Path) -> None:
+    """``comm_ms`` (a cost measured without the profiler, say) replaces the trace's exposed
+    communication inside the busy time: the GPU work stays the trace's, the idle time is
+    what is left of the step; it wins over ``exposed_comm_pct``."""
+    path = tg.write(sg.compute_bound(), tmp_path / "c.pt.trace.json.gz")
+    t = load(path)
+    cls = classify_mod.classify(t)
+    base = summarize(t, cls)
+    work = base.breakdown.gpu_work_ms
+    words = "rank 0's communication cost measured without the profiler"
+    sm = summarize(t, cls, exposed_comm_pct=30.0, comm_ms=(0.3, words))
+    bd = sm.breakdown
+    assert bd.comm_source == words and bd.exposed_comm_ms == pytest.approx(0.3)
+    assert bd.gpu_work_ms == pytest.approx(work)  # 9.5 ms of a 10 ms step
+    assert bd.busy_ms + bd.host_idle_ms + bd.input_wait_ms == pytest.approx(bd.step_ms)
+    assert bd.host_idle_ms == pytest.approx(0.2)
+    assert sm.verdict.verdict == "compute-bound"  # 3 % + 2 % outside the GPU work
+    assert sm.verdict.evidence[1] == f"communication 0.30 ms per step: {words}"
+    big = summarize(t, cls, comm_ms=(1e3, words)).breakdown  # never more than the step
+    assert big.busy_ms == pytest.approx(big.step_ms) and big.host_idle_ms == 0.0
 
 
 # --------------------------------------------------------------------------- thresholds

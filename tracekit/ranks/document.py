@@ -20,7 +20,8 @@ PER_RANK_KEYS = (
     "comm_kernel_ms", "comm_kernel_sum_ms", "exposed_comm_ms", "overlapped_comm_ms",
     "gpu_idle_ms", "gpu_idle_pct", "exposed_comm_pct", "sync_wait_ms", "own_work_ms",
     "collectives_per_step", "last_arrivals", "peak_allocated_bytes", "peak_reserved_bytes",
-    "clock_offset_ms",
+    "clock_offset_ms", "unprofiled_step_ms", "with_sync_ms", "without_sync_ms", "comm_cost_ms",
+    "comm_cost_pct",
 )  # fmt: skip
 STRAGGLER_KEYS = (
     "step", "slowest_rank", "step_time_ms", "median_ms", "lead_ms", "lead_pct",
@@ -90,6 +91,7 @@ def ranks_json(s: RanksSummary) -> dict[str, Any]:
                 "table_rows": len(s.collective_table),
             },
             "ceiling": s.ceiling.to_json() if s.ceiling is not None else None,
+            "measured": s.measured.to_json() if s.measured is not None else None,
             "notes": s.notes,
         }
     )

@@ -27,6 +27,7 @@ import pandas as pd
 
 from tracekit.ranks import bandwidth as BW
 from tracekit.ranks.collectives import COMMUNICATION, INSTANCE_COLUMNS, match
+from tracekit.ranks.measured import Measured, reconcile
 from tracekit.ranks.perrank import RESULT, STEP_COLUMNS
 
 ALIGN_TOLERANCE_NS = 5_000  # a first collective "impossible" by more than this: align
@@ -273,6 +274,7 @@ class RanksSummary:
     t0_ns: int = 0
     instances: pd.DataFrame = field(default_factory=pd.DataFrame)
     detail_rank: int | None = None  # the rank a report details (set by the report)
+    measured: Measured | None = None  # the trace beside the run's unprofiled measurements
 
     def rank_exposed_comm_pct(self, rank: int | None) -> float | None:
         """``rank``'s own exposed communication, % of its step (None: not a GPU analysis,
@@ -417,6 +419,7 @@ def reduce(
             "ranks' traces may start at different collectives"
         )
     strag = stragglers(rs, matched)
+    measured, per_rank = reconcile(manifest, per_rank, rs)
     exposed = per_rank["exposed_comm_pct"] if len(per_rank) else pd.Series(dtype=float)
     medians = per_rank.set_index("rank")["step_time_ms"] if len(per_rank) else pd.Series()
     last = (
@@ -455,4 +458,5 @@ def reduce(
         bases={r: int(L.info[r].get("trace_start_ns") or 0) for r in ranks},
         t0_ns=t0,
         instances=inst,
+        measured=measured,
     )

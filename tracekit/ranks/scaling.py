@@ -8,12 +8,20 @@ manifests (measured without the profiler: ``metrics.tokens_per_s_per_gpu``, or
 profiled step time), else the step times alone stand for them (same per-GPU batch
 assumed, said in the note).
 
-**Where the time went**: a step is compute + exposed communication + GPU idle (its busy
-time is compute plus the communication no compute hides; the rest is idle), per rank
-and averaged over ranks. The change of the step from the smaller to the larger run is
-split exactly into those three changes; the **skew** (slowest rank's step time minus the
-median rank's) is the part of the larger run's step that one rank keeps the others
-waiting for.
+**Where the time went**, on one basis. Where both runs' manifests hold the unprofiled
+step (``step_basis`` ``unprofiled``), the change of that step is split into the larger
+run's communication cost measured without the profiler (``distributed.comm_cost``, mean
+over ranks; :mod:`tracekit.ranks.measured`) and the rest; without a measured cost only
+the change is given. The **skew** is then the unprofiled one (the ranks' steps without
+gradient sync, else their timed steps: largest minus smallest).
+
+Without unprofiled steps (``step_basis`` ``profiled``: bare traces), the profiled step is
+split as a trace shows it: a step is compute + exposed communication + GPU idle (its busy
+time is compute plus the communication no compute hides; the rest is idle), per rank and
+averaged over ranks, and the change is split exactly into those three changes; the skew
+is the slowest rank's step time minus the median rank's. That split is always kept under
+``profiled``: its exposed communication holds the profiled window's sync waits, which the
+profiler can make (one rank's host slowed more than another's).
 """
 
 from __future__ import annotations
@@ -38,6 +46,10 @@ class Side:
     skew_ms: float
     tokens_per_s_per_gpu: float | None
     source: str  # where the throughput comes from
+    unprofiled_step_ms: float | None = None  # the manifest's (slowest rank's) median step
+    comm_cost_ms: float | None = None  # measured without the profiler (0: one GPU)
+    unprofiled_skew_ms: float | None = None  # largest - smallest unprofiled (own) step
+    skew_words: str = "slowest rank over the median, profiled"
 
 
 def _get(d: Any, *keys: str) -> Any:
@@ -74,6 +86,8 @@ def side_of(label: str, sm: Any, ranks: RanksSummary | None, manifest: Any) -> S
         med = float(pr["step_time_ms"].median())
         step = float(pr["step_time_ms"].mean())
         tput, src = _throughput(manifest, len(ranks.ranks), tokens, step)
+        m = ranks.measured
+        own = m is not None and m.own_spread_ms is not None
         return Side(
             label=label,
             gpus=ranks.world_size,
@@ -84,6 +98,11 @@ def side_of(label: str, sm: Any, ranks: RanksSummary | None, manifest: Any) -> S
             skew_ms=float(pr["step_time_ms"].max()) - med,
             tokens_per_s_per_gpu=tput,
             source=src,
+            unprofiled_step_ms=m.unprofiled_step_ms if m is not None else None,
+            comm_cost_ms=m.comm_ms if m is not None and m.basis == "measured" else None,
+            unprofiled_skew_ms=m.unprofiled_spread_ms if m is not None else None,
+            skew_words=f"unprofiled steps{' without gradient sync' if own else ''}, largest "
+            "minus smallest",
         )
     st = sm.step_table
     step = float(st["step_time_ms"].mean()) if len(st) else math.nan
@@ -92,7 +111,50 @@ def side_of(label: str, sm: Any, ranks: RanksSummary | None, manifest: Any) -> S
     exposed = float(bd.exposed_comm_ms) if bd is not None and bd.comm_source == "trace" else 0.0
     gpus = int(_get(manifest, "config", "gpus") or 1)
     tput, src = _throughput(manifest, gpus, tokens, step)
-    return Side(label, gpus, step, busy - exposed, exposed, step - busy, 0.0, tput, src)
+    unprofiled = _num(_get(manifest, "metrics", "step_time_ms", "median"))
+    return Side(
+        label, gpus, step, busy - exposed, exposed, step - busy, 0.0, tput, src,
+        unprofiled_step_ms=unprofiled,
+        comm_cost_ms=0.0 if gpus == 1 else None,
+        unprofiled_skew_ms=0.0 if gpus == 1 else None,
+    )  # fmt: skip
+
+
+def _profiled(small: Side, big: Side) -> dict[str, Any]:
+    """The profiled steps' change, split as the traces show it."""
+    lost = big.step_ms - small.step_ms
+    parts = {
+        "exposed_communication_ms": big.exposed_comm_ms - small.exposed_comm_ms,
+        "gpu_idle_ms": big.idle_ms - small.idle_ms,
+        "compute_ms": big.compute_ms - small.compute_ms,
+    }
+    return {
+        "step_ms": {"from": small.step_ms, "to": big.step_ms},
+        "lost_ms_per_step": lost,
+        "where": parts,
+        "where_pct_of_lost": {k: 100.0 * v / lost if lost else None for k, v in parts.items()},
+        "skew_ms": big.skew_ms,
+    }
+
+
+def _unprofiled(small: Side, big: Side) -> dict[str, Any] | None:
+    """The unprofiled steps' change: the measured communication cost and the rest."""
+    if small.unprofiled_step_ms is None or big.unprofiled_step_ms is None:
+        return None
+    lost = big.unprofiled_step_ms - small.unprofiled_step_ms
+    comm = None
+    if big.comm_cost_ms is not None and small.comm_cost_ms is not None:
+        comm = big.comm_cost_ms - small.comm_cost_ms
+    parts = {"communication_ms": comm, "rest_ms": lost - comm if comm is not None else None}
+    return {
+        "step_ms": {"from": small.unprofiled_step_ms, "to": big.unprofiled_step_ms},
+        "lost_ms_per_step": lost,
+        "where": parts,
+        "where_pct_of_lost": {
+            k: 100.0 * v / lost if lost and v is not None else None for k, v in parts.items()
+        },
+        "skew_ms": big.unprofiled_skew_ms,
+    }
 
 
 def scaling(a: Side, b: Side) -> dict[str, Any] | None:
@@ -106,12 +168,9 @@ def scaling(a: Side, b: Side) -> dict[str, Any] | None:
     else:
         eff = 100.0 * small.step_ms / big.step_ms if big.step_ms > 0 else math.nan
         basis = "step time ratio (the same batch per GPU assumed)"
-    lost = big.step_ms - small.step_ms
-    parts = {
-        "exposed_communication_ms": big.exposed_comm_ms - small.exposed_comm_ms,
-        "gpu_idle_ms": big.idle_ms - small.idle_ms,
-        "compute_ms": big.compute_ms - small.compute_ms,
-    }
+    prof = _profiled(small, big)
+    unprof = _unprofiled(small, big)
+    on = unprof if unprof is not None else prof
     return {
         "from_gpus": small.gpus,
         "to_gpus": big.gpus,
@@ -119,15 +178,14 @@ def scaling(a: Side, b: Side) -> dict[str, Any] | None:
         "to": big.label,
         "efficiency_pct": eff,
         "basis": basis,
+        "step_basis": "unprofiled" if unprof is not None else "profiled",
         "tokens_per_s_per_gpu": {
             "from": small.tokens_per_s_per_gpu,
             "to": big.tokens_per_s_per_gpu,
         },
-        "step_ms": {"from": small.step_ms, "to": big.step_ms},
-        "lost_ms_per_step": lost,
-        "where": parts,
-        "where_pct_of_lost": {k: 100.0 * v / lost if lost else None for k, v in parts.items()},
-        "skew_ms": big.skew_ms,
+        **on,
+        "skew_words": big.skew_words if unprof is not None else "slowest rank over the median",
+        "profiled": prof,
         "figures": {
             side.label: {
                 "gpus": side.gpus,
@@ -137,19 +195,49 @@ def scaling(a: Side, b: Side) -> dict[str, Any] | None:
                 "idle_ms": side.idle_ms,
                 "skew_ms": side.skew_ms,
                 "throughput_source": side.source,
+                "unprofiled_step_ms": side.unprofiled_step_ms,
+                "comm_cost_ms": side.comm_cost_ms,
+                "unprofiled_skew_ms": side.unprofiled_skew_ms,
             }
             for side in (small, big)
         },
     }
 
 
+def _split(p: dict[str, Any]) -> str:
+    w = p["where"]
+    return (
+        f"exposed communication {w['exposed_communication_ms']:+.3f} ms, GPU idle "
+        f"{w['gpu_idle_ms']:+.3f} ms, compute {w['compute_ms']:+.3f} ms"
+    )
+
+
 def sentence(s: dict[str, Any]) -> str:
     """The scaling block in one line."""
-    w = s["where"]
-    return (
+    head = (
         f"scaling {s['from_gpus']} -> {s['to_gpus']} GPUs: efficiency {s['efficiency_pct']:.1f} % "
-        f"({s['basis']}); the step grew {s['lost_ms_per_step']:+.3f} ms: exposed "
-        f"communication {w['exposed_communication_ms']:+.3f} ms, GPU idle "
-        f"{w['gpu_idle_ms']:+.3f} ms, compute {w['compute_ms']:+.3f} ms; skew (slowest rank "
-        f"over the median) {s['skew_ms']:.3f} ms"
+        f"({s['basis']})"
+    )
+    skew = s["skew_ms"]
+    skew_text = f"skew ({s['skew_words']}) " + ("unknown" if skew is None else f"{skew:.3f} ms")
+    if s["step_basis"] == "profiled":
+        return (
+            f"{head}; the step grew {s['lost_ms_per_step']:+.3f} ms: {_split(s)}; skew "
+            f"(slowest rank over the median) {skew:.3f} ms"
+        )
+    st, w, p = s["step_ms"], s["where"], s["profiled"]
+    grew = (
+        f"the unprofiled step grew {s['lost_ms_per_step']:+.3f} ms ({st['from']:.3f} -> "
+        f"{st['to']:.3f} ms)"
+    )
+    if w["communication_ms"] is not None:
+        split = (
+            f"measured communication cost {w['communication_ms']:+.3f} ms, the rest "
+            f"{w['rest_ms']:+.3f} ms"
+        )
+    else:
+        split = "communication cost not measured (tracekit collect --gpus N measures it)"
+    return (
+        f"{head}; {grew}: {split}; {skew_text}; in the profiled window the step grew "
+        f"{p['lost_ms_per_step']:+.3f} ms ({_split(p)}), not on this basis"
     )

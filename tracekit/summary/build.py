@@ -376,6 +376,7 @@ def summarize(
     on_table: Callable[[str, Any], None] | None = None,
     exposed_comm_pct: float | None = None,
     union_shares: bool = False,
+    comm_ms: tuple[float, str] | None = None,
     timeline: TL.Timeline | str = "auto",
 ) -> Summary:
     """Everything the report shows. ``trace``: a ``tracekit.parse.Trace``; ``cls``: its
@@ -387,7 +388,10 @@ def summarize(
     own figure and the manifest's ``metrics.exposed_comm_pct``). ``union_shares``: class
     time shares of the union of GPU activity (a multi-rank report; see
     :func:`tracekit.summary.classes.union_shares`). ``timeline``: see :func:`trace_facts`
-    (ignored when ``facts`` is given)."""
+    (ignored when ``facts`` is given). ``comm_ms``: (ms per step, words) of communication
+    measured on the unprofiled step, replacing the trace's exposed communication in the
+    verdict's split (:func:`tracekit.summary.verdict.breakdown`; before
+    ``exposed_comm_pct``)."""
     f = facts if facts is not None else trace_facts(trace, timeline)
     steps = f.steps
     n = max(1, len(steps))
@@ -433,7 +437,7 @@ def summarize(
     )
     if gen is not None:
         notes.extend(gen.notes)
-    bd = _breakdown(f, cls, trace.manifest, exposed_comm_pct)
+    bd = _breakdown(f, cls, trace.manifest, exposed_comm_pct, comm_ms)
     cp = None if cpu else CP.for_report(trace, cls, steps)
     sm = Summary(
         **{x.name: getattr(f, x.name) for x in fields(TraceFacts) if x.name != "notes"},
@@ -467,7 +471,11 @@ def summarize(
 
 
 def _breakdown(
-    f: TraceFacts, cls: Any, manifest: Any, exposed_comm_pct: float | None
+    f: TraceFacts,
+    cls: Any,
+    manifest: Any,
+    exposed_comm_pct: float | None,
+    comm_ms: tuple[float, str] | None = None,
 ) -> V.Breakdown | None:
     """The verdict's split of the step; a CPU run's over its profiled step (its operators
     are lengthened by the profiler too)."""
@@ -477,6 +485,7 @@ def _breakdown(
         input_wait=f.input_wait_ns,
         exposed_comm=V.exposed_comm_ns(_timeline_kernels(f, cls)),
         exposed_comm_pct=_exposed_comm(manifest, exposed_comm_pct),
+        comm_ms=comm_ms,
     )
 
 

@@ -154,12 +154,20 @@ def breakdown(
     input_wait: dict[int, int],
     exposed_comm: dict[int, int],
     exposed_comm_pct: tuple[float, str] | None = None,
+    comm_ms: tuple[float, str] | None = None,
 ) -> Breakdown | None:
     """The mean analysed step's :class:`Breakdown` (None without steps or step time).
 
     ``exposed_comm_pct``: (percent of the step, source) from outside this trace — a
     multi-rank analysis or the manifest's ``metrics.exposed_comm_pct`` — replacing the
-    trace's own figure (capped at the GPU busy time, of which it is a part)."""
+    trace's own figure (capped at the GPU busy time, of which it is a part).
+
+    ``comm_ms``: (ms per step, source) of communication measured on the basis step — a
+    communication cost measured without the profiler, or the trace's exposed
+    communication less a sync wait that is the profiler's — replacing the trace's exposed
+    communication *in* the busy time: the GPU work stays the trace's (its busy time less
+    its exposed communication), the busy time becomes that work plus this figure (at most
+    the step), the rest of the step is idle. Takes precedence over ``exposed_comm_pct``."""
     if not len(step_table):
         return None
     steps = step_table["step"].tolist()
@@ -172,6 +180,10 @@ def breakdown(
         return None
     idle = max(0.0, step_ms - busy)
     wait = sum(input_wait.get(int(s), 0) for s in steps) / n / 1e6
+    if comm_ms is not None:
+        trace_comm = sum(exposed_comm.get(int(s), 0) for s in steps) / n / 1e6
+        work = max(0.0, busy - trace_comm)
+        return _with_comm(step_ms, unprofiled, work, wait, comm_ms)
     wait = min(wait, idle)
     if exposed_comm_pct is not None:
         comm, source = exposed_comm_pct[0] / 100.0 * step_ms, exposed_comm_pct[1]
@@ -182,6 +194,25 @@ def breakdown(
         basis="unprofiled" if unprofiled else "profiled",
         busy_ms=busy,
         exposed_comm_ms=min(comm, busy),
+        input_wait_ms=wait,
+        host_idle_ms=idle - wait,
+        comm_source=source,
+    )
+
+
+def _with_comm(
+    step_ms: float, unprofiled: bool, work: float, wait: float, comm: tuple[float, str]
+) -> Breakdown:
+    """``breakdown``'s split with an outside communication figure (see its ``comm_ms``)."""
+    ms, source = max(0.0, comm[0]), comm[1]
+    busy = min(step_ms, work + ms)
+    idle = max(0.0, step_ms - busy)
+    wait = min(wait, idle)
+    return Breakdown(
+        step_ms=step_ms,
+        basis="unprofiled" if unprofiled else "profiled",
+        busy_ms=busy,
+        exposed_comm_ms=min(ms, busy),
         input_wait_ms=wait,
         host_idle_ms=idle - wait,
         comm_source=source,
@@ -257,12 +288,19 @@ def decide(b: Breakdown, e: Evidence) -> Verdict:
         text.append(_gpu_work_words(e))
     else:
         which, text, lever = _gpu_bound(b, e)
+    if which != "communication-bound" and b.comm_source != "trace":
+        text.insert(0, _comm_words(b))
     head = (
         f"GPU work {shares['gpu_work']:.1f} %, exposed communication "
         f"{shares['exposed_communication']:.1f} %, input wait {shares['input_wait']:.1f} %, "
         f"host idle {shares['host_idle']:.1f} % of {_step_words(b)}"
     )
     return Verdict(which, [head, *text], lever, shares, b.basis)
+
+
+def _comm_words(b: Breakdown) -> str:
+    """Where the exposed communication share came from, when not from this trace."""
+    return f"communication {b.exposed_comm_ms:.2f} ms per step: {b.comm_source}"
 
 
 def _gpu_work_words(e: Evidence) -> str:
