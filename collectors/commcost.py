@@ -219,12 +219,12 @@ def host_timer(fn: Callable[[], Any]) -> float:
 def dist_barrier(device: torch.device) -> Callable[[], None]:
     """Every rank's device idle, then a process-group barrier, then the barrier's own work
     done: the next step starts together on every rank, on an empty queue."""
-    import torch.distributed as dist
+    from tracekit.collectors.interconnect import barrier_on
 
     def barrier() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        dist.barrier()
+        barrier_on(device)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 

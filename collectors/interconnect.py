@@ -173,6 +173,17 @@ def _max_bytes(device: torch.device, wanted: int) -> int:
     return int(t.item())
 
 
+def barrier_on(device: torch.device | None) -> None:
+    """A process-group barrier on ``device``: NCCL's otherwise runs on the *current*
+    device, which a script that never calls ``torch.cuda.set_device`` leaves at 0 on every
+    rank (two ranks on one GPU: the interconnect sweep hung there under ``tracekit run
+    --nproc-per-node 2`` on 2 x H100)."""
+    if device is not None and device.type == "cuda" and dist.get_backend() == "nccl":
+        dist.barrier(device_ids=[device.index if device.index is not None else 0])
+    else:
+        dist.barrier()
+
+
 def measure_interconnect(
     device: torch.device,
     sizes: SweepSizes | None = None,
@@ -196,7 +207,7 @@ def measure_interconnect(
                     continue
                 a[:count].uniform_()
                 b[: count // n].uniform_()
-                dist.barrier()
+                barrier_on(device)
                 fn = _call(coll, a, b, count, n)
                 seconds = _slowest_rank(device, _time_calls(device, fn, sizes))
                 rows.append(size_row(coll, n, count, seconds))

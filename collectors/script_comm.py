@@ -58,25 +58,11 @@ def _backend() -> str | None:
 
 
 def script_barrier(device: torch.device) -> Barrier:
-    """:func:`~tracekit.collectors.commcost.dist_barrier` on the script's default group:
-    with NCCL on this rank's GPU (``device_ids``: NCCL would otherwise guess it from the
-    rank)."""
-    import torch.distributed as dist
+    """:func:`~tracekit.collectors.commcost.dist_barrier` on the script's default group,
+    on this rank's GPU (``barrier_on``: NCCL would otherwise take the current device)."""
+    from tracekit.collectors.commcost import dist_barrier
 
-    on_gpu = device.type == "cuda"
-    nccl = on_gpu and dist.get_backend() == "nccl"
-
-    def barrier() -> None:
-        if on_gpu:
-            torch.cuda.synchronize(device)
-        if nccl:
-            dist.barrier(device_ids=[device.index if device.index is not None else 0])
-        else:
-            dist.barrier()
-        if on_gpu:
-            torch.cuda.synchronize(device)
-
-    return barrier
+    return dist_barrier(device)
 
 
 def find_sync_target(

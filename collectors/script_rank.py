@@ -163,10 +163,17 @@ def _finish(ok: bool) -> None:
     """After a complete rank: every rank here before the group goes (when the script left
     it up), then the process ends without interpreter teardown (collectors/rank.py)."""
     if ok and _backend() is not None:
+        import torch
         import torch.distributed as dist
 
+        from tracekit.collectors.interconnect import barrier_on
+
+        # NCCL: one GPU per rank, LOCAL_RANK's as torchrun's convention has it (the script
+        # may never have made it current)
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        device = torch.device("cuda", local) if _backend() == "nccl" else None
         with contextlib.suppress(Exception):  # a peer already gone: its result says why
-            dist.barrier()
+            barrier_on(device)
             dist.destroy_process_group()
 
 

@@ -12,6 +12,7 @@ that is enough, and as a real 2-rank collect (the elastic launcher, its ranks pa
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
@@ -27,6 +28,7 @@ import torch
 
 from tracekit.collectors import commcost
 from tracekit.collectors.config import CollectConfig
+from tracekit.collectors.cupti_pass import TimelinePass
 from tracekit.collectors.passes import (
     CATEGORY_PASS,
     TIMELINE_SUFFIX,
@@ -56,7 +58,8 @@ def stand_in_light_pass(setattr_: Callable[[Any, str, Any], None] = setattr) -> 
     from tracekit.collectors import run
 
     setattr_(run, "timeline_absent_reason", _timeline_on_cpu)
-    setattr_(run, "LightProfiler", CpuLightProfiler)
+    # CUPTI is not there on CPU: the pass falls back to Kineto's, which records CPU here
+    setattr_(run, "TimelinePass", functools.partial(TimelinePass, kineto=CpuLightProfiler))
 
 
 def _cfg(**kw: Any) -> CollectConfig:
