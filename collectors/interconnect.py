@@ -190,7 +190,19 @@ def measure_interconnect(
     collectives: Iterable[str] = COLLECTIVES,
 ) -> dict[str, Any]:
     """Sweep each collective over the message sizes on the default process group.
-    Every rank must call it; every rank returns the same figures."""
+    Every rank must call it; every rank returns the same figures. ``device`` is made the
+    current device for the sweep: its CUDA events and streams are the current device's,
+    and a script's rank may never have made its own GPU current (rank 1's events then
+    sat on GPU 0, its sweep failed and rank 0 waited for it in an all-reduce)."""
+    if device.type != "cuda":
+        return _sweep(device, sizes, collectives)
+    with torch.cuda.device(device):
+        return _sweep(device, sizes, collectives)
+
+
+def _sweep(
+    device: torch.device, sizes: SweepSizes | None, collectives: Iterable[str]
+) -> dict[str, Any]:
     n = dist.get_world_size()
     sizes = sizes or SweepSizes.for_device(device)
     max_bytes = _max_bytes(device, sizes.max_bytes)
