@@ -37,8 +37,7 @@ LIMIT_S = 240  # a run still going after this is hung (they take 10-30 s on 2 lo
 TRACE = r"rank{r}\.[^.]+_\d+\.\d+"  # rank<R>.<host>_<pid>.<time_ns>
 
 
-@pytest.fixture(scope="module")
-def child_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def _child_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The environment of the processes a test starts: like the tests themselves they
     import this checkout (conftest's binding, run from a sitecustomize), whichever
     tracekit is installed."""
@@ -49,6 +48,11 @@ def child_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in (FAULT_ENV, *WORKER_ENV_DEFAULTS)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH")) if p)
     return env
+
+
+@pytest.fixture  # per test (cheap): a module fixture would tie its tests to one xdist worker
+def child_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return _child_env(tmp_path_factory)
 
 
 @contextlib.contextmanager
@@ -101,9 +105,10 @@ def _leftovers(parent: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def ddp_run(child_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Any:
+def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
     out = tmp_path_factory.mktemp("ddp") / "run"
-    code, stdout, stderr = _collect(child_env, out, "--gpus", "2", "--with-stack",
+    env = _child_env(tmp_path_factory)
+    code, stdout, stderr = _collect(env, out, "--gpus", "2", "--with-stack",
                                     "--profile-warmup", "1", NCCL_NVLS_ENABLE="1")  # fmt: skip
     assert code == 0, stderr
     return out, stdout

@@ -1,0 +1,75 @@
+"""Running the suite on several workers (pytest-xdist, ``-n auto --dist loadgroup`` in
+pyproject.toml) without building an expensive module fixture once per worker.
+
+A module-scoped fixture (a collect run, a sweep, a parsed fixture) is built once per
+process that runs a test using it. Each test that uses one is put in an ``xdist_group``
+named after the module and the fixture, so every test sharing that fixture runs on one
+worker, one after another, and the fixture is built once; the other tests are spread
+one by one. Tests that use two such fixtures join their groups into one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+
+_SHARED_SCOPES = ("module", "class", "package")
+
+
+def _shared_fixtures(item: pytest.Item) -> list[str]:
+    """The module-scoped fixtures defined in ``item``'s own module that it uses (directly
+    or through another fixture). A cheap one that tests share without an expensive one
+    (an environment) is better function-scoped: it would tie those tests together."""
+    info = getattr(item, "_fixtureinfo", None)
+    module = item.nodeid.split("::", 1)[0]
+    if info is None:
+        return []
+    names = []
+    for name in item.fixturenames:
+        fds = info.name2fixturedefs.get(name)
+        if fds and fds[-1].scope in _SHARED_SCOPES and fds[-1].baseid == module:
+            # a parametrized fixture is one fixture per parameter
+            index = getattr(getattr(item, "callspec", None), "indices", {}).get(name)
+            names.append(name if index is None else f"{name}[{index}]")
+    return sorted(names)
+
+
+def _find(parent: dict[str, str], x: str) -> str:
+    while parent[x] != x:
+        parent[x] = parent[parent[x]]
+        x = parent[x]
+    return x
+
+
+def _groups(keys: Iterable[list[str]]) -> dict[str, str]:
+    """Union of the fixture keys used together: key -> group name."""
+    parent: dict[str, str] = {}
+    for ks in keys:
+        for k in ks:
+            parent.setdefault(k, k)
+        for k in ks[1:]:
+            a, b = _find(parent, ks[0]), _find(parent, k)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    members: dict[str, list[str]] = {}
+    for k in parent:
+        members.setdefault(_find(parent, k), []).append(k)
+    return {k: "+".join(sorted(members[_find(parent, k)])) for k in parent}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks (its own hook)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("dist", "no") != "loadgroup":
+        return
+    keys: dict[int, list[str]] = {}
+    for i, item in enumerate(items):
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        module = item.nodeid.split("::", 1)[0]
+        names = _shared_fixtures(item)
+        if names:
+            keys[i] = [f"{module}::{n}" for n in names]
+    group = _groups(keys.values())
+    for i, ks in keys.items():
+        items[i].add_marker(pytest.mark.xdist_group(group[ks[0]]))
