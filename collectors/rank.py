@@ -244,6 +244,27 @@ def _run(
     )
 
 
+def initial_result(phase: str, **more: Any) -> dict[str, Any]:
+    """A rank's result before it has run anything (status error until it ends well): who
+    it is, from the launcher's environment, and ``more`` keys of the worker's own."""
+    return {
+        "rank": int(os.environ["RANK"]),
+        "local_rank": int(os.environ["LOCAL_RANK"]),
+        "world_size": int(os.environ["WORLD_SIZE"]),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "status": "error",
+        "error": None,
+        "failed_at": None,
+        "phase": phase,
+        "device": None,
+        "metrics": None,
+        "artifacts": None,
+        **more,
+        "comm_cost": None,
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     spec = pickle.loads(Path(args[0]).read_bytes())
@@ -251,22 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     run_dir = Path(spec["run_dir"])
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     _watch_parent()
-    result: dict[str, Any] = {
-        "rank": rank,
-        "local_rank": local_rank,
-        "world_size": int(os.environ["WORLD_SIZE"]),
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "status": "error",
-        "error": None,
-        "failed_at": None,
-        "phase": "start",
-        "device": None,
-        "metrics": None,
-        "artifacts": None,
-        "profiler": None,
-        "comm_cost": None,
-    }
+    result = initial_result("start", profiler=None)
     try:
         _run(cfg, run_dir, float(spec["timeout_s"]), rank, local_rank, result)
         result["status"] = "ok"

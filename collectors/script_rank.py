@@ -29,7 +29,6 @@ import json
 import os
 import pickle
 import shutil
-import socket
 import sys
 import time
 import traceback
@@ -40,7 +39,7 @@ from typing import Any
 import torch
 
 from tracekit.collectors.dist_manifest import LOGS
-from tracekit.collectors.rank import _watch_parent, file_prefix, result_name
+from tracekit.collectors.rank import _watch_parent, file_prefix, initial_result, result_name
 from tracekit.io import atomic_write_json
 
 MANIFEST = "manifest.json"
@@ -181,24 +180,10 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     spec = pickle.loads(Path(args[0]).read_bytes())
     run_dir = Path(spec["run_dir"])
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    rank = int(os.environ["RANK"])
     os.chdir(spec["cwd"])
     _watch_parent()
-    result: dict[str, Any] = {
-        "rank": rank,
-        "local_rank": local_rank,
-        "world_size": int(os.environ["WORLD_SIZE"]),
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "status": "error",
-        "error": None,
-        "failed_at": None,
-        "phase": "script",
-        "device": None,
-        "metrics": None,
-        "artifacts": None,
-        "comm_cost": None,
-    }
+    result = initial_result("script")
     code = 1
     try:
         code = _run(spec, rank, result)
