@@ -425,16 +425,7 @@ def summarize(
         traffic=_traffic(f, dm, steps, trace.manifest),
     )
     notes.extend(ss.notes)
-    gen = GEN.analyse(
-        trace.manifest,
-        steps=steps,
-        step_table=f.step_table,
-        kernels=cls.kernels,
-        trace_ops=trace.ops,
-        operators=operators,
-        kernel_bytes=ss.per_step,
-        roofs=roofs,
-    )
+    gen = _generate(trace, cls, f, operators, ss, roofs)
     if gen is not None:
         notes.extend(gen.notes)
     bd = _breakdown(f, cls, trace.manifest, exposed_comm_pct, comm_ms)
@@ -468,6 +459,22 @@ def summarize(
     )
     sm.summary = summary_json(sm, top_operators=top_operators, top_kernels=top_kernels)
     return sm
+
+
+def _generate(
+    trace: Any, cls: Any, f: TraceFacts, operators: pd.DataFrame, ss: SS.StepSummary, roofs: Roofs
+) -> GEN.GenerateFacts | None:
+    """A generate run's prefill and decode figures (None for a training run)."""
+    return GEN.analyse(
+        trace.manifest,
+        steps=f.steps,
+        step_table=f.step_table,
+        kernels=cls.kernels,
+        trace_ops=trace.ops,
+        operators=operators,
+        kernel_bytes=ss.per_step,
+        roofs=roofs,
+    )
 
 
 def _breakdown(
