@@ -60,7 +60,8 @@ def _groups(keys: Iterable[list[str]]) -> dict[str, str]:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the marks (its own hook)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("dist", "no") != "loadgroup":
+    # on a worker xdist has set --dist to "no" and kept the choice as option.loadgroup
+    if not getattr(config.option, "loadgroup", False):
         return
     keys: dict[int, list[str]] = {}
     for i, item in enumerate(items):
