@@ -49,6 +49,9 @@ def test_the_report_leads_with_the_measured_cost(summary: dict[str, Any]) -> Non
     # the trace alone would say 26.5 % exposed communication (rank 1: 50.4 %): not the verdict
     assert summary["ranks"]["exposed_comm_pct"] == pytest.approx(26.507, abs=1e-2)
     assert summary["step_summary"]["verdict"] == "launch/host-bound"
+    # its light pass recorded kernels only: the launch evidence says so, not "unknown µs"
+    ev = " ".join(summary["step_summary"]["evidence"])
+    assert "(no launch call recorded: a kernels-only light pass)" in ev and "unknown" not in ev
 
 
 def test_the_timeline_is_the_light_pass_joined_whole(summary: dict[str, Any]) -> None:

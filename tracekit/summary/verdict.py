@@ -338,10 +338,14 @@ def _input(b: Breakdown, e: Evidence) -> tuple[list[str], str]:
 
 
 def _host(b: Breakdown, e: Evidence) -> tuple[list[str], str]:
+    launch = (
+        f"against {_f(e.median_launch_us)} µs per launch call"
+        if e.median_launch_us is not None
+        else "(no launch call recorded: a kernels-only light pass)"
+    )
     kern = (
         f"{e.kernels_per_step:.0f} kernels per step, median {_f(e.median_kernel_us)} µs "
-        f"against {_f(e.median_launch_us)} µs per launch call; host busy "
-        f"{_f(e.host_busy_pct, '.0f')} % of {e.traced_step}"
+        f"{launch}; host busy {_f(e.host_busy_pct, '.0f')} % of {e.traced_step}"
     )
     text = [
         f"the GPU idles {b.host_idle_ms:.2f} ms per step outside data loading and "
