@@ -15,13 +15,13 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 
+from tests._limits import time_limit
 from tracekit.collectors.config import CollectConfig
 from tracekit.collectors.dist_manifest import build_manifest, merge_metrics
 from tracekit.collectors.distributed import WORKER_ENV_DEFAULTS, worker_env
@@ -55,20 +55,6 @@ def child_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return _child_env(tmp_path_factory)
 
 
-@contextlib.contextmanager
-def _time_limit(seconds: int) -> Iterator[None]:
-    def hung(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"the run was still going after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def _collect(env: dict[str, str], out: Path, *extra: str, **more_env: str) -> Any:
     """``tracekit collect`` in this process (the ranks are processes of their own), with
     ``env`` as the environment: (exit code, stdout, stderr)."""
@@ -79,7 +65,7 @@ def _collect(env: dict[str, str], out: Path, *extra: str, **more_env: str) -> An
         pytest.MonkeyPatch.context() as mp,
         contextlib.redirect_stdout(stdout),
         contextlib.redirect_stderr(stderr),
-        _time_limit(LIMIT_S),
+        time_limit(LIMIT_S),
     ):
         for k in set(os.environ) - set(env):
             mp.delenv(k)

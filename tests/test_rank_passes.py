@@ -16,7 +16,6 @@ import functools
 import io
 import json
 import os
-import signal
 import socket
 import statistics
 from collections.abc import Callable, Iterator
@@ -26,6 +25,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests._limits import time_limit
 from tracekit.collectors import commcost
 from tracekit.collectors.config import CollectConfig
 from tracekit.collectors.cupti_pass import TimelinePass
@@ -70,22 +70,6 @@ def _cfg(**kw: Any) -> CollectConfig:
     )  # fmt: skip
     base.update(kw)
     return CollectConfig(**base)
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: int) -> Iterator[None]:
-    """A hung run fails the test instead of blocking the suite (SIGALRM)."""
-
-    def hung(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"the run was still going after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _free_port() -> int:
@@ -311,7 +295,7 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
         pytest.MonkeyPatch.context() as mp,
         contextlib.redirect_stdout(stdout),
         contextlib.redirect_stderr(stderr),
-        _time_limit(LIMIT_S),
+        time_limit(LIMIT_S),
     ):
         for k in (FAULT_ENV, *WORKER_ENV_DEFAULTS):
             mp.delenv(k, raising=False)

@@ -12,7 +12,6 @@ import gzip
 import io
 import json
 import os
-import signal
 import statistics
 import types
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests._limits import time_limit
 from tracekit.collectors import commcost, passes
 from tracekit.collectors.distributed import WORKER_ENV_DEFAULTS
 from tracekit.collectors.script_comm import (
@@ -75,20 +75,6 @@ def child_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return env
 
 
-@contextlib.contextmanager
-def _time_limit(seconds: int) -> Iterator[None]:
-    def hung(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"the run was still going after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def _run(env: dict[str, str], out: Path, *script_args: str) -> tuple[int, str, str]:
     """``tracekit run --nproc-per-node 2`` in this process (the ranks are processes of
     their own): (exit code, stdout, stderr)."""
@@ -100,7 +86,7 @@ def _run(env: dict[str, str], out: Path, *script_args: str) -> tuple[int, str, s
         pytest.MonkeyPatch.context() as mp,
         contextlib.redirect_stdout(stdout),
         contextlib.redirect_stderr(stderr),
-        _time_limit(LIMIT_S),
+        time_limit(LIMIT_S),
     ):
         for k in set(os.environ) - set(env):
             mp.delenv(k)
