@@ -178,41 +178,31 @@ def breakdown(
     step_ms = float(measured_step_ms) if unprofiled and measured_step_ms else profiled
     if not step_ms > 0:
         return None
-    idle = max(0.0, step_ms - busy)
     wait = sum(input_wait.get(int(s), 0) for s in steps) / n / 1e6
-    if comm_ms is not None:
-        trace_comm = sum(exposed_comm.get(int(s), 0) for s in steps) / n / 1e6
-        work = max(0.0, busy - trace_comm)
-        return _with_comm(step_ms, unprofiled, work, wait, comm_ms)
-    wait = min(wait, idle)
+    trace_comm = sum(exposed_comm.get(int(s), 0) for s in steps) / n / 1e6
+    if comm_ms is not None:  # the GPU's own work, plus the outside figure
+        ms = max(0.0, comm_ms[0])
+        busy = min(step_ms, max(0.0, busy - trace_comm) + ms)
+        return _split(step_ms, unprofiled, busy, ms, wait, comm_ms[1])
     if exposed_comm_pct is not None:
         comm, source = exposed_comm_pct[0] / 100.0 * step_ms, exposed_comm_pct[1]
     else:
-        comm, source = sum(exposed_comm.get(int(s), 0) for s in steps) / n / 1e6, "trace"
+        comm, source = trace_comm, "trace"
+    return _split(step_ms, unprofiled, busy, comm, wait, source)
+
+
+def _split(
+    step_ms: float, unprofiled: bool, busy: float, comm: float, wait: float, source: str
+) -> Breakdown:
+    """The step split into GPU busy time (its exposed communication at most all of it),
+    input wait (at most the idle time) and the rest of the idle time."""
+    idle = max(0.0, step_ms - busy)
+    wait = min(wait, idle)
     return Breakdown(
         step_ms=step_ms,
         basis="unprofiled" if unprofiled else "profiled",
         busy_ms=busy,
         exposed_comm_ms=min(comm, busy),
-        input_wait_ms=wait,
-        host_idle_ms=idle - wait,
-        comm_source=source,
-    )
-
-
-def _with_comm(
-    step_ms: float, unprofiled: bool, work: float, wait: float, comm: tuple[float, str]
-) -> Breakdown:
-    """``breakdown``'s split with an outside communication figure (see its ``comm_ms``)."""
-    ms, source = max(0.0, comm[0]), comm[1]
-    busy = min(step_ms, work + ms)
-    idle = max(0.0, step_ms - busy)
-    wait = min(wait, idle)
-    return Breakdown(
-        step_ms=step_ms,
-        basis="unprofiled" if unprofiled else "profiled",
-        busy_ms=busy,
-        exposed_comm_ms=min(ms, busy),
         input_wait_ms=wait,
         host_idle_ms=idle - wait,
         comm_source=source,
