@@ -186,6 +186,7 @@ def profile(
     with_modules: bool = False,
     memory_timeline: bool = True,
     single_pass: bool = False,
+    light_cost_rounds: int = 6,
     device: str = "auto",
     ceilings: bool = True,
     memory_snapshot: bool = True,
@@ -204,6 +205,8 @@ def profile(
     ``memory_timeline``, two more steps for the memory by category (the category step);
     with neither ``steps`` nor ``warmup`` given, one warm-up step, the profiled passes,
     then up to 20 timed steps (fewer when the loop ends first: the schedule fits the loop);
+    where the light pass ran and the loop runs on, ``light_cost_rounds`` rounds of its cost
+    (3 unprofiled and 3 light steps each, interleaved; 0: none);
     ``device``: ``auto`` (the optimizer's parameters' device), ``cuda`` or ``cpu``. Every
     value is checked first (:class:`tracekit.errors.UsageError`). Writes the run folder
     ``out`` (replaced if it exists), for ``tracekit report``."""
@@ -211,7 +214,7 @@ def profile(
         wait=wait, warmup=profile_warmup, active=active, repeat=repeat,
         record_shapes=record_shapes, profile_memory=profile_memory, with_flops=with_flops,
         with_stack=with_stack, with_modules=with_modules, memory_timeline=memory_timeline,
-        timeline_pass=not single_pass,
+        timeline_pass=not single_pass, light_cost_rounds=light_cost_rounds,
     )  # fmt: skip
     cfg = SessionConfig(
         out=Path(out), **schedule_options(steps, warmup), profiler=pcfg, device=device,

@@ -186,10 +186,12 @@ def to_event(kind: str, rec: Any) -> dict[str, Any]:
 
 class KernelRecorder:
     """One CUPTI activity session: kernels, memcpy and memset records of every device,
-    collected as Chrome-trace events (on CUPTI's clock) in :attr:`events`."""
+    collected as Chrome-trace events (on CUPTI's clock) in :attr:`events` (``keep`` False:
+    dropped as CUPTI hands them over, for timing the recorder alone)."""
 
-    def __init__(self, cupti: Any) -> None:
+    def __init__(self, cupti: Any, keep: bool = True) -> None:
         self.cupti = cupti
+        self.keep = keep
         kinds = cupti.ActivityKind
         self.kinds = {
             int(kinds.CONCURRENT_KERNEL): "kernel",
@@ -205,6 +207,8 @@ class KernelRecorder:
         return BUFFER_BYTES, 0  # 0: as many records as fit
 
     def _completed(self, activities: Any) -> None:
+        if not self.keep:
+            return
         try:  # on CUPTI's thread, or within the flush: never raise into CUPTI
             for rec in activities:
                 kind = self.kinds.get(int(rec.kind))

@@ -32,6 +32,7 @@ import torch
 from tracekit.collectors.commcost import combine
 from tracekit.collectors.config import CollectConfig
 from tracekit.collectors.gpt import train_flops_per_token
+from tracekit.collectors.light_cost import APART, INTERLEAVED, worst_cost
 from tracekit.collectors.rank import backend_for, parallel_info
 
 LOGS = "logs"
@@ -173,17 +174,23 @@ def _stat(values: list[float | None], fn: Any) -> float | None:
 
 
 def _timeline_across(per_rank: list[Mapping[str, Any]], step_ms: float) -> dict[str, Any]:
-    """The light pass's step across ranks: the largest median (None: no light pass)."""
+    """The light pass's step across ranks: the largest median (None: no light pass); its
+    cost: the largest rank's interleaved figure where every rank measured one, else the
+    largest median against the unprofiled step."""
     meds = [(float(m["timeline_step_time"]["median"]), r)
             for r, m in enumerate(per_rank) if m.get("timeline_step_time")]  # fmt: skip
     if not meds:
         return {"timeline_step_time_ms": None, "timeline_step_time": None,
-                "timeline_overhead_pct": None}  # fmt: skip
+                "timeline_overhead_pct": None, "timeline_overhead_basis": None,
+                "timeline_cost": None}  # fmt: skip
     v, r = max(meds, key=lambda x: (x[0], -x[1]))
+    cost = worst_cost(list(per_rank))
     return {
         "timeline_step_time_ms": v,
         "timeline_step_time": dict(per_rank[r]["timeline_step_time"]),
-        "timeline_overhead_pct": (v / step_ms - 1.0) * 100,
+        "timeline_overhead_pct": cost["pct"] if cost else (v / step_ms - 1.0) * 100,
+        "timeline_overhead_basis": INTERLEAVED if cost else APART,
+        "timeline_cost": cost,
     }
 
 

@@ -61,12 +61,18 @@ class ProfilerConfig:
     with_modules: bool = False
     memory_timeline: bool = True  # per category: from this window, else one more step
     timeline_pass: bool = True  # a light CUDA-only pass first (collectors/passes.py)
+    # the light pass's cost: rounds of interleaved windows after it (collectors/light_cost.py)
+    light_cost_rounds: int = 6
 
     def __post_init__(self) -> None:
-        for name, low in (("wait", 0), ("warmup", 0), ("active", 1), ("repeat", 1)):
+        for name, low in (("wait", 0), ("warmup", 0), ("active", 1), ("repeat", 1),
+                          ("light_cost_rounds", 0)):  # fmt: skip
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise UsageError(f"profiler {name} must be an integer >= {low}, got {v!r}")
+        if self.light_cost_rounds == 1:
+            raise UsageError("--light-cost-rounds must be 0 (off) or at least 2 (one round "
+                             "pairs nothing against drift), got 1")  # fmt: skip
         for f in dataclasses.fields(self):
             if f.type in ("bool", bool) and not isinstance(getattr(self, f.name), bool):
                 raise UsageError(f"profiler option {f.name} must be true or false")

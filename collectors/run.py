@@ -30,6 +30,8 @@ from tracekit.collectors.config import CollectConfig, resolve_device
 from tracekit.collectors.cupti_pass import TimelinePass, recorder_line
 from tracekit.collectors.generate import kv_cache_bytes, run_generate
 from tracekit.collectors.gpt import count_params, train_flops_per_token
+from tracekit.collectors.light_cost import APART, INTERLEAVED, CostRounds, cost_text
+from tracekit.collectors.light_cost import measure as measure_cost
 from tracekit.collectors.passes import (
     CategoryProfiler,
     MarkedProfiler,
@@ -320,11 +322,13 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
         ui.phase("communication cost (unprofiled)")
         n = after_timed(wl, n)
     name = prefix + default_worker_name()
-    n, profiled_ms, timeline_ms = _profile(wl, cfg.profiler, device, run_dir, ui, manifest, name, n)
+    n, profiled_ms, timeline_ms, cost = _profile(
+        wl, cfg.profiler, device, run_dir, ui, manifest, name, n
+    )
     manifest["metrics"] = _metrics(
         cfg, wl, timed_ms, profiled_ms, peak_alloc, peak_reserved, avg_alloc, final_loss
     )
-    manifest["metrics"].update(timeline_metrics(timeline_ms, timed_ms))
+    manifest["metrics"].update(timeline_metrics(timeline_ms, timed_ms, cost))
 
     def snapshot_steps() -> None:
         ui.phase("recording CUDA memory snapshot", cfg.snapshot_steps)
@@ -339,17 +343,19 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
 
 def _profile(wl: Workload, pcfg: ProfilerConfig, device: torch.device, run_dir: Path,
              ui: Display, manifest: dict[str, Any], name: str, n: int,
-             ) -> tuple[int, list[float], list[float]]:  # fmt: skip
+             ) -> tuple[int, list[float], list[float], dict[str, Any] | None]:  # fmt: skip
     """The profiled passes from global step ``n``: the light timeline pass (CUDA only),
     the full pass, and the category step where the full pass could not export the memory
-    timeline (``collectors/passes.py``). Returns the next step and the full and light
-    passes' recorded step times."""
+    timeline (``collectors/passes.py``), the light pass's cost in interleaved rounds
+    between the first two (``collectors/light_cost.py``). Returns the next step, the full
+    and light passes' recorded step times and the light pass's cost."""
     arts = manifest["artifacts"]
 
     def note(what: str) -> None:
         ui.note(f"exporting {what}")
 
     timeline_ms: list[float] = []
+    cost: dict[str, Any] | None = None
     why = timeline_absent_reason(pcfg, device)
     arts["timeline_trace_absent"] = why
     if why is None:
@@ -359,6 +365,11 @@ def _profile(wl: Workload, pcfg: ProfilerConfig, device: torch.device, run_dir: 
         n += pcfg.steps
         arts.update(light.artifacts())
         manifest["profiler"]["timeline"] = light.describe()
+        if pcfg.light_cost_rounds:
+            ui.phase("the light pass's cost: unprofiled and light windows, interleaved",
+                     CostRounds(pcfg.light_cost_rounds).steps)  # fmt: skip
+        ran, cost = measure_cost(wl.step, pcfg, device, run_dir, n, light.recorder, ui.advance)
+        n += ran
     ui.phase("profiling", pcfg.steps)
     marker = StepMarker(device) if why is None else None  # the same launches as the light pass
     full = MarkedProfiler(pcfg, run_dir, device=device, worker_name=name, on_export=note,
@@ -372,22 +383,43 @@ def _profile(wl: Workload, pcfg: ProfilerConfig, device: torch.device, run_dir: 
         profiled_steps(wl.step, cat, n, ui.advance)
         n += cat.config.steps
         arts.update(cat.artifacts())
-    return n, profiled_ms, timeline_ms
+    return n, profiled_ms, timeline_ms, cost
 
 
-def timeline_metrics(timeline_ms: list[float], timed_ms: list[float]) -> dict[str, Any]:
-    """The manifest metrics of the light pass: its recorded steps' median time and how
-    much longer than the unprofiled median that is (None: no light pass)."""
+def timeline_metrics(
+    timeline_ms: list[float], timed_ms: list[float], cost: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The manifest metrics of the light pass: its recorded steps' median time, and its cost
+    (``timeline_overhead_pct``): from ``cost``, the interleaved rounds, where they ran, else
+    its median against the unprofiled median timed before it (``timeline_overhead_basis``
+    says which; None: no light pass)."""
     if not timeline_ms or not timed_ms:
         return {"timeline_step_time_ms": None, "timeline_step_time": None,
-                "timeline_overhead_pct": None}  # fmt: skip
+                "timeline_overhead_pct": None, "timeline_overhead_basis": None,
+                "timeline_cost": cost}  # fmt: skip
     light = summarize_ms(timeline_ms)
     base = float(summarize_ms(timed_ms)["median"])
+    apart = (float(light["median"]) / base - 1.0) * 100
     return {
         "timeline_step_time_ms": light["median"],
         "timeline_step_time": light,
-        "timeline_overhead_pct": (float(light["median"]) / base - 1.0) * 100,
+        "timeline_overhead_pct": cost["pct"] if cost else apart,
+        "timeline_overhead_basis": INTERLEAVED if cost else APART,
+        "timeline_cost": cost,
     }
+
+
+def light_line(met: dict[str, Any]) -> str | None:
+    """The summary's line on the light pass's step and its cost, saying how it was timed."""
+    if met.get("timeline_step_time_ms") is None:
+        return None
+    head = f"light timeline pass step: {met['timeline_step_time_ms']:.2f} ms"
+    if met.get("timeline_cost"):
+        return f"{head}; its cost {cost_text(met['timeline_cost'])}"
+    return (
+        f"{head} ({met['timeline_overhead_pct']:+.1f} % against the unprofiled steps timed "
+        "before it, not interleaved: the host's drift is in this figure)"
+    )
 
 
 def step_entry(cfg: CollectConfig) -> dict[str, Any]:
@@ -567,11 +599,8 @@ def summary(run_dir: Path) -> str:
                 f"profiled step: {met['profiled_step_time_ms']:.2f} ms "
                 f"(profiler overhead {met['profiler_overhead_pct']:+.1f} %)"
             )
-        if met.get("timeline_step_time_ms") is not None:
-            lines.append(
-                f"light timeline pass step: {met['timeline_step_time_ms']:.2f} ms "
-                f"(overhead {met['timeline_overhead_pct']:+.1f} %)"
-            )
+        if (line := light_line(met)) is not None:
+            lines.append(line)
         if (rec := recorder_line((m.get("profiler") or {}).get("timeline"))) is not None:
             lines.append(rec)
         lines.append(

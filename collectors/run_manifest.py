@@ -27,6 +27,7 @@ class Measured:
     timed_ms: list[float] | None = None
     profiled_ms: list[float] | None = None
     timeline_ms: list[float] | None = None  # the light timeline pass's recorded steps
+    timeline_cost: dict[str, Any] | None = None  # its cost, interleaved (light_cost.py)
     peak_allocated: int | None = None
     peak_reserved: int | None = None
     avg_allocated: float | None = None
@@ -132,7 +133,7 @@ def metrics(
             if m.device_type == "cuda"
             else "not measured on CPU (no caching-allocator counters)"
         ),
-        **timeline_metrics(m.timeline_ms or [], m.timed_ms),
+        **timeline_metrics(m.timeline_ms or [], m.timed_ms, m.timeline_cost),
     }
 
 

@@ -344,7 +344,7 @@ def run_script(
     def on_step() -> None:
         sess.boundary()
         busy = after_step is not None and not after_step(sess)
-        if cfg.stop_after and sess.complete and not busy:
+        if cfg.stop_after and sess.finished and not busy:
             raise StopScript
 
     try:

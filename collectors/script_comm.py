@@ -231,7 +231,7 @@ class CommHook:
             elif self.target is None:
                 self.why = (f"the model is a {type(sess.model).__name__}, not a "
                             "DistributedDataParallel (or FSDP2) module")  # fmt: skip
-        if not sess.complete or self.finished:
+        if not sess.finished or self.finished:  # the schedule and the light cost rounds done
             return True
         if self.rounds is None:
             if not self._begin(sess):

@@ -310,6 +310,12 @@ class Session:
             self._abort_windows()
             raise SessionFailure(e) from e
 
+    @property
+    def finished(self) -> bool:
+        """Complete, and past the light pass's cost rounds too (nothing is left to run)."""
+        ph = self.phases
+        return self.complete and ph is not None and self.n >= ph.done
+
     def close(self, error: BaseException | None = None) -> Path:
         """Write the folder now (unless it was written at completion): status ``ok`` when
         complete, ``error``/``oom`` when ``error`` (the loop's exception) is given,
@@ -457,10 +463,10 @@ class Session:
         # starts of steps: a window whose first step starts opens; the open one's timer
         if self.windows is not None:
             self.windows.begin_step(n)
-        if n == ph.done:
-            self.complete = True
-            if self.finalize_on_complete:
-                self._finalize("ok", None)
+        if n == ph.complete_at:
+            self.complete = True  # the light pass's cost rounds may follow
+        if n == ph.done and self.finalize_on_complete:
+            self._finalize("ok", None)
 
     def _tmp_path(self, name: str) -> Path:
         assert self._tmp is not None
@@ -527,6 +533,7 @@ class Session:
         w.absent(self.n)
         self.measured.profiled_ms = w.full.ms or None
         self.measured.timeline_ms = w.light.ms or None
+        self.measured.timeline_cost = w.timeline_cost
 
     def _abort_windows(self) -> None:
         if self.windows is not None:

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from tracekit.collectors.cupti_pass import TimelinePass
+from tracekit.collectors.light_cost import CostPass, CostRounds, light_cost
 from tracekit.collectors.passes import (
     CategoryProfiler,
     LightProfiler,
@@ -44,6 +45,7 @@ from tracekit.errors import TracekitError
 LIGHT = "light timeline pass"
 FULL = "profiled steps"
 CATEGORY = "category step"
+COST = "light pass's cost rounds"
 
 
 FIT_WARMUP = 1  # the warm-up of a fitted schedule (the profilers' own wait and warm-up follow)
@@ -65,11 +67,15 @@ class Phases:
 
     Fixed (``fit`` off): warm-up, ``steps`` timed, the light pass, the full pass, the
     category step, the snapshot; the loop must run them all (:attr:`minimum` =
-    :attr:`done`). Fitted (``fit``): warm-up, the profiled passes and the snapshot, then up
-    to ``steps`` timed steps: a loop that ends in the timed steps, after at least
-    :data:`MIN_TIMED` of them, is complete with its timed window shortened to the steps it
-    ran; the probes run in the category step (else the full pass) when the warm-up has one
-    step, so that neither the full pass's step times nor the timed steps carry them."""
+    :attr:`complete_at`). Fitted (``fit``): warm-up, the profiled passes and the snapshot
+    (over the category step's last step where there is one: the step is recorded for its
+    memory alone), then up to ``steps`` timed steps: a loop that ends in the timed steps,
+    after at least :data:`MIN_TIMED` of them, is complete with its timed window shortened to
+    the steps it ran; the probes run in the category step (else the full pass) when the
+    warm-up has one step, so that neither the full pass's step times nor the timed steps
+    carry them. Both: where the light pass ran and the loop runs on past
+    :attr:`complete_at`, the light pass's cost rounds (``collectors/light_cost.py``) up to
+    :attr:`done`; a loop that ends before them is complete without that figure."""
 
     def __init__(
         self,
@@ -86,12 +92,20 @@ class Phases:
         self.full = self.light + (profiler.steps if light else 0)
         self.category = self.full + profiler.steps
         cat = category_config(profiler).steps if category_pass_needed(profiler) else 0
-        self.snapshot = self.category + cat
-        self.snapshot_end = self.snapshot + snapshot_steps
+        self.category_end = self.category + cat
+        if fit and cat and snapshot_steps:  # the snapshot records the category step's last
+            self.snapshot_end = max(self.category_end, self.category + snapshot_steps)
+        else:
+            self.snapshot_end = self.category_end + snapshot_steps
+        self.snapshot = self.snapshot_end - snapshot_steps
         self.timed = self.snapshot_end if fit else warmup
         self.timed_end = self.timed + steps
-        self.done = max(self.snapshot_end, self.timed_end)
-        self.minimum = self.timed + MIN_TIMED if fit else self.done
+        # complete here; the light pass's cost rounds follow where the loop runs on
+        self.complete_at = max(self.snapshot_end, self.timed_end)
+        self.cost = self.complete_at
+        cost = CostRounds(profiler.light_cost_rounds).steps if light else 0
+        self.done = self.cost_end = self.cost + cost
+        self.minimum = self.timed + MIN_TIMED if fit else self.complete_at
         # The probed steps (the model's input, average memory) follow step end probe_from
         # up to probe_to: the warm-up steps after the first, so that the timed steps run
         # without tracekit's hooks; with one warm-up step, the full pass's steps (fitted:
@@ -100,7 +114,7 @@ class Phases:
         probed: tuple[int, int] = (
             (1, warmup)
             if warmup >= 2
-            else (self.category, self.snapshot)
+            else (self.category, self.category_end)
             if fit and cat
             else (self.full, self.category)
         )
@@ -114,8 +128,9 @@ class Phases:
             ("timed", "timed steps", self.timed, timed_end or self.timed_end),
             ("timeline", LIGHT, self.light, self.full),
             ("profiled", FULL, self.full, self.category),
-            ("category", CATEGORY, self.category, self.snapshot),
+            ("category", CATEGORY, self.category, self.category_end),
             ("snapshot", "memory snapshot", self.snapshot, self.snapshot_end),
+            ("light_cost", COST, self.cost, self.cost_end),
         ]
         return sorted((p for p in every if p[3] > p[2]), key=lambda p: p[2])
 
@@ -141,15 +156,22 @@ class Phases:
         light = f", {n['timeline']} in the {LIGHT} (CUDA only)" if "timeline" in n else ""
         cat = f", {n['category']} in the {CATEGORY} (memory by category)" if "category" in n else ""
         snap = f", {n['snapshot']} in the memory snapshot" if "snapshot" in n else ""
+        if "snapshot" in n and self.snapshot < self.category_end:
+            snap = f", the memory snapshot over the {CATEGORY}'s last {n['snapshot']}"
+        cost = (
+            f"; then {n['light_cost']} in the {COST} where the loop runs on"
+            if "light_cost" in n
+            else ""
+        )
         prof = f"{p.steps} profiled (wait {p.wait}, warm-up {p.warmup}, active {p.active}, "
         prof += f"repeat {p.repeat})"
         if self.fit:
             return (
                 f"{self.warmup} warm-up{light}, {prof}{cat}{snap}, then {MIN_TIMED} to "
-                f"{self.steps} timed: {self.minimum} to {self.done} steps"
+                f"{self.steps} timed: {self.minimum} to {self.complete_at} steps{cost}"
             )
         timed = f"{self.warmup} warm-up, {self.steps} timed"
-        return f"{timed}{light}, {prof}{cat}{snap}: {self.done} steps"
+        return f"{timed}{light}, {prof}{cat}{snap}: {self.complete_at} steps{cost}"
 
     def reached(self, n: int) -> str:
         """Where a loop that ended after ``n`` steps was, in words."""
@@ -168,7 +190,7 @@ class Phases:
         least = Phases(self.warmup, self.steps, ProfilerConfig(wait=0, warmup=0, active=1,
                        memory_timeline=False), 0, light=False, fit=self.fit)  # fmt: skip
         on = {"wait": p.wait > 0, "warmup": p.warmup > 0, "active": p.active > 1,
-              "repeat": p.repeat > 1, "category": self.snapshot > self.category,
+              "repeat": p.repeat > 1, "category": self.category_end > self.category,
               "light": self.full > self.light,
               "snapshot": self.snapshot_end > self.snapshot}  # fmt: skip
         return least.minimum, [py if python else flag for k, flag, py in LOWER if on[k]]
@@ -330,10 +352,18 @@ class ProfiledWindows:
         def category() -> Profiler:
             return CategoryProfiler(config, out_dir, device=device)
 
+        def cost() -> Profiler:  # the same recorder as the light pass's
+            ran = self.light.profiler
+            recorder = ran.recorder if isinstance(ran, TimelinePass) else None
+            return CostPass(CostRounds(config.light_cost_rounds), out_dir, device=device,
+                            recorder=recorder)  # fmt: skip
+
         self.light = Window(LIGHT, phases.light, phases.full, light, device)
         self.full = Window(FULL, phases.full, phases.category, full, device)
-        self.category = Window(CATEGORY, phases.category, phases.snapshot, category, device)
-        self.windows = (self.light, self.full, self.category)
+        self.category = Window(CATEGORY, phases.category, phases.category_end, category, device)
+        self.cost = Window(COST, phases.cost, phases.cost_end, cost, device)
+        self.windows = (self.light, self.full, self.category, self.cost)
+        self.timeline_cost: dict[str, Any] | None = None  # metrics.timeline_cost
 
     def end_step(self, n: int) -> None:
         """Step ``n`` ended: step the open window, record what a closing one wrote."""
@@ -355,6 +385,8 @@ class ProfiledWindows:
         arts.update(prof.artifacts())  # the full pass and the category step say their pass
         if isinstance(prof, TimelinePass):
             self.timeline = prof.describe()
+        if isinstance(prof, CostPass):
+            self.timeline_cost = light_cost(w.ms, prof.rounds, prof.recorder, prof.notes)
 
     def absent(self, n: int) -> None:
         """Say in ``artifacts`` why what the windows not done after ``n`` steps would have

@@ -93,6 +93,12 @@ def timeline_text(sm: Summary, brief: bool = False) -> str | None:
     if vs is not None:
         within = "within" if tf.faithful else "not within"
         gap = f", {vs:+.1f} % vs unprofiled ({within} {TL.FAITHFUL_PCT:.0f} %)"
+    if tf.source == "light" and tf.light_cost is not None:
+        within = "within" if tf.faithful else "not within"
+        gap = (
+            f", its cost x{tf.light_cost['ratio']:.3f} in {tf.light_cost['rounds']} interleaved "
+            f"rounds ({within} {TL.FAITHFUL_PCT:.0f} %)"
+        )
     if tf.source == "light":
         per = [int(r["light_kernels"]) for r in tf.per_step]
         n = sum(per) / len(per) if per else 0

@@ -132,3 +132,15 @@ def install(monkeypatch: pytest.MonkeyPatch, fake: FakeCupti | None) -> None:
             fake.kernel(SPIN, dur_ns=1_100, grid=1)
 
     monkeypatch.setattr(torch.cuda, "_sleep", sleep, raising=False)
+
+
+def session_as_on_cuda(monkeypatch: pytest.MonkeyPatch, fake: FakeCupti) -> None:
+    """``tracekit.profile()``/``tracekit run``'s session with the light pass on, as on CUDA,
+    recorded by ``fake``."""
+    from tracekit.collectors import cupti_pass, session
+
+    install(monkeypatch, fake)
+    monkeypatch.delenv(cupti_pass.RECORDER_ENV, raising=False)
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(session, "timeline_absent_reason",
+                        lambda c, d: passes.timeline_absent_reason(c, cuda))  # fmt: skip

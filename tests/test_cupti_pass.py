@@ -21,7 +21,6 @@ import tracekit.collectors.run as run_mod
 from tracekit.cli import main
 from tracekit.collectors import cupti_pass as C
 from tracekit.collectors import passes
-from tracekit.collectors import session as S
 from tracekit.collectors.profiler import ProfilerConfig
 from tracekit.errors import UsageError
 from tracekit.parse import load
@@ -31,7 +30,7 @@ from . import fake_cupti as F
 
 FAST = ["--device", "cpu", "--preset", "tiny", "--batch", "2", "--seq", "32", "--steps", "2",
         "--warmup", "1", "--quiet", "--no-ceilings", "--no-memory-timeline",
-        "--no-memory-snapshot"]  # fmt: skip
+        "--no-memory-snapshot", "--light-cost-rounds", "0"]  # fmt: skip
 MARKER = "at::cuda::(anonymous namespace)::spin_kernel(long)"
 
 
@@ -256,11 +255,7 @@ def test_profile_session_records_with_cupti(
 ) -> None:
     """``tracekit.profile()`` (and ``tracekit run``) run the same pass."""
     fake = F.FakeCupti()
-    F.install(monkeypatch, fake)
-    monkeypatch.delenv(C.RECORDER_ENV, raising=False)
-    cuda = torch.device("cuda")
-    monkeypatch.setattr(S, "timeline_absent_reason",
-                        lambda c, d: passes.timeline_absent_reason(c, cuda))  # fmt: skip
+    F.session_as_on_cuda(monkeypatch, fake)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)

@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from tests._limits import time_limit
-from tracekit.collectors import commcost
+from tracekit.collectors import commcost, light_cost
 from tracekit.collectors.config import CollectConfig
 from tracekit.collectors.cupti_pass import TimelinePass
 from tracekit.collectors.passes import (
@@ -49,6 +49,13 @@ class CpuLightProfiler(LightProfiler):
         return [torch.profiler.ProfilerActivity.CPU]
 
 
+class CpuKinetoSwitch(light_cost.KinetoSwitch):
+    """The cost rounds' Kineto recorder with CPU activity in place of CUDA's."""
+
+    def activities(self) -> list[torch.profiler.ProfilerActivity]:
+        return [torch.profiler.ProfilerActivity.CPU]
+
+
 def _timeline_on_cpu(config: ProfilerConfig, device: torch.device) -> str | None:
     return None if config.timeline_pass else "disabled (--single-pass)"
 
@@ -60,13 +67,14 @@ def stand_in_light_pass(setattr_: Callable[[Any, str, Any], None] = setattr) -> 
     setattr_(run, "timeline_absent_reason", _timeline_on_cpu)
     # CUPTI is not there on CPU: the pass falls back to Kineto's, which records CPU here
     setattr_(run, "TimelinePass", functools.partial(TimelinePass, kineto=CpuLightProfiler))
+    setattr_(light_cost, "KinetoSwitch", CpuKinetoSwitch)  # the cost rounds' recorder, as the pass
 
 
 def _cfg(**kw: Any) -> CollectConfig:
     base: dict[str, Any] = dict(
         device="cpu", preset="tiny", batch=2, seq=16, steps=2, warmup=0, gpus=2,
         ceilings=False, quiet=True, comm_rounds=2, comm_steps=2,
-        profiler=ProfilerConfig(wait=0, warmup=0, active=1),
+        profiler=ProfilerConfig(wait=0, warmup=0, active=1, light_cost_rounds=2),
     )  # fmt: skip
     base.update(kw)
     return CollectConfig(**base)
@@ -131,10 +139,13 @@ def test_a_rank_runs_the_light_pass_the_full_pass_and_the_category_step(
     met = res["metrics"]
     assert met["timeline_step_time"]["n"] == 1 and met["profiled_step_time"]["n"] == 1
     assert met["step_time_ms"]["n"] == cfg.steps
-    # every phase's steps: warm-up, timed, 2 x rounds x steps unprofiled, light, full, category
+    # the light pass's cost in 2 interleaved rounds (its recorder: Kineto's, as it fell back)
+    assert met["timeline_cost"]["rounds"] == 2 and met["timeline_cost"]["recorder"] == "kineto-cuda"
+    # every phase's steps: warm-up, timed, 2 x rounds x steps unprofiled, light, its cost
+    # rounds (2 x 2 windows of 3), full, category
     comm = 2 * cfg.comm_rounds * cfg.comm_steps
     category = category_config(cfg.profiler).steps
-    assert res["total_steps"] == cfg.warmup + cfg.steps + comm + 1 + 1 + category
+    assert res["total_steps"] == cfg.warmup + cfg.steps + comm + 1 + 12 + 1 + category
     cost = res["comm_cost"]
     assert cost["status"] == "ok" and cost["sync_off"] == commcost.DDP_SYNC_OFF
     assert cost["caveat"] is None and commcost.HOST_TIMER in cost["method"]
@@ -289,7 +300,7 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     args = ["collect", "--device", "cpu", "--preset", "tiny", "--batch", "2", "--seq", "16",
             "--steps", "2", "--warmup", "1", "--profile-wait", "0", "--profile-warmup", "0",
             "--profile-active", "1", "--no-ceilings", "--gpus", "2", "--comm-rounds", "2",
-            "--comm-steps", "2", "-o", str(out)]  # fmt: skip
+            "--comm-steps", "2", "--light-cost-rounds", "2", "-o", str(out)]  # fmt: skip
     stdout, stderr = io.StringIO(), io.StringIO()
     with (
         pytest.MonkeyPatch.context() as mp,
@@ -318,7 +329,8 @@ def test_two_ranks_end_ok_with_the_light_pass_on_each(two_ranks: tuple[Path, str
         assert (out / r["artifacts"]["timeline_steps"]).is_file()
         assert r["metrics"]["timeline_step_time"]["n"] == 1
         category = category_config(ProfilerConfig()).steps
-        assert r["total_steps"] == 1 + 2 + 2 * 2 * 2 + 1 + 1 + category
+        assert r["total_steps"] == 1 + 2 + 2 * 2 * 2 + 1 + 12 + 1 + category
+        assert r["metrics"]["timeline_cost"]["rounds"] == 2
     assert m["artifacts"]["timeline_trace"] == ranks[0]["artifacts"]["timeline_trace"]
     assert m["artifacts"]["timeline_traces"] == [
         t for r in ranks for t in r["artifacts"]["timeline_traces"]
@@ -327,9 +339,11 @@ def test_two_ranks_end_ok_with_the_light_pass_on_each(two_ranks: tuple[Path, str
     light = [r["metrics"]["timeline_step_time_ms"] for r in ranks]
     met = m["metrics"]
     assert met["timeline_step_time_ms"] == max(light)
-    assert met["timeline_overhead_pct"] == pytest.approx(
-        (max(light) / met["step_time_ms"]["median"] - 1) * 100
-    )
+    # the light pass's cost: the rank whose interleaved rounds put it highest
+    costs = [r["metrics"]["timeline_cost"]["ratio"] for r in ranks]
+    assert met["timeline_cost"]["ratio"] == max(costs)
+    assert met["timeline_cost"]["rank"] == costs.index(max(costs))
+    assert met["timeline_overhead_pct"] == pytest.approx(met["timeline_cost"]["pct"])
 
 
 def test_two_ranks_comm_cost_in_the_manifest_and_summary(two_ranks: tuple[Path, str]) -> None:

@@ -45,22 +45,31 @@ def _run(
 
 def test_fitted_phases_profile_first_and_time_what_remains() -> None:
     ph = W.Phases(1, 20, ProfilerConfig(), 1, light=True, fit=True)  # as on CUDA
-    # 1 warm-up, light 4, full 4, category 2, snapshot 1, then timed 20
-    assert (ph.light, ph.full, ph.category, ph.snapshot, ph.timed, ph.done) == (
-        1, 5, 9, 11, 12, 32,
+    # 1 warm-up, light 4, full 4, category 2 (the snapshot over its last), then timed 20,
+    # then the light pass's cost rounds (6 x 2 x 3) where the loop runs on
+    assert (ph.light, ph.full, ph.category, ph.snapshot, ph.timed, ph.complete_at, ph.done) == (
+        1, 5, 9, 10, 11, 31, 67,
     )  # fmt: skip
-    assert ph.minimum == 13 and ph.timed_end == 32
+    assert ph.minimum == 12 and ph.timed_end == 31 and ph.cost == 31
     assert ph.to_manifest() == [
         {"phase": "warmup", "steps": [1, 1]}, {"phase": "timeline", "steps": [2, 5]},
         {"phase": "profiled", "steps": [6, 9]}, {"phase": "category", "steps": [10, 11]},
-        {"phase": "snapshot", "steps": [12, 12]}, {"phase": "timed", "steps": [13, 32]},
+        {"phase": "snapshot", "steps": [11, 11]}, {"phase": "timed", "steps": [12, 31]},
+        {"phase": "light_cost", "steps": [32, 67]},
     ]  # fmt: skip
-    assert ph.to_manifest(17)[-1] == {"phase": "timed", "steps": [13, 17]}
+    assert ph.to_manifest(17)[-2] == {"phase": "timed", "steps": [12, 17]}
     assert ph.describe() == (
         "1 warm-up, 4 in the light timeline pass (CUDA only), 4 profiled (wait 1, warm-up 1, "
-        "active 2, repeat 1), 2 in the category step (memory by category), 1 in the memory "
-        "snapshot, then 1 to 20 timed: 13 to 32 steps"
+        "active 2, repeat 1), 2 in the category step (memory by category), the memory "
+        "snapshot over the category step's last 1, then 1 to 20 timed: 12 to 31 steps; then "
+        "36 in the light pass's cost rounds where the loop runs on"
     )
+    # two snapshot steps take the category step's two; three, one more
+    assert (W.Phases(1, 20, ProfilerConfig(), 2, light=True, fit=True).minimum) == 12
+    three = W.Phases(1, 20, ProfilerConfig(), 3, light=True, fit=True)
+    assert (three.snapshot, three.snapshot_end, three.minimum) == (9, 12, 13)
+    # no light pass, no cost rounds
+    assert W.Phases(1, 20, ProfilerConfig(light_cost_rounds=0), 1, light=True, fit=True).done == 31
     # the probes in the category step: neither the full pass's times nor the timed carry them
     assert (ph.probe_from, ph.probe_to) == (9, 11) and ph.probed() == "the category steps 10-11"
     assert ph.reached(3) == "2 of the 4 steps of the light timeline pass"
@@ -79,7 +88,7 @@ def test_fitted_phases_profile_first_and_time_what_remains() -> None:
     # the fixed schedule is unchanged: the loop must run it all
     fixed = W.Phases(5, 20, ProfilerConfig(), 1, light=True)
     assert (fixed.timed, fixed.timed_end, fixed.light, fixed.minimum, fixed.done) == (
-        5, 25, 25, 36, 36,
+        5, 25, 25, 36, 72,
     )  # fmt: skip
 
 
@@ -99,7 +108,7 @@ def test_the_schedule_is_fitted_unless_steps_or_warmup_is_given(
 
 def test_counters_replay_opens_before_the_first_timed_step() -> None:
     fitted = {"schedule": W.Phases(1, 20, ProfilerConfig(), 1, light=True, fit=True).to_manifest()}
-    assert W.counters_start(fitted, 1) == 12  # the range holds step 13
+    assert W.counters_start(fitted, 1) == 11  # the range holds step 12
     assert W.counters_start({"schedule": None}, 5) == 5  # a manifest without a schedule
 
 

@@ -35,12 +35,12 @@ from tracekit.collectors.script_dist import merge_metrics
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "ddp_mlp.py"
 # 2 warm-up + 2 timed + 2 in the light timeline pass (stood in on CPU, below) + 2 profiled
-# (wait 0, warm-up 1, active 1) = 8 steps, then 2 rounds x (2 + 2) steps of the
-# communication cost = 8: 16 steps
+# (wait 0, warm-up 1, active 1) = 8 steps, 2 rounds x (3 + 3) steps of the light pass's
+# cost = 12, then 2 rounds x (2 + 2) steps of the communication cost = 8: 28 steps
 FAST = ["--steps", "2", "--warmup", "2", "--profile-wait", "0", "--profile-warmup", "1",
         "--profile-active", "1", "--no-memory-timeline", "--no-ceilings", "--comm-rounds", "2",
-        "--comm-steps", "2", "-q"]  # fmt: skip
-SCHEDULE, EXTRA = 8, 8
+        "--comm-steps", "2", "--light-cost-rounds", "2", "-q"]  # fmt: skip
+SCHEDULE, EXTRA = 8 + 12, 8
 LIMIT_S = 240  # a run still going after this is hung
 
 
@@ -54,11 +54,13 @@ class CpuLight(passes.LightProfiler):
 def stand_in_light_pass() -> None:
     """Let each rank's session run the light timeline pass on CPU, as on a GPU (the ranks
     call this from the sitecustomize of :func:`child_env`): its files are a rank's too."""
-    from tracekit.collectors import session, session_windows
+    from tests.test_rank_passes import CpuKinetoSwitch
+    from tracekit.collectors import light_cost, session, session_windows
 
     cuda = torch.device("cuda")
     session.timeline_absent_reason = lambda c, d: passes.timeline_absent_reason(c, cuda)  # type: ignore[assignment]
     session_windows.LightProfiler = CpuLight  # type: ignore[misc]
+    light_cost.KinetoSwitch = CpuKinetoSwitch  # type: ignore[misc]  # the cost rounds' recorder
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +160,9 @@ def test_the_per_rank_run_folder(ddp_run: Any) -> None:
     assert met["step_time_ms"]["median"] == max(medians) and met["world_size"] == 2
     light = [e["metrics"]["timeline_step_time_ms"] for e in d["ranks"]]
     assert met["timeline_step_time_ms"] == max(light)
+    costs = [e["metrics"]["timeline_cost"]["ratio"] for e in d["ranks"]]
+    assert met["timeline_cost"]["ratio"] == max(costs)  # the light pass's cost, interleaved
+    assert met["timeline_overhead_pct"] == pytest.approx(met["timeline_cost"]["pct"])
 
 
 def test_the_script_gets_torchruns_environment(ddp_run: Any) -> None:
@@ -325,7 +330,8 @@ def test_rounds_over_step_ends(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _session(model: Any, *, n: int = 1, complete: bool = False) -> Any:
     return types.SimpleNamespace(n=n, phases=object(), model=model, complete=complete,
-                                 device=torch.device("cpu"), model_absent="none")  # fmt: skip
+                                 finished=complete, device=torch.device("cpu"),
+                                 model_absent="none")  # fmt: skip
 
 
 def test_a_model_that_is_not_ddp_is_skipped() -> None:

@@ -20,6 +20,7 @@ from tracekit.cli_options import (
     CommRoundsOption,
     CommStepsOption,
     HalfWidthOption,
+    LightCostRoundsOption,
     MaxRoundsOption,
     MemoryTimelineOption,
     PairedOption,
@@ -205,6 +206,7 @@ def collect(
     parallel: _Parallel = "ddp",
     comm_rounds: CommRoundsOption = 6,
     comm_steps: CommStepsOption = 5,
+    light_cost_rounds: LightCostRoundsOption = 6,
     workload: _Workload = "train",
     checkpoint: _Checkpoint = False,
     optimizer: _Optimizer = None,
@@ -233,6 +235,7 @@ def collect(
             repeat=profile_repeat, record_shapes=record_shapes, profile_memory=profile_memory,
             with_flops=with_flops, with_stack=with_stack, with_modules=with_modules,
             memory_timeline=memory_timeline, timeline_pass=not single_pass,
+            light_cost_rounds=light_cost_rounds,
         ),
     )  # fmt: skip
     _check_counters(counters, device, gpus)

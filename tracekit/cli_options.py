@@ -24,6 +24,13 @@ SinglePassOption = Annotated[
         help="Record one profiled pass (no light CUDA-only timeline pass before it).",
     ),
 ]
+LightCostRoundsOption = Annotated[
+    int,
+    typer.Option(
+        help="Rounds measuring the light pass's cost (CUDA): 3 unprofiled steps and 3 under "
+        "its recorder per round, interleaved; 0 skips it."
+    ),
+]
 CommRoundsOption = Annotated[
     int,
     typer.Option(

@@ -16,7 +16,7 @@ except ImportError:  # pragma: no cover
     from click import exceptions as click_exc  # type: ignore[no-redef]
 from typer.core import TyperCommand
 
-from tracekit.cli_options import MemoryTimelineOption, SinglePassOption
+from tracekit.cli_options import LightCostRoundsOption, MemoryTimelineOption, SinglePassOption
 from tracekit.errors import UsageError
 
 RUN_METAVAR = "[OPTIONS] -- python SCRIPT [ARGS]..."
@@ -148,20 +148,19 @@ def run_script_cmd(
     ] = False,
     nproc_per_node: _Nproc = None,
     comm_rounds: _CommRounds = 6,
+    light_cost_rounds: LightCostRoundsOption = 6,
     comm_steps: _CommSteps = 5,
 ) -> None:
     """Profile a training script without editing it: tracekit run [OPTIONS] -- python
     train.py ARGS. Writes the same run folder as collect.
 
-    Schedule, counted in the script's steps, fitted to the script by default: 1 warm-up
-    step, on CUDA a light timeline pass (the profiler's schedule, CUDA activity only; not
-    with --single-pass), the profiled steps (--profile-wait + --profile-warmup +
-    --profile-active, x --profile-repeat), two category steps for memory by category
-    (unless --with-stack or --no-memory-timeline), on CUDA --snapshot-steps memory-snapshot
-    steps, then up to 20 timed unprofiled steps, fewer if the script ends first: at least
-    1 + 4 + 4 + 2 + 1 + 1 = 13 steps on CUDA, 8 on CPU. With --steps or --warmup the
-    schedule is fixed: warm-up, timed, then the profiled steps (5 + 20 + 11 = 36 on CUDA),
-    and the script must run them all."""
+    Schedule, in the script's steps, fitted by default: 1 warm-up, on CUDA the light
+    timeline pass (CUDA activity only; not with --single-pass), the profiled steps
+    (--profile-wait + --profile-warmup + --profile-active, x --profile-repeat), two category
+    steps (unless --with-stack or --no-memory-timeline; on CUDA the memory snapshot records
+    the last), then up to 20 timed steps, fewer if the script ends first: at least 12 steps
+    on CUDA, 8 on CPU. --steps or --warmup fix it (warm-up, timed, profiled: 36 steps on
+    CUDA, all needed). Where the script runs on, the light pass's cost rounds follow."""
     command = ctx.meta["tracekit.script"]
     if counters:
         _check_script_counters(device)
@@ -185,7 +184,7 @@ def run_script_cmd(
                 repeat=profile_repeat, record_shapes=record_shapes,
                 profile_memory=profile_memory, with_flops=with_flops, with_stack=with_stack,
                 with_modules=with_modules, memory_timeline=memory_timeline,
-                timeline_pass=not single_pass,
+                timeline_pass=not single_pass, light_cost_rounds=light_cost_rounds,
             ),
         ),
     )  # fmt: skip
