@@ -206,7 +206,7 @@ def profile(
     with neither ``steps`` nor ``warmup`` given, one warm-up step, the profiled passes,
     then up to 20 timed steps (fewer when the loop ends first: the schedule fits the loop);
     where the light pass ran and the loop runs on, ``light_cost_rounds`` rounds of its cost
-    (3 unprofiled and 3 light steps each, interleaved; 0: none);
+    (5 unprofiled and 5 light steps each, the last 3 of each timed; 0: none);
     ``device``: ``auto`` (the optimizer's parameters' device), ``cuda`` or ``cpu``. Every
     value is checked first (:class:`tracekit.errors.UsageError`). Writes the run folder
     ``out`` (replaced if it exists), for ``tracekit report``."""

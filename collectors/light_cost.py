@@ -2,14 +2,15 @@
 
 The host's speed drifts by up to 1.6x between seconds, so the light pass's steps against
 the unprofiled steps timed a second earlier mix the pass's cost with that drift. This pass
-runs ``rounds`` rounds of two windows of ``window`` steps each: one unprofiled, one with
-the light pass's recorder on (CUPTI kernels-only where it ran, else Kineto's CUDA-only
-profiler), the order alternated every round (U L, L U, ...). The device is synchronised at
-each window's ends and the recorder switched there, between the steps' timing marks, so
-neither window carries the switch or the other's queued work. Each round gives the ratio
-of its light window's time to its unprofiled one's; the pass's cost is the median of
-those ratios (with their interquartile range): the paired estimate that drift between
-rounds cannot bias. The records made in the light windows are dropped.
+runs ``rounds`` rounds of two windows, each of ``settle`` untimed steps then ``window``
+timed ones: one unprofiled, one with the light pass's recorder on (CUPTI kernels-only
+where it ran, else Kineto's CUDA-only profiler), the order alternated every round (U L,
+L U, ...). The device is synchronised at each window's ends and the recorder switched
+there, between the steps' timing marks, so neither window carries the switch or the
+other's queued work. Each round gives the ratio of its light window's timed steps to its
+unprofiled one's; the pass's cost is the median of those ratios (with their interquartile
+range): the paired estimate that drift between rounds cannot bias. The records made in
+the light windows are dropped.
 
 :class:`CostRounds` is the schedule (``--light-cost-rounds``; 0: not measured),
 :class:`CostPass` the profiler-shaped pass (``with``, :meth:`~CostPass.step`) that collect's
@@ -54,22 +55,34 @@ METHOD = (
 
 @dataclasses.dataclass(frozen=True)
 class CostRounds:
-    """``rounds`` rounds of two ``window``-step windows (0 rounds: not measured)."""
+    """``rounds`` rounds of two windows (0 rounds: not measured), each ``settle`` untimed
+    steps then ``window`` timed ones: the light pass records its steps after a wait and a
+    warm-up step with CUPTI already on (the first steps after CUPTI is enabled run slower,
+    +10 to +30 % over 3 steps on an H100), so each window's timed steps follow as many."""
 
     rounds: int = 6
     window: int = 3
+    settle: int = 2
 
     def __post_init__(self) -> None:
         if self.rounds < 0 or self.rounds == 1:
             raise UsageError(
                 f"--light-cost-rounds must be 0 (off) or at least 2, got {self.rounds}"
             )
-        if self.window < 1:
-            raise UsageError(f"--light-cost-window must be at least 1, got {self.window}")
+        if self.window < 1 or self.settle < 0:
+            raise UsageError(
+                f"light-cost windows need >= 1 timed and >= 0 settling steps, got {self.window}"
+                f" and {self.settle}"
+            )
+
+    @property
+    def span(self) -> int:
+        """Steps per window."""
+        return self.settle + self.window
 
     @property
     def steps(self) -> int:
-        return 2 * self.rounds * self.window
+        return 2 * self.rounds * self.span
 
     def plan(self) -> list[str]:
         """Each step's window kind, in order (round r: unprofiled first when r is even)."""
@@ -77,8 +90,12 @@ class CostRounds:
         for r in range(self.rounds):
             pair = (UNPROFILED, LIGHT) if r % 2 == 0 else (LIGHT, UNPROFILED)
             for kind in pair:
-                out += [kind] * self.window
+                out += [kind] * self.span
         return out
+
+    def timed(self) -> list[bool]:
+        """Whether each step counts (a window's settling steps do not)."""
+        return [i % self.span >= self.settle for i in range(self.steps)]
 
     def config(self) -> ProfilerConfig:
         """A schedule whose every step is recorded (so the drivers time them all)."""
@@ -180,7 +197,7 @@ class CostPass(Profiler):
 
     def step(self) -> None:
         self._i += 1
-        if self._i % self.rounds.window == 0 and self._i < len(self.kinds):
+        if self._i % self.rounds.span == 0 and self._i < len(self.kinds):
             self._sync()  # every window starts with an idle device, whatever its kind
             self._set(self._i)
 
@@ -209,16 +226,23 @@ def light_cost(
     kinds = rounds.plan()
     if notes or len(ms) != len(kinds) or rounds.rounds < 2:
         return None
-    w = rounds.window
+    span, w = rounds.span, rounds.window
+    timed = rounds.timed()
+    per_window = [
+        (
+            kinds[i],
+            sum(t for t, on in zip(ms[i : i + span], timed[i : i + span], strict=True) if on) / w,
+        )
+        for i in range(0, len(ms), span)
+    ]
     ratios: list[float] = []
     unprof: list[float] = []
     light: list[float] = []
-    for r in range(rounds.rounds):
-        a, b = ms[2 * r * w : (2 * r + 1) * w], ms[(2 * r + 1) * w : (2 * r + 2) * w]
-        u, li = (a, b) if kinds[2 * r * w] == UNPROFILED else (b, a)
-        unprof.append(sum(u) / w)
-        light.append(sum(li) / w)
-        ratios.append(light[-1] / unprof[-1] if unprof[-1] > 0 else float("nan"))
+    for a, b in zip(per_window[::2], per_window[1::2], strict=True):
+        (_, u), (_, li) = (a, b) if a[0] == UNPROFILED else (b, a)
+        unprof.append(u)
+        light.append(li)
+        ratios.append(li / u if u > 0 else float("nan"))
     ok = [x for x in ratios if x == x]
     if not ok:
         return None
@@ -228,6 +252,7 @@ def light_cost(
         "pct": (statistics.median(ok) - 1.0) * 100,
         "rounds": rounds.rounds,
         "window_steps": w,
+        "settle_steps": rounds.settle,
         "recorder": recorder,
         "round_ratios": ratios,
         "unprofiled_ms": unprof,
@@ -247,11 +272,11 @@ def worst_cost(per_rank: list[Any]) -> dict[str, Any] | None:
 
 
 def cost_text(cost: dict[str, Any]) -> str:
-    """One line: ``x1.031 (IQR 1.012-1.048), 6 interleaved rounds of 3 + 3 steps``."""
+    """One line: ``x1.031 (IQR 1.012-1.048), 6 interleaved rounds of 3 + 3 timed steps``."""
     lo, hi = cost["iqr"]
     return (
         f"x{cost['ratio']:.3f} (IQR {lo:.3f}-{hi:.3f}), {cost['rounds']} interleaved rounds "
-        f"of {cost['window_steps']} + {cost['window_steps']} steps"
+        f"of {cost['window_steps']} + {cost['window_steps']} timed steps"
     )
 
 

@@ -513,6 +513,11 @@ def test_host_calibration_against_the_unprofiled_step() -> None:
     assert CP.predict(cp, CP.host_speedup(k)) == pytest.approx(11.63, rel=0.005)
     assert CP.calibrate_host(cp, 30.0) == 1.0  # slower than traced: nothing to remove
     assert CP.calibrate_host(cp, 5.0) is None  # below even a free host (GPU 8.7 ms)
+    # just under a free host's time (within the tolerance): no finite speed-up gets there
+    floor = CP.predict(cp, CP.host_speedup(1e6))
+    assert CP.calibrate_host(cp, floor * 0.999) is None  # not 2**20 (an H100 run said so)
+    k = CP.calibrate_host(cp, floor * 1.01)
+    assert k is not None and 1.0 < k < 1e3
     gpu = _fixture("h200-gpt2s-b8-s128-fp32-naive")  # GPU-bound: the host is not the limit
     assert CP.calibrate_host(gpu, 26.656) is None
 

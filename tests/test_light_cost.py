@@ -27,23 +27,27 @@ from .test_cupti_pass import FAST, _collect, on_gpu  # noqa: F401  (the fixture)
 
 
 def test_rounds_alternate_their_order() -> None:
-    r = L.CostRounds(rounds=4, window=2)
+    r = L.CostRounds(rounds=4, window=2, settle=0)
     U, Li = L.UNPROFILED, L.LIGHT
     assert r.steps == 16
     assert r.plan() == [U, U, Li, Li, Li, Li, U, U, U, U, Li, Li, Li, Li, U, U]
     cfg = r.config()  # every step recorded, so the drivers time them all
     assert cfg.steps == 16 and all(cfg.is_active(i) for i in range(16))
-    assert L.CostRounds(0).steps == 0 and L.CostRounds().steps == 36
+    assert L.CostRounds(0).steps == 0 and L.CostRounds().steps == 60  # 6 x 2 x (2 + 3)
+    # each window's first steps settle (CUPTI just enabled) and are not timed
+    s = L.CostRounds(rounds=2, window=2, settle=1)
+    assert s.plan() == [U] * 3 + [Li] * 3 + [Li] * 3 + [U] * 3
+    assert s.timed() == [False, True, True] * 4
 
 
-@pytest.mark.parametrize("rounds, window", [(1, 3), (-1, 3), (4, 0)])
-def test_bad_rounds_are_usage_errors(rounds: int, window: int) -> None:
+@pytest.mark.parametrize("rounds, window, settle", [(1, 3, 2), (-1, 3, 2), (4, 0, 2), (4, 3, -1)])
+def test_bad_rounds_are_usage_errors(rounds: int, window: int, settle: int) -> None:
     with pytest.raises(UsageError, match="light-cost"):
-        L.CostRounds(rounds, window)
+        L.CostRounds(rounds, window, settle)
 
 
 def test_the_cost_is_the_median_of_the_rounds_ratios() -> None:
-    r = L.CostRounds(rounds=4, window=2)
+    r = L.CostRounds(rounds=4, window=2, settle=0)
     # round by round (plan order): U U L L | L L U U | U U L L | L L U U
     ms = [10, 10, 11, 11,   12, 12, 10, 10,   20, 20, 21, 21,   33, 33, 30, 30]  # fmt: skip
     c = L.light_cost([float(x) for x in ms], r, "cupti-kernels")
@@ -53,7 +57,13 @@ def test_the_cost_is_the_median_of_the_rounds_ratios() -> None:
     assert c["ratio"] == pytest.approx(1.1) and c["pct"] == pytest.approx(10.0)
     assert c["iqr"] == pytest.approx([1.0875, 1.125])
     assert (c["rounds"], c["window_steps"], c["recorder"]) == (4, 2, "cupti-kernels")
-    assert L.cost_text(c) == "x1.100 (IQR 1.088-1.125), 4 interleaved rounds of 2 + 2 steps"
+    assert L.cost_text(c) == "x1.100 (IQR 1.088-1.125), 4 interleaved rounds of 2 + 2 timed steps"
+    # the settling steps are left out: a slow first step after the switch counts nowhere
+    s = L.CostRounds(rounds=2, window=2, settle=1)
+    slow = [99.0, 10, 10, 99.0, 11, 11, 99.0, 12, 12, 99.0, 10, 10]
+    got = L.light_cost(slow, s, "cupti-kernels")
+    assert got is not None and got["round_ratios"] == pytest.approx([1.1, 1.2])
+    assert got["settle_steps"] == 1
     # a recorder that failed, or steps missing: no figure
     assert L.light_cost([float(x) for x in ms], r, "kineto-cuda", ["refused"]) is None
     assert L.light_cost([1.0] * 15, r, "kineto-cuda") is None
@@ -75,7 +85,7 @@ class Switch:
 
 def test_the_pass_switches_between_windows_outside_the_timed_steps(tmp_path: Path) -> None:
     sw = Switch()
-    r = L.CostRounds(rounds=3, window=2)
+    r = L.CostRounds(rounds=3, window=2, settle=0)
     cost = L.CostPass(r, tmp_path, device=torch.device("cpu"), recorder="x", switch=sw)
 
     def step(i: int) -> torch.Tensor:
@@ -94,7 +104,7 @@ def test_a_failing_switch_leaves_no_figure(tmp_path: Path) -> None:
         def on(self) -> None:
             raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
 
-    r = L.CostRounds(rounds=2, window=1)
+    r = L.CostRounds(rounds=2, window=1, settle=0)
     cost = L.CostPass(r, tmp_path, device=torch.device("cpu"), recorder="x", switch=Refusing())
     ms = passes.profiled_steps(lambda i: torch.zeros(()), cost, 0)
     assert len(ms) == 4 and "could not be switched on" in cost.notes[0]
@@ -142,9 +152,9 @@ def test_collect_states_the_interleaved_cost(
     assert met["timeline_overhead_basis"] == L.INTERLEAVED
     # the light pass's one trace; the cost windows' records dropped; 12 more steps
     assert m["artifacts"]["timeline_traces"] == [m["artifacts"]["timeline_trace"]]
-    # U U U | L L L (on) | L L L | U U U (off): registered by the pass and once here
+    # U x 5 | L x 5 (on) | L x 5 | U x 5 (off): registered by the pass and once here
     assert fake.registrations == 2 and fake.enabled == set()
-    assert m["total_steps"] == 1 + 2 + 4 + 12 + 4
+    assert m["total_steps"] == 1 + 2 + 4 + 20 + 4
     assert f"its cost {L.cost_text(c)}" in said
     # the report says it on its timeline line, and judges the light pass by it
     facts = TimelineFacts(
@@ -201,15 +211,15 @@ def test_profile_runs_the_rounds_where_the_loop_runs_on(
                 prof.step()
         return prof.manifest
 
-    # fitted: 1 warm-up, light 1, full 1, then 20 timed (23), then 12 in the cost rounds
-    m = loop(tmp_path / "a", 40)
-    assert m["status"] == "ok" and m["schedule_steps"] == 35
-    assert m["schedule"][-1] == {"phase": "light_cost", "steps": [24, 35]}
+    # fitted: 1 warm-up, light 1, full 1, then 20 timed (23), then 20 in the cost rounds
+    m = loop(tmp_path / "a", 50)
+    assert m["status"] == "ok" and m["schedule_steps"] == 43
+    assert m["schedule"][-1] == {"phase": "light_cost", "steps": [24, 43]}
     assert m["metrics"]["timeline_cost"]["rounds"] == 2
     assert m["metrics"]["timeline_overhead_basis"] == L.INTERLEAVED
     # a loop that ends in the rounds is complete, without the figure
-    m = loop(tmp_path / "b", 28)
-    assert m["status"] == "ok" and m["total_steps"] == 28
+    m = loop(tmp_path / "b", 30)
+    assert m["status"] == "ok" and m["total_steps"] == 30
     assert m["metrics"]["timeline_cost"] is None
     assert m["metrics"]["timeline_overhead_basis"] == L.APART
     assert fake.enabled == set()

@@ -142,10 +142,10 @@ def test_a_rank_runs_the_light_pass_the_full_pass_and_the_category_step(
     # the light pass's cost in 2 interleaved rounds (its recorder: Kineto's, as it fell back)
     assert met["timeline_cost"]["rounds"] == 2 and met["timeline_cost"]["recorder"] == "kineto-cuda"
     # every phase's steps: warm-up, timed, 2 x rounds x steps unprofiled, light, its cost
-    # rounds (2 x 2 windows of 3), full, category
+    # rounds (2 x 2 windows of 2 settling + 3 timed), full, category
     comm = 2 * cfg.comm_rounds * cfg.comm_steps
     category = category_config(cfg.profiler).steps
-    assert res["total_steps"] == cfg.warmup + cfg.steps + comm + 1 + 12 + 1 + category
+    assert res["total_steps"] == cfg.warmup + cfg.steps + comm + 1 + 20 + 1 + category
     cost = res["comm_cost"]
     assert cost["status"] == "ok" and cost["sync_off"] == commcost.DDP_SYNC_OFF
     assert cost["caveat"] is None and commcost.HOST_TIMER in cost["method"]
@@ -329,7 +329,7 @@ def test_two_ranks_end_ok_with_the_light_pass_on_each(two_ranks: tuple[Path, str
         assert (out / r["artifacts"]["timeline_steps"]).is_file()
         assert r["metrics"]["timeline_step_time"]["n"] == 1
         category = category_config(ProfilerConfig()).steps
-        assert r["total_steps"] == 1 + 2 + 2 * 2 * 2 + 1 + 12 + 1 + category
+        assert r["total_steps"] == 1 + 2 + 2 * 2 * 2 + 1 + 20 + 1 + category
         assert r["metrics"]["timeline_cost"]["rounds"] == 2
     assert m["artifacts"]["timeline_trace"] == ranks[0]["artifacts"]["timeline_trace"]
     assert m["artifacts"]["timeline_traces"] == [

@@ -35,12 +35,12 @@ from tracekit.collectors.script_dist import merge_metrics
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "ddp_mlp.py"
 # 2 warm-up + 2 timed + 2 in the light timeline pass (stood in on CPU, below) + 2 profiled
-# (wait 0, warm-up 1, active 1) = 8 steps, 2 rounds x (3 + 3) steps of the light pass's
-# cost = 12, then 2 rounds x (2 + 2) steps of the communication cost = 8: 28 steps
+# (wait 0, warm-up 1, active 1) = 8 steps, 2 rounds x (5 + 5) steps of the light pass's
+# cost = 20, then 2 rounds x (2 + 2) steps of the communication cost = 8: 36 steps
 FAST = ["--steps", "2", "--warmup", "2", "--profile-wait", "0", "--profile-warmup", "1",
         "--profile-active", "1", "--no-memory-timeline", "--no-ceilings", "--comm-rounds", "2",
         "--comm-steps", "2", "--light-cost-rounds", "2", "-q"]  # fmt: skip
-SCHEDULE, EXTRA = 8 + 12, 8
+SCHEDULE, EXTRA = 8 + 20, 8
 LIMIT_S = 240  # a run still going after this is hung
 
 

@@ -44,17 +44,17 @@ def test_phases_with_every_pass() -> None:
     assert (ph.timed, ph.light, ph.full, ph.category, ph.snapshot, ph.complete_at) == (
         5, 25, 29, 33, 35, 36,
     )  # fmt: skip
-    assert (ph.minimum, ph.cost, ph.done) == (36, 36, 72)  # the cost rounds: where it runs on
+    assert (ph.minimum, ph.cost, ph.done) == (36, 36, 96)  # the cost rounds: where it runs on
     assert ph.to_manifest() == [
         {"phase": "warmup", "steps": [1, 5]}, {"phase": "timed", "steps": [6, 25]},
         {"phase": "timeline", "steps": [26, 29]}, {"phase": "profiled", "steps": [30, 33]},
         {"phase": "category", "steps": [34, 35]}, {"phase": "snapshot", "steps": [36, 36]},
-        {"phase": "light_cost", "steps": [37, 72]},
+        {"phase": "light_cost", "steps": [37, 96]},
     ]  # fmt: skip
     assert ph.describe() == (
         "5 warm-up, 20 timed, 4 in the light timeline pass (CUDA only), 4 profiled (wait 1, "
         "warm-up 1, active 2, repeat 1), 2 in the category step (memory by category), 1 in "
-        "the memory snapshot: 36 steps; then 36 in the light pass's cost rounds where the "
+        "the memory snapshot: 36 steps; then 60 in the light pass's cost rounds where the "
         "loop runs on"
     )
     assert (ph.probe_from, ph.probe_to) == (1, 5)
@@ -139,7 +139,7 @@ def test_light_pass_before_the_full_window(
     m = prof.manifest
     assert m is not None and m["status"] == "ok" and m["total_steps"] == 13
     assert [p["steps"] for p in m["schedule"]] == [
-        [1, 1], [2, 3], [4, 7], [8, 11], [12, 13], [14, 49],
+        [1, 1], [2, 3], [4, 7], [8, 11], [12, 13], [14, 73],
     ]  # fmt: skip
     # the same marks in both passes, each its own marker: at the step ends that open the
     # recorded steps (6, 7 of the light pass; 10, 11 of the full) and one closing the last
@@ -206,7 +206,7 @@ def test_a_loop_ending_in_the_light_pass(tmp_path: Path, as_on_cuda: list[tuple[
     ):
         _loop(out, 6)
     m = json.loads((out / "manifest.json").read_text())
-    assert m["status"] == "incomplete" and m["total_steps"] == 6 and m["schedule_steps"] == 49
+    assert m["status"] == "incomplete" and m["total_steps"] == 6 and m["schedule_steps"] == 73
     arts = m["artifacts"]
     assert arts["timeline_trace"] is None and arts["trace"] is None
     assert arts["timeline_trace_absent"] == "the loop ended in the light timeline pass"

@@ -27,8 +27,8 @@ SinglePassOption = Annotated[
 LightCostRoundsOption = Annotated[
     int,
     typer.Option(
-        help="Rounds measuring the light pass's cost (CUDA): 3 unprofiled steps and 3 under "
-        "its recorder per round, interleaved; 0 skips it."
+        help="Rounds measuring the light pass's cost (CUDA): 5 unprofiled steps and 5 under "
+        "its recorder per round (the last 3 of each timed), interleaved; 0 skips it."
     ),
 ]
 CommRoundsOption = Annotated[

@@ -307,6 +307,10 @@ def calibrate_host(cp: CriticalPath, measured_ms: float, rel_tol: float = 5e-3) 
     lo, hi = 1.0, 2.0
     while predict(cp, host_speedup(hi)) > measured_ms and hi < 1e6:
         lo, hi = hi, hi * 2
+    if predict(cp, host_speedup(hi)) > measured_ms:
+        # within rel_tol above a free host's time but not reached by any finite speed-up:
+        # the GPU's path binds; no host speed-up describes the step (was read as x2**20)
+        return None
     while hi / lo > 1 + rel_tol:  # the step time falls monotonically with k
         mid = (lo * hi) ** 0.5
         lo, hi = (mid, hi) if predict(cp, host_speedup(mid)) > measured_ms else (lo, mid)
