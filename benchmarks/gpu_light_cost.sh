@@ -10,15 +10,18 @@
 # 4. light_pass_cost.py --script on the ResNet-50 and HF GPT-2 user scripts.
 # Smoke without a GPU: LPC_EXTRA="--device cpu --preset tiny --batch 2 --seq 32 --rounds 2"
 #   COLLECT_EXTRA="--device cpu --preset tiny --batch 2 --seq 32" bash ... /tmp/l 1
+# PARTS (default "lpc collects run12 scripts") picks the parts, in that order.
 set -u
 N=${2:-5}
+PARTS=${PARTS:-lpc collects run12 scripts}
 source "$(dirname "$0")/gpu_common.sh"
-step lpc-gpt python3 benchmarks/light_pass_cost.py --configs fp32-naive,bf16-sdpa --pass both \
+has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
+has lpc && step lpc-gpt python3 benchmarks/light_pass_cost.py --configs fp32-naive,bf16-sdpa --pass both \
   --rounds "${LPC_ROUNDS:-16}" ${LPC_EXTRA:-}
-for i in $(seq 1 "$N"); do
+has collects && for i in $(seq 1 "$N"); do
   step "collect-$i" tracekit collect --batch 8 --seq 128 --no-ceilings ${COLLECT_EXTRA:-} -o "runs/lc$i"
 done
-python3 - "$N" <<'PY' | tee "$OUT/collect_costs.txt"
+has collects && python3 - "$N" <<'PY' | tee "$OUT/collect_costs.txt"
 import json, sys
 n = int(sys.argv[1])
 print("run  unprofiled  light-step  apart %   interleaved cost [IQR]   rounds (ratio per round)")
@@ -35,10 +38,12 @@ for i in range(1, n + 1):
     else:
         print(f"lc{i}  {base:9.2f}  {light}  no interleaved cost")
 PY
-if [ -z "${COLLECT_EXTRA:-}" ]; then
+if [ -z "${COLLECT_EXTRA:-}" ] && has run12; then
   step run12 tracekit run --no-ceilings -o runs/r12 -- python3 \
     benchmarks/user_scripts/resnet50_train.py --iters 12
   step report12 tracekit report runs/r12 -o runs/r12-report
+fi
+if [ -z "${COLLECT_EXTRA:-}" ] && has scripts; then
   step lpc-resnet python3 benchmarks/light_pass_cost.py --pass both --rounds "${LPC_SCRIPT_ROUNDS:-10}" \
     --script -- python3 benchmarks/user_scripts/resnet50_train.py --iters 100000
   step lpc-hf python3 benchmarks/light_pass_cost.py --pass both --rounds "${LPC_SCRIPT_ROUNDS:-10}" \
