@@ -169,6 +169,8 @@ def ranked(doc: Mapping[str, Any], table: pd.DataFrame) -> RenderableType:
             why.append(Text(f"  {name}: {r['status']}: {r.get('error') or ''}", style="yellow"))
         elif not _ok(r["pred_step_ratio"]):
             why.append(Text(f"  {name}: no time prediction: {r['time_evidence']}", style="dim"))
+        elif isinstance(r.get("prediction_note"), str):
+            why.append(Text(f"  {name}: {r['prediction_note']}", style="dim"))
     text = PRED_LEGEND if pred else LEGEND
     legend = Text(text, style="dim")
     return Group(t, *why, legend)
@@ -245,7 +247,10 @@ _COLS: list[tuple[str, str, str, Callable[[Any], str]]] = [
     ("predicted ms", "", "pred_step_ms", _ms), ("predicted x", "", "pred_step_ratio", ratio),
     ("time error %", "", "step_error_pct", signed),
     ("predicted peak Δ MiB", "", "pred_peak_delta_bytes", mib),
-    ("peak error %", "", "peak_error_pct", signed), ("addresses", "l", "addresses", str),
+    ("peak error %", "", "peak_error_pct", signed),
+    ("why the time prediction misses", "l", "prediction_note",
+     lambda v: v if isinstance(v, str) else fmt.DASH),
+    ("addresses", "l", "addresses", str),
     ("verdict before", "l", "verdict_before", short),
     ("verdict after", "l", "verdict_after", short),
 ]  # fmt: skip

@@ -18,6 +18,7 @@ import tracekit.advise.measure as MS
 import tracekit.advise.regions as R
 import tracekit.advise.table as TB
 import tracekit.summary.critical_path as CP
+from tracekit.advise import limits as LIM
 from tracekit.advise.baseline import ASSUMED_HOST_SPEEDUP, Baseline, analyse
 from tracekit.advise.effects import Effect, scenario
 from tracekit.advise.predict import Prediction, predict
@@ -263,6 +264,30 @@ def test_table_rows_and_ranking() -> None:
     assert pd.isna(df["rank"].tolist()[1])  # a failed row is not ranked on its prediction
     pr = TB.rank(pd.DataFrame([r, oom], columns=list(TB.COLUMNS)), "time", measured=False)
     assert pr["lever"].tolist() == ["b", "a"]  # predicted-only: by the prediction
+
+
+def test_a_prediction_beyond_15_percent_says_what_its_model_leaves_out() -> None:
+    base = {"status": "ok", "step_time_ms": 10.0, "peak_bytes": 1000.0, "tokens_per_s": 1e5}
+    meas = {"status": "ok", "step_time_ms": 20.0, "peak_bytes": 1000.0, "tokens_per_s": 1e5}
+    within = Prediction("grad-accum", "", ["grad-accum"], {}, step_ratio=1.9, tokens=1)
+    assert TB.row(within, "lever", meas, base, {}, (None, None))["prediction_note"] is None
+    # checkpoint predicted x1.23, measured x2.00 (-38 %, as on the H100's s128 table)
+    off = Prediction("checkpoint", "", ["checkpoint"], {}, step_ratio=1.23, tokens=1)
+    note = TB.row(off, "lever", meas, base, {}, (None, None))["prediction_note"]
+    assert note.startswith("predicted -38 % off the measurement (beyond ±15 %): checkpoint: ")
+    assert LIM.LEAVES_OUT["checkpoint"] in note
+    # a combination names each of its parts' gaps; a lever with a value by its name
+    combo = LIM.prediction_note("compile+optimizer=adamw-fused+batch=16", 30.0)
+    assert combo is not None and all(
+        f"{k}: {LIM.LEAVES_OUT[k]}" in combo for k in ("compile", "adamw-fused", "batch")
+    )
+    assert LIM.prediction_note("sdpa", 15.0) is None and LIM.prediction_note("sdpa", -15.1)
+    assert LIM.prediction_note("sdpa", float("nan")) is None
+    assert "names nothing" in str(LIM.prediction_note("new-lever", 40.0))
+    # every lever the advisor runs has its text
+    from tracekit.advise.levers import LEVERS
+
+    assert set(LEVERS) <= set(LIM.LEAVES_OUT)
 
 
 # ---------------------------------------------------------------- the command

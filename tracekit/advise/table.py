@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.advise.limits import prediction_note
 from tracekit.advise.predict import Prediction
 
 FORMAT, VERSION = "tracekit.advise", 1
@@ -21,7 +22,7 @@ COLUMNS = (
     "pred_step_ms", "pred_step_ratio", "step_error_pct", "pred_tokens_per_s",
     "pred_peak_bytes", "pred_peak_delta_bytes", "peak_error_pct",
     "addresses", "targets_verdict", "verdict_before", "verdict_after",
-    "time_evidence", "memory_evidence", "key", "run_dir",
+    "time_evidence", "memory_evidence", "prediction_note", "key", "run_dir",
 )  # fmt: skip
 TIERS = {"faster": 0, "no measurable difference": 1, "slower": 2}
 # objective -> (measured column, predicted column, ascending)
@@ -92,6 +93,7 @@ def row(
     if ok:
         out["step_error_pct"] = _pct(pred_ms, out["step_ms"])
         out["peak_error_pct"] = _pct(out["pred_peak_bytes"], out["peak_bytes"])
+    out["prediction_note"] = prediction_note(p.lever, out["step_error_pct"])
     return out
 
 

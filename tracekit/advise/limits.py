@@ -1,0 +1,85 @@
+"""What each lever's time model leaves out, said where its prediction misses.
+
+``tracekit advise`` aims to predict each lever's step-time ratio within
+:data:`TOLERANCE_PCT` of the paired measurement. Where a lever's prediction is further off,
+the table says which part of the lever's effect its model (``tracekit/advise/models.py``)
+does not describe, so that the number is read as a bound, not a forecast. The texts name
+what the models do and do not compute; they are attached only to rows whose measured
+error exceeds the tolerance (pure: a row's lever and error in, a line out).
+"""
+
+from __future__ import annotations
+
+import math
+
+TOLERANCE_PCT = 15.0  # the predictions' target: within +-15 % of the measured ratio
+
+LEAVES_OUT: dict[str, str] = {
+    "compile": (
+        "the model shortens the fusible elementwise, activation and norm kernels by the time "
+        "ratio of the s128 fixtures and takes the host as it was; inductor's fusion of the "
+        "naive attention's mask, scale and softmax over the T² scores into one kernel each "
+        "way, and the host time its fewer launches save, are not modelled"
+    ),
+    "cuda-graphs": (
+        "the model removes the host and launch time on the unprofiled step's critical path; "
+        "where that path is the GPU's (the host's speed-up not calibrated from the trace), "
+        "the host gaps between the GPU's kernels that a graph removes are not seen"
+    ),
+    "batch": (
+        "the model repeats each forward/backward kernel's time above a fixed per-kernel cost; "
+        "larger GEMMs running closer to the roof and the host's per-step work spread over "
+        "more tokens are not modelled"
+    ),
+    "grad-accum": (
+        "the model repeats the forward and backward (kernels and host time) per micro-batch "
+        "at the same efficiency; overlap between micro-batches is not modelled"
+    ),
+    "checkpoint": (
+        "the model counts the recomputed forward as its kernels and host time once more; "
+        "its launches queued behind the backward's and the extra synchronisation with the "
+        "saved inputs are not modelled, which on a host-bound step costs more than the "
+        "forward's own time"
+    ),
+    "sdpa": (
+        "the model replaces the attention core's kernels by its GEMMs' FLOPs at the roof as "
+        "one fused kernel; the fused kernel's real efficiency is not modelled"
+    ),
+    "bf16": (
+        "the model puts the GEMMs at the bf16 roof (measured where the run has it, else the "
+        "spec's) and adds the casts' kernels and host time; the other kernels' "
+        "halved traffic and autocast's dispatch on every operator are not modelled"
+    ),
+    "adamw-fused": (
+        "the model streams the optimizer's state once at the measured bandwidth and drops its "
+        "host operators; the fused kernel's efficiency is not modelled"
+    ),
+}
+
+
+def beyond(error_pct: float) -> bool:
+    """Whether a prediction error (%) is outside :data:`TOLERANCE_PCT`."""
+    return (
+        isinstance(error_pct, (int, float))
+        and math.isfinite(error_pct)
+        and (abs(error_pct) > TOLERANCE_PCT)
+    )
+
+
+def prediction_note(lever: str, error_pct: float) -> str | None:
+    """``lever`` (one, or a combination ``a+b``) predicted ``error_pct`` off its
+    measurement: why, where it is beyond the tolerance (None within it)."""
+    if not beyond(error_pct):
+        return None
+    parts = [p for p in str(lever).split("+") if p]
+    left = [f"{_base(p)}: {LEAVES_OUT[_base(p)]}" for p in parts if _base(p) in LEAVES_OUT]
+    why = "; ".join(left) if left else "its model names nothing it leaves out"
+    head = f"predicted {error_pct:+.0f} % off the measurement (beyond ±{TOLERANCE_PCT:.0f} %)"
+    return f"{head}: {why}"
+
+
+def _base(part: str) -> str:
+    """A lever's name without its value (``batch=16`` → ``batch``, ``optimizer=adamw-fused``
+    → ``adamw-fused``)."""
+    name, _, value = part.partition("=")
+    return value if name == "optimizer" else name
