@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +106,18 @@ def test_budget_bar_shows_the_lever_and_the_time_left(capsys: pytest.CaptureFixt
     with MP.BudgetBar(60.0, 2, enabled=False) as quiet:
         quiet("sdpa", "x")
         assert quiet._bar is None
+
+
+def test_a_silent_hung_worker_is_killed_at_its_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deadline holds even when the worker prints nothing (it was checked per line)."""
+    import time
+
+    hang = [sys.executable, "-c", "import time; time.sleep(60)"]
+    monkeypatch.setattr(MP, "worker_command", lambda spec, res: hang)
+    monkeypatch.setattr(MP, "START_S", 0.0)
+    t0 = time.monotonic()
+    doc = MP.run_one("x", {}, {}, tmp_path, 0.5, MP.PairedOptions())
+    assert time.monotonic() - t0 < 30
+    assert doc["status"] == "error" and doc["error"].startswith("paired timing timed out")

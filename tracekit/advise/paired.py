@@ -14,6 +14,7 @@ import json
 import math
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -113,6 +114,11 @@ def spec(
     }
 
 
+def worker_command(spec_path: Path, res_path: Path) -> list[str]:
+    """The worker that times one lever (``python -m tracekit.collectors.paired``)."""
+    return [sys.executable, "-m", "tracekit.collectors.paired", str(spec_path), str(res_path)]
+
+
 def run_one(
     name: str,
     base: Mapping[str, Any],
@@ -129,20 +135,23 @@ def run_one(
     spec_path, res_path = out / f"{name}.spec.json", out / f"{name}.json"
     atomic_write_json(spec_path, spec(base, other, opts, budget_s))
     res_path.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "tracekit.collectors.paired", str(spec_path), str(res_path)]
     tail: list[str] = []
     with subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
-    ) as p:
+        worker_command(spec_path, res_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True, env=env,
+    ) as p:  # fmt: skip
         assert p.stderr is not None
-        deadline = time.monotonic() + budget_s + START_S
-        for line in p.stderr:
-            tail = [*tail[-20:], line.rstrip()]
-            if progress is not None and line.startswith("round "):
-                progress(name, line.strip())
-            if time.monotonic() > deadline:
-                p.kill()
-                break
+        # killed at its deadline whether or not it prints (a hung worker prints nothing)
+        killer = threading.Timer(budget_s + START_S, p.kill)
+        killer.daemon = True
+        killer.start()
+        try:
+            for line in p.stderr:
+                tail = [*tail[-20:], line.rstrip()]
+                if progress is not None and line.startswith("round "):
+                    progress(name, line.strip())
+        finally:
+            killer.cancel()
         code = p.wait()
     if res_path.is_file():
         doc: dict[str, Any] = json.loads(res_path.read_text())
