@@ -391,7 +391,7 @@ def timeline_metrics(
 ) -> dict[str, Any]:
     """The manifest metrics of the light pass: its recorded steps' median time, and its cost
     (``timeline_overhead_pct``): from ``cost``, the interleaved rounds, where they ran, else
-    its median against the unprofiled median timed before it (``timeline_overhead_basis``
+    its median against the unprofiled median timed apart (``timeline_overhead_basis``
     says which; None: no light pass)."""
     if not timeline_ms or not timed_ms:
         return {"timeline_step_time_ms": None, "timeline_step_time": None,
@@ -417,8 +417,8 @@ def light_line(met: dict[str, Any]) -> str | None:
     if met.get("timeline_cost"):
         return f"{head}; its cost {cost_text(met['timeline_cost'])}"
     return (
-        f"{head} ({met['timeline_overhead_pct']:+.1f} % against the unprofiled steps timed "
-        "before it, not interleaved: the host's drift is in this figure)"
+        f"{head} ({met['timeline_overhead_pct']:+.1f} % against the unprofiled steps, timed "
+        "apart, not interleaved: the host's drift is in this figure)"
     )
 
 

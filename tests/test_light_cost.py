@@ -179,7 +179,7 @@ def test_without_rounds_the_cost_is_the_windows_apart(
     m, said = _collect(tmp_path / "run", capsys, "--light-cost-rounds", "0")
     met = m["metrics"]
     assert met["timeline_cost"] is None and met["timeline_overhead_basis"] == L.APART
-    assert "against the unprofiled steps timed before it, not interleaved" in said
+    assert "against the unprofiled steps, timed apart, not interleaved" in said
     assert m["total_steps"] == 1 + 2 + 4 + 4
 
 
