@@ -98,7 +98,7 @@ PER_RANK_TITLE = (
 
 def per_rank_title(rs: RanksSummary) -> str:
     """The per-rank table's title: which pass each of its figures comes from."""
-    if rs.timeline_source == "full" and not rs.timeline_words:
+    if not rs.timeline_words:
         return PER_RANK_TITLE
     return (
         "Per rank (per step; unprofiled, comm cost: measured without the profiler; step, busy, "
@@ -184,7 +184,8 @@ def _profiled_straggler(rs: RanksSummary) -> str:
         )
     return (
         f"rank {worker} works longest between collectives ({fmt.ms(lead)} over the median per "
-        f"step){waited}; step-time skew {fmt.pct(rs.skew_pct)} (slowest rank {rs.slowest_rank})"
+        f"step){waited}; step-time skew {fmt.pct(rs.skew_pct)} (slowest rank {rs.slowest_rank}"
+        f"{', light pass' if rs.timeline_source == 'light' else ''})"
     )
 
 

@@ -279,9 +279,17 @@ class RanksSummary:
     instances: pd.DataFrame = field(default_factory=pd.DataFrame)
     detail_rank: int | None = None  # the rank a report details (set by the report)
     measured: Measured | None = None  # the trace beside the run's unprofiled measurements
-    # the pass the per-rank busy/compute/comm/exposed/idle come from: light | full | mixed
-    timeline_source: str = FULL
-    timeline_words: str = ""  # timeline_words(): said beside those figures
+
+    @property
+    def timeline_source(self) -> str:
+        """The pass the per-rank busy/compute/comm/exposed/idle come from: light | full |
+        mixed."""
+        return timeline_source(self.per_rank)
+
+    @property
+    def timeline_words(self) -> str:
+        """:func:`timeline_words`: said beside those figures."""
+        return timeline_words(self.per_rank)
 
     def rank_exposed_comm_pct(self, rank: int | None) -> float | None:
         """``rank``'s own exposed communication, % of its step (None: not a GPU analysis,
@@ -355,7 +363,7 @@ def timeline_words(per_rank: pd.DataFrame) -> str:
     """Which pass the ranks' busy, compute, communication, exposed communication and idle
     come from: ``from the light pass (CUPTI, kernels only)``, ``from the profiled pass:
     <reason>``, or rank by rank where the ranks differ."""
-    if not len(per_rank):
+    if "timeline_source" not in per_rank or not len(per_rank):
         return ""
 
     def one(src: Any, rec: Any, why: Any) -> str:
@@ -375,7 +383,8 @@ def timeline_words(per_rank: pd.DataFrame) -> str:
 
 def timeline_source(per_rank: pd.DataFrame) -> str:
     """``light`` or ``full`` where every rank's figures come from that pass, else ``mixed``."""
-    got = set(per_rank["timeline_source"]) if len(per_rank) else {FULL}
+    got = set(per_rank["timeline_source"]) if "timeline_source" in per_rank else {FULL}
+    got = got or {FULL}
     return str(got.pop()) if len(got) == 1 else "mixed"
 
 
@@ -497,6 +506,4 @@ def reduce(
         t0_ns=t0,
         instances=inst,
         measured=measured,
-        timeline_source=timeline_source(per_rank),
-        timeline_words=timeline_words(per_rank),
     )
