@@ -111,3 +111,23 @@ def test_bare_folder_of_the_same_traces_uses_the_full_pass(tmp_path: Path) -> No
     assert list(rs.per_rank["timeline_reason"]) == [why, why]
     assert rs.timeline_words == f"from the profiled pass: {why}"
     assert rs.exposed_comm_pct == pytest.approx(26.507, abs=1e-2)  # the profiled pass's
+
+
+def test_a_light_pass_that_does_not_join_leaves_the_full_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Below the join threshold the rank's figures are its full pass's, with the reason
+    (the threshold raised past the 100 % this rank joins, standing in for a run whose light
+    pass ran different work)."""
+    import tracekit.summary.timeline as TL
+    from tracekit.ranks import perrank
+
+    monkeypatch.setattr(TL, "MIN_JOINED_PCT", 100.5)
+    m = json.loads((RUN / "manifest.json").read_text())
+    trace = RUN / m["distributed"]["ranks"][1]["artifacts"]["trace"]
+    got = perrank.analyse(trace, tmp_path / "rank1")
+    assert got["timeline_source"] == "full" and got["timeline_joined_pct"] == 100.0
+    assert got["timeline_reason"].startswith(
+        "only 100.0 % of the GPU time joins the full pass's kernels (per stream, by order and "
+    )
+    assert got["step_time_ms"] == pytest.approx(74.1114, abs=1e-3)  # the profiled step
