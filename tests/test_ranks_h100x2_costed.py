@@ -131,3 +131,19 @@ def test_a_light_pass_that_does_not_join_leaves_the_full_pass(
         "only 100.0 % of the GPU time joins the full pass's kernels (per stream, by order and "
     )
     assert got["step_time_ms"] == pytest.approx(74.1114, abs=1e-3)  # the profiled step
+
+
+def test_the_exposed_transfer_keeps_a_light_ranks_exposed_communication_whole() -> None:
+    """Without a measured cost the verdict takes the exposed communication less the
+    profiled window's sync wait; a rank whose figures are its light pass's keeps its own
+    (that wait is another pass's)."""
+    import pandas as pd
+
+    from tracekit.ranks.measured import exposed_transfer_ms
+
+    pr = pd.DataFrame(
+        {"rank": [0, 1], "exposed_comm_ms": [1.34, 12.55], "sync_wait_ms": [0.11, 49.59]}
+    )
+    assert exposed_transfer_ms(pr) == {0: pytest.approx(1.23), 1: 0.0}
+    light = pr.assign(timeline_source=["full", "light"])
+    assert exposed_transfer_ms(light) == {0: pytest.approx(1.23), 1: pytest.approx(12.55)}
