@@ -96,6 +96,17 @@ PER_RANK_TITLE = (
 )
 
 
+def per_rank_title(rs: RanksSummary) -> str:
+    """The per-rank table's title: which pass each of its figures comes from."""
+    if not rs.timeline_words:
+        return PER_RANK_TITLE
+    return (
+        "Per rank (per step; unprofiled, comm cost: measured without the profiler; step, busy, "
+        f"exposed, idle, comm, compute: {rs.timeline_words}; wait, own work: the profiled "
+        "window)"
+    )
+
+
 def verdict_comm(rs: RanksSummary | None, rank: int | None) -> tuple[float, str] | None:
     """The communication (ms per unprofiled step) and its words that the verdict of the
     report detailing ``rank`` takes from the ranks: that rank's measured cost, or its
@@ -127,8 +138,9 @@ def lines(rs: RanksSummary) -> list[str]:
             f"rank {int(r.rank)} {fmt.pct(r.exposed_comm_pct)}" for r in pr.head(8).itertuples()
         )
         out.append(
-            f"exposed communication {fmt.pct(rs.exposed_comm_pct)} of the profiled step, mean "
-            f"over ranks ({each}{', …' if len(pr) > 8 else ''}); in its collectives, transfer "
+            f"exposed communication {fmt.pct(rs.exposed_comm_pct)} of the step, mean over ranks "
+            f"({each}{', …' if len(pr) > 8 else ''}), {rs.timeline_words or 'profiled pass'}; "
+            "in its collectives, transfer "
             f"{fmt.ms(_transfer_ms(rs))} and sync wait {fmt.ms(float(pr['sync_wait_ms'].mean()))}"
             " per step, mean over ranks (profiled window)"
         )
@@ -172,7 +184,8 @@ def _profiled_straggler(rs: RanksSummary) -> str:
         )
     return (
         f"rank {worker} works longest between collectives ({fmt.ms(lead)} over the median per "
-        f"step){waited}; step-time skew {fmt.pct(rs.skew_pct)} (slowest rank {rs.slowest_rank})"
+        f"step){waited}; step-time skew {fmt.pct(rs.skew_pct)} (slowest rank {rs.slowest_rank}"
+        f"{', light pass' if rs.timeline_source == 'light' else ''})"
     )
 
 
@@ -242,7 +255,7 @@ def terminal(sm: Summary) -> list[RenderableType]:
         Group(*(Text(f"  {line}") for line in lines(rs))),
     ]
     n = TERMINAL_COLUMNS
-    out.append(_rich_table(PER_RANK_TITLE, rs.per_rank.head(32), PER_RANK[: n["per_rank"]]))
+    out.append(_rich_table(per_rank_title(rs), rs.per_rank.head(32), PER_RANK[: n["per_rank"]]))
     if len(rs.stragglers) and len(rs.ranks) > 1:
         out.append(
             _rich_table("Straggler per step", rs.stragglers.head(16), STRAGGLERS[: n["stragglers"]])
@@ -271,7 +284,7 @@ def html(sm: Summary, plots: Mapping[str, bytes]) -> str:
 
     parts = [
         "<h2>Ranks</h2><ul>" + "".join(f"<li>{esc(x)}</li>" for x in lines(rs)) + "</ul>",
-        f"<h3>{esc(PER_RANK_TITLE)}</h3>" + table(rs.per_rank, PER_RANK),
+        f"<h3>{esc(per_rank_title(rs))}</h3>" + table(rs.per_rank, PER_RANK),
     ]
     if "ranks_timeline" in plots:
         parts.append(_img(plots["ranks_timeline"], "ranks x time: compute, communication, idle"))
@@ -303,7 +316,9 @@ def markdown(sm: Summary) -> dict[str, str]:
         return table(df, cols)
 
     return {
-        "ranks": "\n".join(f"* {x}" for x in lines(rs)) + "\n\n" + md(rs.per_rank, PER_RANK),
+        "ranks": "\n".join(f"* {x}" for x in lines(rs))
+        + f"\n\n{per_rank_title(rs)}\n\n"
+        + md(rs.per_rank, PER_RANK),
         "collectives": md(rs.collective_table.head(50), COLLECTIVES),
     }
 
@@ -315,7 +330,9 @@ def timeline_data(rs: RanksSummary) -> dict[str, Any]:
     la = rs.lanes
     steps = rs.rank_steps
     return {
-        "title": f"{len(rs.ranks)} ranks x time ({len(rs.steps)} step(s), common time base)",
+        "title": f"{len(rs.ranks)} ranks x time ({len(rs.steps)} step(s), common time base"
+        + (", the light pass's" if rs.timeline_source == "light" else "")
+        + ")",
         "ranks": [int(r) for r in rs.ranks],
         "lanes": {
             what: [

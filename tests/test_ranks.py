@@ -319,8 +319,12 @@ def test_report_on_a_folder_of_ranks(tmp_path: Path) -> None:
     code, text, err = _cli("report", str(folder), "-o", str(out), "--tensorboard", str(tb))
     assert code == 0, err
     assert max(len(line) for line in text.splitlines()) <= 80
-    assert "exposed communication 14.0 % of the profiled step" in text
+    assert "exposed communication 14.0 % of the step" in text
     flat = " ".join(text.split())
+    assert (
+        "from the profiled pass: a bare trace has no light timeline pass (tracekit collect "
+        "records one)" in flat
+    )
     # a bare folder: the figures are the profiled window's, and the report says why
     assert "no unprofiled figures (no run manifest with the ranks' steps)" in flat
     assert "straggler (profiled window):" in flat

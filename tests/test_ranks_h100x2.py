@@ -148,6 +148,11 @@ def test_ddp_fp32_per_rank_figures(ddp: RanksSummary) -> None:
         assert (pr.loc[0, col], pr.loc[1, col]) == pytest.approx((r0, r1), abs=1e-6), col
     assert pr["comm_cost_ms"].isna().all()  # made before the measured cost existed
     assert ddp.exposed_comm_pct == pytest.approx(32.82879962318428)
+    # the run has no light timeline pass: every figure is the profiled pass's, and it says why
+    why = "no light timeline pass (the run was collected without one)"
+    assert list(pr["timeline_source"]) == ["full", "full"]
+    assert list(pr["timeline_reason"]) == [why, why]
+    assert (ddp.timeline_source, ddp.timeline_words) == ("full", f"from the profiled pass: {why}")
     assert (ddp.slowest_rank, ddp.waited_on_rank) == (0, 0)
     st = ddp.stragglers.set_index("step")
     assert list(st["most_work_rank"]) == [0, 0]
@@ -341,7 +346,9 @@ def test_report_leads_with_the_measured_cost(costed_report: tuple[str, Any]) -> 
     )
     ranks_at = flat.index("Ranks")
     assert flat.index("the measured communication cost is 7.90 ms", ranks_at) < flat.index(
-        "exposed communication 32.8 % of the profiled step", ranks_at
+        "exposed communication 32.8 % of the step, mean over ranks (rank 0 2.2 %, rank 1 63.5 "
+        "%), from the profiled pass: no light timeline pass (the run was collected without one)",
+        ranks_at,
     )
     m = doc["ranks"]["measured"]
     assert (m["basis"], m["comm_ms"]) == ("measured", pytest.approx(7.9))

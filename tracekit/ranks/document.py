@@ -21,7 +21,7 @@ PER_RANK_KEYS = (
     "gpu_idle_ms", "gpu_idle_pct", "exposed_comm_pct", "sync_wait_ms", "own_work_ms",
     "collectives_per_step", "last_arrivals", "peak_allocated_bytes", "peak_reserved_bytes",
     "clock_offset_ms", "unprofiled_step_ms", "with_sync_ms", "without_sync_ms", "comm_cost_ms",
-    "comm_cost_pct",
+    "comm_cost_pct", "timeline_source", "timeline_reason", "timeline_recorder",
 )  # fmt: skip
 STRAGGLER_KEYS = (
     "step", "slowest_rank", "step_time_ms", "median_ms", "lead_ms", "lead_pct",
@@ -75,6 +75,7 @@ def ranks_json(s: RanksSummary) -> dict[str, Any]:
             "steps": s.steps,
             "clock": s.clock.to_json(),
             "exposed_comm_pct": s.exposed_comm_pct,
+            "timeline": {"source": s.timeline_source, "words": s.timeline_words},
             "skew_pct": s.skew_pct,
             "slowest_rank": s.slowest_rank,
             "waited_on_rank": s.waited_on_rank,

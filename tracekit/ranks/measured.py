@@ -243,11 +243,36 @@ def measure(manifest: Any, per_rank: pd.DataFrame, rank_steps: pd.DataFrame) -> 
     return m
 
 
+def _light(per_rank: pd.DataFrame) -> pd.Series:
+    """Per rank: its exposed communication comes from its light timeline pass."""
+    if "timeline_source" not in per_rank:
+        return cast(pd.Series, pd.Series(False, index=per_rank.index))
+    return cast(pd.Series, per_rank["timeline_source"] == "light")
+
+
 def exposed_transfer_ms(per_rank: pd.DataFrame) -> dict[int, float]:
     """Per rank, the trace's exposed communication less its sync wait (what is left when
-    the wait is the profiler's)."""
-    left = (per_rank["exposed_comm_ms"] - per_rank["sync_wait_ms"]).clip(lower=0)
+    the wait is the profiler's); a rank whose figures come from its light timeline pass
+    keeps its exposed communication whole (the profiled window's wait is not that pass's)."""
+    wait = per_rank["sync_wait_ms"].where(~_light(per_rank), 0.0)
+    left = (per_rank["exposed_comm_ms"] - wait).clip(lower=0)
     return {int(r): float(v) for r, v in zip(per_rank["rank"], left, strict=True)}
+
+
+TRANSFER = "exposed communication in the trace less its sync wait"
+COUNTED = {TRANSFER: "the trace's exposed communication less its sync wait"}
+
+
+def _transfer_words(per_rank: pd.DataFrame) -> str:
+    light = _light(per_rank)
+    if bool(light.all()):
+        return "exposed communication of the light timeline pass"
+    if bool(light.any()):
+        return (
+            "exposed communication of the light timeline pass where the rank has one, else "
+            "in the trace less its sync wait"
+        )
+    return TRANSFER
 
 
 def _verdict_comm(
@@ -260,8 +285,7 @@ def _verdict_comm(
         return costs, "communication cost measured without the profiler"
     if disagree and len(per_rank):
         return exposed_transfer_ms(per_rank), (
-            "exposed communication in the trace less its sync wait (the profiled window's "
-            "wait is the profiler's)"
+            f"{_transfer_words(per_rank)} (the profiled window's wait is the profiler's)"
         )
     return {}, None
 
@@ -311,9 +335,10 @@ def statements(m: Measured) -> list[str]:
         if cost
         else f"the communication cost was not measured ({MEASURE_HINT})"
     )
+    words = (m.comm_source or "").split(" (")[0]
+    words = COUNTED.get(words, f"the {words}")
     used = (
-        f"; the verdict counts the trace's exposed communication less its sync wait "
-        f"({_each_ms(m.comm_by_rank)} per step)"
+        f"; the verdict counts {words} ({_each_ms(m.comm_by_rank)} per step)"
         if m.profilers_wait
         else ""
     )

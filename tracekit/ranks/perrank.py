@@ -8,11 +8,14 @@ of a job can be analysed in any order, in separate processes or on a cluster
 * ``perrank.json`` — who the rank is (``distributedInfo``, host, device), its time base
   (``trace_start_ns``: add it to the tables' times), memory peak, counts;
 * ``steps.parquet`` — per analysed step (:data:`STEP_COLUMNS`): step time, GPU busy,
-  compute, communication (kernel union and summed), exposed communication, idle;
+  compute, communication (kernel union and summed), exposed communication, idle; from the
+  rank's light timeline pass where its run folder has one that joins the full pass
+  (:mod:`tracekit.ranks.lightpass`), else from the full pass (``perrank.json``
+  ``timeline_source``, ``timeline_reason``);
 * ``classes.parquet`` — per class: summed kernel time and the union of its intervals;
 * ``collectives.parquet`` — its collectives (:data:`tracekit.ranks.collectives.INSTANCE_COLUMNS`);
 * ``lanes.parquet`` — its timeline coarsened for the ranks x time chart: compute,
-  exposed and overlapped communication spans;
+  exposed and overlapped communication spans (from the same pass as ``steps.parquet``);
 * ``timeline.parquet`` — the events of its merged-trace process (:data:`TIMELINE_COLUMNS`):
   every GPU activity, and the CPU operators at depth 0-1, annotations and collective
   operators (the merged multi-rank trace, :mod:`tracekit.ranks.merged`).
@@ -22,7 +25,10 @@ a union of intervals, never a sum over streams): **busy** = all GPU activity; **
 every activity that is not communication (kernels, copies, memsets); **communication** =
 the communication kernels; **exposed communication** = communication not overlapped by
 compute; **idle** = step time − busy. The step time is the report's
-(``max(cpu span, gpu span)``, :func:`tracekit.summary.steps.step_table`).
+(``max(cpu span, gpu span)``, :func:`tracekit.summary.steps.step_table`) of the pass the
+figures come from; ``full_step_time_ns`` is the full pass's (its collectives' sync wait is
+set against it). Classes, collectives, the CPU figures and the merged-trace events are
+always the full pass's.
 """
 
 from __future__ import annotations
@@ -36,17 +42,18 @@ import pandas as pd
 
 import tracekit.summary.intervals as I
 import tracekit.summary.memory as M
-import tracekit.summary.steps as S
 from tracekit.io import atomic_write_json
+from tracekit.ranks import lightpass as LP
 from tracekit.ranks import spans as SP
-from tracekit.ranks.collectives import COMMUNICATION, rank_collectives
+from tracekit.ranks.collectives import rank_collectives
 
-VERSION = "1"  # of what analyse() writes (part of the engine's cache key)
+VERSION = "2"  # of what analyse() writes (part of the engine's cache key)
 RESULT = "perrank.json"
 LANE_POINTS = 4000  # lanes are coarsened to ~this many pixels across the analysed steps
 CLASS_COLUMNS = ["class", "kernel_ns", "union_ns", "count", "busy_ns"]
 STEP_COLUMNS = [
-    "step", "start_ns", "end_ns", "step_time_ns", "cpu_ns", "busy_ns", "compute_ns",
+    "step", "start_ns", "end_ns", "step_time_ns", "full_step_time_ns", "cpu_ns", "busy_ns",
+    "compute_ns",
     "comm_ns", "comm_sum_ns", "exposed_comm_ns", "idle_ns", "kernels", "comm_kernels",
 ]  # fmt: skip
 
@@ -64,32 +71,28 @@ def _spans(ts: np.ndarray, dur: np.ndarray, sel: np.ndarray) -> I.Spans:
     return I.merge(ts[sel], ts[sel] + dur[sel])
 
 
-def step_figures(trace: Any, classes: np.ndarray) -> pd.DataFrame:
-    """Per analysed step: :data:`STEP_COLUMNS` (times relative to the trace, ns)."""
-    table = S.step_table(trace.steps)
-    k = trace.kernels
-    ts = k["ts"].to_numpy(dtype=np.int64)
-    dur = k["dur"].to_numpy(dtype=np.int64)
-    step = k["step"].to_numpy(dtype=np.int64)
-    comm = classes == COMMUNICATION
-    st = trace.steps.set_index("step")
+def step_figures(bounds: pd.DataFrame, acts: LP.Activities, full: pd.DataFrame) -> pd.DataFrame:
+    """Per step of ``bounds`` (:func:`tracekit.ranks.lightpass.step_bounds`, the pass the
+    figures come from): :data:`STEP_COLUMNS`, measured on ``acts``; ``full_step_time_ns``
+    from ``full`` (the full pass's bounds: the collectives' own work is set against it)."""
+    ts, dur, step, comm = acts.ts, acts.dur, acts.step, acts.comm
+    f_step, f_time = (full[c].astype(int).tolist() for c in ("step", "step_time_ns"))
+    full_time = dict(zip(f_step, f_time, strict=True))
+    cols = [bounds[c].to_numpy(dtype=np.int64).tolist() for c in LP.BOUND_COLUMNS]
     rows = []
-    for s in table["step"].to_numpy(dtype=np.int64):
-        r = st.loc[int(s)]
-        gpu_ts = r["gpu_ts"]
-        start = int(r["cpu_ts"]) if gpu_ts != gpu_ts else min(int(r["cpu_ts"]), int(gpu_ts))
-        time = int(max(r["cpu_dur"], 0 if r["gpu_dur"] != r["gpu_dur"] else r["gpu_dur"]))
+    for s, start, time, cpu in zip(*cols, strict=True):
         m = step == s
         busy = _spans(ts, dur, m)
         compute = _spans(ts, dur, m & ~comm)
         comms = _spans(ts, dur, m & comm)
         rows.append(
             {
-                "step": int(s),
+                "step": s,
                 "start_ns": start,
                 "end_ns": start + time,
                 "step_time_ns": time,
-                "cpu_ns": int(r["cpu_dur"]),
+                "full_step_time_ns": full_time.get(s, time),
+                "cpu_ns": cpu,
                 "busy_ns": I.length(busy),
                 "compute_ns": I.length(compute),
                 "comm_ns": I.length(comms),
@@ -126,22 +129,20 @@ def class_figures(trace: Any, classes: np.ndarray, steps: list[int]) -> pd.DataF
     return cast(pd.DataFrame, pd.DataFrame(rows, columns=CLASS_COLUMNS))
 
 
-def lanes(trace: Any, classes: np.ndarray, steps: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
-    """The rank's timeline over the analysed steps, coarsened for drawing: ``what``
-    (compute, comm_exposed, comm_overlapped), ``start_ns``, ``end_ns`` (relative)."""
+def lanes(acts: LP.Activities, steps: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
+    """The rank's timeline over the analysed steps (measured on ``acts``, the pass its
+    step figures come from), coarsened for drawing: ``what`` (compute, comm_exposed,
+    comm_overlapped), ``start_ns``, ``end_ns`` (relative)."""
     cols = ["what", "start_ns", "end_ns"]
     if not len(steps):
         return cast(pd.DataFrame, pd.DataFrame(columns=cols))
     lo, hi = int(steps["start_ns"].min()), int(steps["end_ns"].max())
     gap = max(1, (hi - lo) // LANE_POINTS)
-    k = trace.kernels
-    ts = k["ts"].to_numpy(dtype=np.int64)
-    dur = k["dur"].to_numpy(dtype=np.int64)
-    m = k["step"].isin(steps["step"].tolist()).to_numpy()
-    comm = classes == COMMUNICATION
-    compute = _spans(ts, dur, m & ~comm)
-    if len(k):
-        comms = _spans(ts, dur, m & comm)
+    ts, dur = acts.ts, acts.dur
+    m = np.isin(acts.step, steps["step"].to_numpy(dtype=np.int64))
+    compute = _spans(ts, dur, m & ~acts.comm)
+    if len(ts):
+        comms = _spans(ts, dur, m & acts.comm)
     else:  # a CPU trace: its collectives' spans
         c = coll[coll["step"].isin(steps["step"].tolist())]
         comms = I.merge(c["ts"].to_numpy(dtype=np.int64), c["end"].to_numpy(dtype=np.int64))
@@ -239,15 +240,21 @@ def analyse(trace: Path, out: Path) -> dict[str, Any]:
 
     t = load(trace)
     classes = kernel_classes(t)
-    steps = step_figures(t, classes)
     coll = rank_collectives(t, classes)
-    info = rank_info(t, steps, coll)
+    full = LP.step_bounds(t.steps)
+    tl = LP.rank_timeline(t, Path(trace))
+    if tl.light:
+        acts, bounds = LP.light_figures(tl, t, classes, full)
+    else:
+        acts, bounds = LP.full_activities(t, classes), full
+    steps = step_figures(bounds, acts, full)
+    info = {**rank_info(t, steps, coll), **LP.source_info(tl)}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     _parquet(steps, out / "steps.parquet")
     _parquet(class_figures(t, classes, info["steps"]), out / "classes.parquet")
     _parquet(coll, out / "collectives.parquet")
-    _parquet(lanes(t, classes, steps, coll), out / "lanes.parquet")
+    _parquet(lanes(acts, steps, coll), out / "lanes.parquet")
     _parquet(timeline(t, classes), out / "timeline.parquet")
     atomic_write_json(out / RESULT, info)
     return {k: v for k, v in info.items() if k not in ("device_properties", "distributed_info")}

@@ -9,7 +9,9 @@
 2. **Collectives** are matched across ranks (:func:`tracekit.ranks.collectives.match`):
    transfer, sync wait, algbw, busbw, who arrived last.
 3. **Per rank** (over the steps every rank has): step time, GPU busy, compute,
-   communication, exposed communication, idle, sync wait, memory peak; **per step** the
+   communication, exposed communication, idle (from each rank's light timeline pass where
+   it has one that joins its full pass, :mod:`tracekit.ranks.lightpass`; which pass is
+   said per rank, :func:`timeline_words`), sync wait, memory peak; **per step** the
    slowest rank and its lead over the median, the rank the others waited for; the **skew**
    of the ranks' median step times, ``(largest - smallest) / smallest``.
 """
@@ -29,6 +31,7 @@ from tracekit.ranks import bandwidth as BW
 from tracekit.ranks.collectives import COMMUNICATION, INSTANCE_COLUMNS, match
 from tracekit.ranks.measured import Measured, reconcile
 from tracekit.ranks.perrank import RESULT, STEP_COLUMNS
+from tracekit.summary.timeline import FULL, LIGHT, RECORDER_WORDS
 
 ALIGN_TOLERANCE_NS = 5_000  # a first collective "impossible" by more than this: align
 
@@ -154,7 +157,8 @@ def common_steps(steps: pd.DataFrame, ranks: list[int]) -> list[int]:
 
 def rank_step_table(steps: pd.DataFrame, inst: pd.DataFrame, t0: int) -> pd.DataFrame:
     """Per (rank, step): times in ms from ``t0``; sync wait of its collectives; own work
-    (step time minus sync wait)."""
+    (the full pass's step time minus that sync wait: both of the profiled window, whichever
+    pass the step's other figures come from)."""
     wait = inst.groupby(["rank", "step"])["wait_ns"].sum() if len(inst) else pd.Series(dtype=float)
     s = steps.copy()
     s["sync_wait_ns"] = [
@@ -173,7 +177,7 @@ def rank_step_table(steps: pd.DataFrame, inst: pd.DataFrame, t0: int) -> pd.Data
             "exposed_comm_ms": s["exposed_comm_ns"] / 1e6,
             "idle_ms": s["idle_ns"] / 1e6,
             "sync_wait_ms": s["sync_wait_ns"] / 1e6,
-            "own_work_ms": (s["step_time_ns"] - s["sync_wait_ns"]).clip(lower=0) / 1e6,
+            "own_work_ms": (s["full_step_time_ns"] - s["sync_wait_ns"]).clip(lower=0) / 1e6,
         }
     )
     return cast(pd.DataFrame, out.sort_values(["step", "rank"]).reset_index(drop=True))
@@ -276,6 +280,17 @@ class RanksSummary:
     detail_rank: int | None = None  # the rank a report details (set by the report)
     measured: Measured | None = None  # the trace beside the run's unprofiled measurements
 
+    @property
+    def timeline_source(self) -> str:
+        """The pass the per-rank busy/compute/comm/exposed/idle come from: light | full |
+        mixed."""
+        return timeline_source(self.per_rank)
+
+    @property
+    def timeline_words(self) -> str:
+        """:func:`timeline_words`: said beside those figures."""
+        return timeline_words(self.per_rank)
+
     def rank_exposed_comm_pct(self, rank: int | None) -> float | None:
         """``rank``'s own exposed communication, % of its step (None: not a GPU analysis,
         or no such rank). A report's verdict splits one rank's step: it takes this, not the
@@ -332,6 +347,9 @@ def per_rank_table(
                 "peak_allocated_bytes": meta.get("peak_allocated_bytes"),
                 "peak_reserved_bytes": meta.get("peak_reserved_bytes"),
                 "clock_offset_ms": clock.offsets_ns.get(r, 0) / 1e6,
+                "timeline_source": meta.get("timeline_source") or FULL,
+                "timeline_reason": meta.get("timeline_reason"),
+                "timeline_recorder": meta.get("timeline_recorder"),
             }
         )
     df = pd.DataFrame(rows)
@@ -339,6 +357,35 @@ def per_rank_table(
         df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
     df["collectives_per_step"] = pd.to_numeric(df["collectives_per_step"], errors="coerce")
     return cast(pd.DataFrame, df)
+
+
+def timeline_words(per_rank: pd.DataFrame) -> str:
+    """Which pass the ranks' busy, compute, communication, exposed communication and idle
+    come from: ``from the light pass (CUPTI, kernels only)``, ``from the profiled pass:
+    <reason>``, or rank by rank where the ranks differ."""
+    if "timeline_source" not in per_rank or not len(per_rank):
+        return ""
+
+    def one(src: Any, rec: Any, why: Any) -> str:
+        if src == LIGHT:
+            return f"from the light pass ({RECORDER_WORDS.get(str(rec), 'recorder unknown')})"
+        return f"from the profiled pass: {why or 'no light timeline pass'}"
+
+    cols = ("rank", "timeline_source", "timeline_recorder", "timeline_reason")
+    each = [
+        (int(r), one(src, rec, why))
+        for r, src, rec, why in zip(*(per_rank[c].tolist() for c in cols), strict=True)
+    ]
+    if len({w for _, w in each}) == 1:
+        return each[0][1]
+    return "; ".join(f"rank {r} {w}" for r, w in each[:8]) + ("; …" if len(each) > 8 else "")
+
+
+def timeline_source(per_rank: pd.DataFrame) -> str:
+    """``light`` or ``full`` where every rank's figures come from that pass, else ``mixed``."""
+    got = set(per_rank["timeline_source"]) if "timeline_source" in per_rank else {FULL}
+    got = got or {FULL}
+    return str(got.pop()) if len(got) == 1 else "mixed"
 
 
 def _lanes_ms(lanes: pd.DataFrame, steps: list[int], rs: pd.DataFrame, t0: int) -> pd.DataFrame:
