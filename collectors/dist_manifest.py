@@ -32,7 +32,7 @@ import torch
 from tracekit.collectors.commcost import combine
 from tracekit.collectors.config import CollectConfig
 from tracekit.collectors.gpt import train_flops_per_token
-from tracekit.collectors.light_cost import APART, INTERLEAVED, worst_cost
+from tracekit.collectors.light_cost import overhead, worst_cost
 from tracekit.collectors.rank import backend_for, parallel_info
 
 LOGS = "logs"
@@ -184,13 +184,10 @@ def _timeline_across(per_rank: list[Mapping[str, Any]], step_ms: float) -> dict[
                 "timeline_overhead_pct": None, "timeline_overhead_basis": None,
                 "timeline_cost": None}  # fmt: skip
     v, r = max(meds, key=lambda x: (x[0], -x[1]))
-    cost = worst_cost(list(per_rank))
     return {
         "timeline_step_time_ms": v,
         "timeline_step_time": dict(per_rank[r]["timeline_step_time"]),
-        "timeline_overhead_pct": cost["pct"] if cost else (v / step_ms - 1.0) * 100,
-        "timeline_overhead_basis": INTERLEAVED if cost else APART,
-        "timeline_cost": cost,
+        **overhead(worst_cost(list(per_rank)), v, step_ms),
     }
 
 

@@ -246,10 +246,11 @@ def light_cost(
     ok = [x for x in ratios if x == x]
     if not ok:
         return None
+    ratio = statistics.median(ok)
     return {
-        "ratio": statistics.median(ok),
+        "ratio": ratio,
         "iqr": [percentile(ok, 25), percentile(ok, 75)],
-        "pct": (statistics.median(ok) - 1.0) * 100,
+        "pct": (ratio - 1.0) * 100,
         "rounds": rounds.rounds,
         "window_steps": w,
         "settle_steps": rounds.settle,
@@ -269,6 +270,20 @@ def worst_cost(per_rank: list[Any]) -> dict[str, Any] | None:
         return None
     worst = max(range(len(costs)), key=lambda i: float(costs[i]["ratio"]))  # type: ignore[index]
     return {**costs[worst], "rank": worst}  # type: ignore[dict-item]
+
+
+def overhead(cost: dict[str, Any] | None, light_ms: float | None, base_ms: float) -> dict[str, Any]:
+    """``timeline_overhead_pct``, ``timeline_overhead_basis`` and ``timeline_cost``: the
+    interleaved rounds' figure where ``cost`` holds one, else the light pass's median step
+    ``light_ms`` against the unprofiled ``base_ms`` (all None without a light step)."""
+    if light_ms is None:
+        return {"timeline_overhead_pct": None, "timeline_overhead_basis": None,
+                "timeline_cost": cost}  # fmt: skip
+    if cost:
+        return {"timeline_overhead_pct": cost["pct"], "timeline_overhead_basis": INTERLEAVED,
+                "timeline_cost": cost}  # fmt: skip
+    return {"timeline_overhead_pct": (float(light_ms) / base_ms - 1.0) * 100,
+            "timeline_overhead_basis": APART, "timeline_cost": None}  # fmt: skip
 
 
 def cost_text(cost: dict[str, Any]) -> str:

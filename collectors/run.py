@@ -30,7 +30,7 @@ from tracekit.collectors.config import CollectConfig, resolve_device
 from tracekit.collectors.cupti_pass import TimelinePass, recorder_line
 from tracekit.collectors.generate import kv_cache_bytes, run_generate
 from tracekit.collectors.gpt import count_params, train_flops_per_token
-from tracekit.collectors.light_cost import APART, INTERLEAVED, CostRounds, cost_text
+from tracekit.collectors.light_cost import CostRounds, cost_text, overhead
 from tracekit.collectors.light_cost import measure as measure_cost
 from tracekit.collectors.passes import (
     CategoryProfiler,
@@ -395,17 +395,13 @@ def timeline_metrics(
     says which; None: no light pass)."""
     if not timeline_ms or not timed_ms:
         return {"timeline_step_time_ms": None, "timeline_step_time": None,
-                "timeline_overhead_pct": None, "timeline_overhead_basis": None,
-                "timeline_cost": cost}  # fmt: skip
+                **overhead(cost, None, 1.0)}  # fmt: skip
     light = summarize_ms(timeline_ms)
     base = float(summarize_ms(timed_ms)["median"])
-    apart = (float(light["median"]) / base - 1.0) * 100
     return {
         "timeline_step_time_ms": light["median"],
         "timeline_step_time": light,
-        "timeline_overhead_pct": cost["pct"] if cost else apart,
-        "timeline_overhead_basis": INTERLEAVED if cost else APART,
-        "timeline_cost": cost,
+        **overhead(cost, float(light["median"]), base),
     }
 
 

@@ -42,7 +42,7 @@ from tracekit.collectors.distributed import (
     remove_partial_files,
     worker_env_for,
 )
-from tracekit.collectors.light_cost import APART, INTERLEAVED, worst_cost
+from tracekit.collectors.light_cost import overhead, worst_cost
 from tracekit.collectors.script import RunConfig, RunResult, parse_command
 from tracekit.collectors.script_rank import read_rank_manifest
 from tracekit.errors import DeviceError, UsageError
@@ -117,13 +117,7 @@ def merge_metrics(per_rank: list[Mapping[str, Any]]) -> dict[str, Any]:
             out[stats] = dict(per_rank[r][stats])
             out[key] = per_rank[r][stats]["median"]
             out[pct] = (float(out[key]) / t - 1.0) * 100
-    cost = worst_cost(per_rank)
-    out["timeline_cost"] = cost
-    out["timeline_overhead_basis"] = (
-        INTERLEAVED if cost else APART if out.get("timeline_step_time_ms") is not None else None
-    )
-    if cost:
-        out["timeline_overhead_pct"] = cost["pct"]
+    out.update(overhead(worst_cost(per_rank), out.get("timeline_step_time_ms"), t))
     out.update(
         world_size=n,
         slowest_rank=slow,
