@@ -38,7 +38,7 @@ from tracekit.collectors.cupti_pass import (
     requested_recorder,
 )
 from tracekit.collectors.passes import light_experimental_kwargs, profiled_steps
-from tracekit.collectors.profiler import Profiler, ProfilerConfig
+from tracekit.collectors.profiler import Profiler, ProfilerConfig, TorchProfile
 from tracekit.collectors.train import percentile
 from tracekit.errors import UsageError
 
@@ -137,7 +137,7 @@ class KinetoSwitch:
     def on(self) -> None:
         kw = light_experimental_kwargs()
         cfg = torch._C._profiler._ExperimentalConfig(**kw) if kw else None
-        self._prof = torch.profiler.profile(activities=self.activities(), experimental_config=cfg)
+        self._prof = TorchProfile(activities=self.activities(), experimental_config=cfg)
         self._prof.__enter__()
 
     def off(self) -> None:

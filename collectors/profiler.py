@@ -25,6 +25,7 @@ import gzip
 import json
 import os
 import socket
+import sys
 import tempfile
 import time
 import warnings
@@ -40,6 +41,38 @@ from tracekit.errors import UsageError
 from tracekit.io import atomic_file
 
 MEMORY_TIMELINE_FORMAT = "tracekit.memory_timeline"
+
+
+class TorchProfile(torch.profiler.profile):
+    """``torch.profiler.profile`` that does not import Inductor to read one of its flags.
+
+    Each ``prepare_trace`` (the profiler's start, and every schedule transition to warm-up)
+    asks ``hasattr(torch, "_inductor")`` to read ``inductor.config.triton.cudagraphs``;
+    torch's lazy module attributes turn that question into ``import torch._inductor``,
+    which imports ``torch._dynamo``: 3.5 s of CPU per process on a 2-core host (torch
+    2.13, ``python -X importtime``), paid by every collect, ``tracekit run``, rank and
+    sweep worker that never compiles anything. Where Inductor is not loaded, nothing can
+    have been compiled with its CUDA graphs, so the answer that flag gives is irrelevant:
+    the attribute then reads as absent for the duration of the call. Where it is loaded
+    (the compile lever, a script that compiled), torch's own path runs unchanged.
+    """
+
+    def prepare_trace(self) -> None:
+        lazy = torch.__dict__.get("__getattr__")
+        if "torch._inductor" in sys.modules or lazy is None:
+            super().prepare_trace()
+            return
+
+        def no_lazy_inductor(name: str) -> Any:
+            if name == "_inductor":
+                raise AttributeError(f"module 'torch' has no attribute {name!r}")
+            return lazy(name)
+
+        setattr(torch, "__getattr__", no_lazy_inductor)  # noqa: B010 (a module's hook)
+        try:
+            super().prepare_trace()
+        finally:
+            setattr(torch, "__getattr__", lazy)  # noqa: B010
 
 
 @dataclass(frozen=True)
@@ -281,7 +314,7 @@ class Profiler:
 
     def build(self) -> torch.profiler.profile:
         """The configured (not yet started) ``torch.profiler.profile``."""
-        prof = torch.profiler.profile(
+        prof = TorchProfile(
             activities=self.activities(),
             schedule=self.schedule or self.config.schedule(),
             on_trace_ready=self._trace_ready,
