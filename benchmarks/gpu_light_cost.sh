@@ -8,6 +8,8 @@
 # 3. `tracekit run` on a 12-step ResNet-50 script (the fitted schedule's minimum on CUDA),
 #    then `tracekit report` on its folder.
 # 4. light_pass_cost.py --script on the ResNet-50 and HF GPT-2 user scripts.
+# 5. (part hf, not in the default PARTS) the HF scripts alone, with more rounds: GPT-2 with
+#    4 and with 8 recorded steps per window, and the LLaMA-style variant (--model llama).
 # Smoke without a GPU: LPC_EXTRA="--device cpu --preset tiny --batch 2 --seq 32 --rounds 2"
 #   COLLECT_EXTRA="--device cpu --preset tiny --batch 2 --seq 32" bash ... /tmp/l 1
 # PARTS (default "lpc collects run12 scripts") picks the parts, in that order.
@@ -48,4 +50,10 @@ if [ -z "${COLLECT_EXTRA:-}" ] && has scripts; then
     --script -- python3 benchmarks/user_scripts/resnet50_train.py --iters 100000
   step lpc-hf python3 benchmarks/light_pass_cost.py --pass both --rounds "${LPC_SCRIPT_ROUNDS:-10}" \
     --script -- python3 benchmarks/user_scripts/hf_causal_lm_train.py --iters 100000
+fi
+if [ -z "${COLLECT_EXTRA:-}" ] && has hf; then
+  HF="benchmarks/user_scripts/hf_causal_lm_train.py --iters 100000"
+  step hf-a4 python3 benchmarks/light_pass_cost.py --pass both --rounds 30 --active 4 --script -- python3 $HF
+  step hf-a8 python3 benchmarks/light_pass_cost.py --pass both --rounds 24 --active 8 --script -- python3 $HF
+  step llama-a4 python3 benchmarks/light_pass_cost.py --pass both --rounds 24 --active 4 --script -- python3 $HF --model llama
 fi
