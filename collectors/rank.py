@@ -55,7 +55,7 @@ from tracekit.io import atomic_write_json
 
 # A test hook: "<ranks>:<step>:<action>" makes those ranks ('*' or a comma list) fail at
 # the forward of global step <step>: raise (RuntimeError), oom (torch.OutOfMemoryError),
-# exit (os._exit(7) without a result), hang (sleep; writes rank<R>.pid into
+# hang (sleep; writes rank<R>.pid into
 # TRACEKIT_TEST_FAULT_DIR first, so a test knows when to interrupt).
 FAULT_ENV = "TRACEKIT_TEST_FAULT"
 FAULT_DIR_ENV = "TRACEKIT_TEST_FAULT_DIR"
@@ -142,8 +142,6 @@ def _fault_hook(rank: int) -> Callable[[torch.nn.Module], None] | None:
                 raise RuntimeError(f"injected failure at step {at}")
             if action == "oom":
                 raise torch.OutOfMemoryError(f"CUDA out of memory (injected at step {at})")
-            if action == "exit":
-                os._exit(7)
             if action == "hang":
                 folder = os.environ.get(FAULT_DIR_ENV)
                 if folder:
