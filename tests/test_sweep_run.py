@@ -75,7 +75,19 @@ def test_timeout_is_an_error_row(tmp_path: Path) -> None:
     assert math.isnan(row["exit_code"])
 
 
-def test_interrupt_keeps_finished_rows_and_resume_finishes(tmp_path: Path) -> None:
+def test_interrupt_keeps_finished_rows_and_resume_finishes(
+    swept: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C after the first configuration, then --resume: on the real sweep's rows,
+    replayed (each configuration's subprocess is the fixture's, above)."""
+    import tracekit.sweep.runner as runner
+
+    real = {str(r["key"]): r for r in read_table(swept).to_dict("records")}
+
+    def replay(plan: SweepPlan, point: Point, out: Path, **_: Any) -> tuple[dict[str, Any], None]:
+        return dict(real[point.key]), None
+
+    monkeypatch.setattr(runner, "run_point", replay)
     plan = SweepPlan(**{**PLAN.__dict__, "seqs": (16, 256)})  # b2-s16 ok, b2-s256 error
 
     def interrupt(row: dict[str, Any]) -> None:
