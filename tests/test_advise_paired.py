@@ -121,3 +121,34 @@ def test_a_silent_hung_worker_is_killed_at_its_deadline(
     doc = MP.run_one("x", {}, {}, tmp_path, 0.5, MP.PairedOptions())
     assert time.monotonic() - t0 < 30
     assert doc["status"] == "error" and doc["error"].startswith("paired timing timed out")
+
+
+def test_resume_keeps_a_finished_timing_of_the_same_spec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--resume keeps a lever's finished timing (whatever budget share it had), and times
+    again one whose configs or rounds changed, or that ended in an error."""
+    runs: list[str] = []
+
+    def worker(spec: Path, res: Path) -> list[str]:
+        runs.append(spec.name)
+        status = "error" if "bad" in spec.name else "ok"
+        doc = {"status": status, "run": len(runs)}
+        return [sys.executable, "-c", f"import json; json.dump({doc!r}, open({str(res)!r}, 'w'))"]
+
+    monkeypatch.setattr(MP, "worker_command", worker)
+    base, other, opts = {"batch": 8}, {"batch": 8, "optimizer": "fused"}, MP.PairedOptions()
+    first = MP.run_one("fused", base, other, tmp_path, 30.0, opts)
+    assert first == {"status": "ok", "run": 1}
+    # kept: the same spec with another budget share
+    assert MP.run_one("fused", base, other, tmp_path, 12.0, opts, resume=True) == first
+    assert len(runs) == 1
+    # without --resume, or with another config or other rounds: timed again
+    assert MP.run_one("fused", base, other, tmp_path, 12.0, opts)["run"] == 2
+    other2 = {**other, "batch": 16}
+    assert MP.run_one("fused", base, other2, tmp_path, 12.0, opts, resume=True)["run"] == 3
+    wider = MP.PairedOptions(half_width=0.1)
+    assert MP.run_one("fused", base, other2, tmp_path, 12.0, wider, resume=True)["run"] == 4
+    # an error is never kept
+    assert MP.run_one("bad", base, other, tmp_path, 12.0, opts)["status"] == "error"
+    assert MP.run_one("bad", base, other, tmp_path, 12.0, opts, resume=True)["run"] == 6

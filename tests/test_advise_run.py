@@ -106,9 +106,17 @@ def test_resume_runs_nothing_again(advised: tuple[Any, Path]) -> None:
     from tracekit.errors import UsageError
 
     a, out = advised
-    stamps = {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/manifest.json")}
+
+    def stamps() -> dict[Path, int]:  # each collect's manifest, each paired timing's result
+        done = [*(out / "runs").glob("*/manifest.json"), *(out / "paired").glob("*.json")]
+        return {p: p.stat().st_mtime_ns for p in done}
+
+    before = stamps()
+    assert any(p.parent.name == "paired" for p in before)
     again = advise(RUN, out, dataclasses.replace(OPTS, resume=True), env=env_for)
-    assert {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/manifest.json")} == stamps
+    assert stamps() == before
+    assert again.table["step_ratio"].tolist() == pytest.approx(a.table["step_ratio"].tolist(),
+                                                              nan_ok=True)  # fmt: skip
     assert _rows(again.table)["checkpoint"]["status"] == "oom"  # an oom row is done
     assert again.table["lever"].tolist() == a.table["lever"].tolist()
     with pytest.raises(UsageError, match="--resume"):
@@ -119,7 +127,9 @@ def fake_paired(sweep: FakeSweep) -> Any:
     """Stands in for the paired rounds: each lever's ratio from ``sweep.results`` with a
     +-1 % interval (``wide``: levers whose interval holds 1.0)."""
 
-    def run_all(levers: Mapping[str, Any], base: Any, out: Path, opts: Any, *a: Any) -> Any:
+    def run_all(
+        levers: Mapping[str, Any], base: Any, out: Path, opts: Any, *a: Any, **k: Any
+    ) -> Any:
         b_ms = sweep.results["baseline"][0]
         docs = {}
         for name in levers:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.io import atomic_write_json
+from tracekit.sweep.runner import DONE
 
 PAIRED = "paired"  # folder of the specs and results, in advise's output folder
 MIN_LEVER_S = 10.0  # a lever's rounds get at least this much of the budget
@@ -119,6 +120,29 @@ def worker_command(spec_path: Path, res_path: Path) -> list[str]:
     return [sys.executable, "-m", "tracekit.collectors.paired", str(spec_path), str(res_path)]
 
 
+def _same_timing(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Two specs time the same configs the same way (the budget share may differ)."""
+
+    def key(x: Mapping[str, Any]) -> Any:
+        rounds = {k: v for k, v in dict(x.get("rounds") or {}).items() if k != "budget_s"}
+        return {**x, "rounds": rounds}
+
+    return bool(key(a) == key(b))
+
+
+def finished(spec_path: Path, res_path: Path, wanted: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The result an earlier advise left for this very timing (``--resume``): one whose
+    spec matches ``wanted`` and whose status is done (ok, oom); None where it must run."""
+    try:
+        old = json.loads(spec_path.read_text())
+        doc = json.loads(res_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or not isinstance(old, dict) or not _same_timing(old, wanted):
+        return None
+    return doc if doc.get("status") in DONE else None
+
+
 def run_one(
     name: str,
     base: Mapping[str, Any],
@@ -128,12 +152,19 @@ def run_one(
     opts: PairedOptions,
     env: Mapping[str, str] | None = None,
     progress: Progress | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Time one lever against the baseline in a worker process; its result document
-    (``status`` ok, oom or error)."""
+    (``status`` ok, oom or error). ``resume``: an earlier finished timing of the same
+    spec is kept instead."""
     out.mkdir(parents=True, exist_ok=True)
     spec_path, res_path = out / f"{name}.spec.json", out / f"{name}.json"
-    atomic_write_json(spec_path, spec(base, other, opts, budget_s))
+    wanted = spec(base, other, opts, budget_s)
+    if resume and (done := finished(spec_path, res_path, wanted)) is not None:
+        if progress is not None:
+            progress(name, "kept from the earlier run (--resume)")
+        return done
+    atomic_write_json(spec_path, wanted)
     res_path.unlink(missing_ok=True)
     tail: list[str] = []
     with subprocess.Popen(
@@ -167,9 +198,10 @@ def run_all(
     opts: PairedOptions,
     env: Mapping[str, str] | None = None,
     progress: Progress | None = None,
+    resume: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Each lever's config timed against ``base``; the budget is shared out as it goes
-    (what a quick lever leaves goes to the next)."""
+    (what a quick lever leaves goes to the next; one kept by ``resume`` takes none)."""
     results: dict[str, dict[str, Any]] = {}
     t0 = time.monotonic()
     names = list(levers)
@@ -178,7 +210,9 @@ def run_all(
         share = max(MIN_LEVER_S, left / (len(names) - i))
         if progress is not None:
             progress(name, f"building; {max(left, 0):.0f} s of the time budget left")
-        results[name] = run_one(name, base, levers[name], out / PAIRED, share, opts, env, progress)
+        results[name] = run_one(
+            name, base, levers[name], out / PAIRED, share, opts, env, progress, resume
+        )
     return results
 
 
