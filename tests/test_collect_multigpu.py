@@ -13,6 +13,7 @@ import math
 import os
 import re
 import signal
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ import pandas as pd
 import pytest
 
 from tests._limits import time_limit
+from tracekit.collectors import commcost
 from tracekit.collectors.config import CollectConfig
 from tracekit.collectors.dist_manifest import build_manifest, merge_metrics
 from tracekit.collectors.distributed import WORKER_ENV_DEFAULTS, worker_env
@@ -37,13 +39,14 @@ LIMIT_S = 240  # a run still going after this is hung (they take 10-30 s on 2 lo
 TRACE = r"rank{r}\.[^.]+_\d+\.\d+"  # rank<R>.<host>_<pid>.<time_ns>
 
 
-def _child_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def _child_env(tmp_path_factory: pytest.TempPathFactory, *lines: str) -> dict[str, str]:
     """The environment of the processes a test starts: like the tests themselves they
-    import this checkout (conftest's binding, run from a sitecustomize), whichever
-    tracekit is installed."""
+    import this checkout (conftest's binding, run from a sitecustomize, with ``lines``
+    after it), whichever tracekit is installed."""
     site = tmp_path_factory.mktemp("site")
     (site / "sitecustomize.py").write_text(
         f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nimport conftest  # noqa: F401\n"
+        + "".join(f"{line}\n" for line in lines)
     )
     env = {k: v for k, v in os.environ.items() if k not in (FAULT_ENV, *WORKER_ENV_DEFAULTS)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH")) if p)
@@ -92,10 +95,16 @@ def _leftovers(parent: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``tracekit collect --gpus 2`` with every pass a GPU rank runs: the light timeline
+    pass stood in on CPU in every rank (tests/test_rank_passes.py, through the ranks'
+    sitecustomize), its cost in 2 interleaved rounds, 2 rounds x 2 steps of the
+    communication cost, the full pass with stacks, the interconnect sweep."""
     out = tmp_path_factory.mktemp("ddp") / "run"
-    env = _child_env(tmp_path_factory)
-    code, stdout, stderr = _collect(env, out, "--gpus", "2", "--with-stack",
-                                    "--profile-warmup", "1", NCCL_NVLS_ENABLE="1")  # fmt: skip
+    env = _child_env(tmp_path_factory, "from tests.test_rank_passes import stand_in_light_pass",
+                     "stand_in_light_pass()")  # fmt: skip
+    code, stdout, stderr = _collect(env, out, "--gpus", "2", "--with-stack", "--comm-rounds", "2",
+                                    "--comm-steps", "2", "--light-cost-rounds", "2",
+                                    NCCL_NVLS_ENABLE="1")  # fmt: skip
     assert code == 0, stderr
     return out, stdout
 
@@ -122,6 +131,10 @@ def test_ddp_run_folder_is_the_documented_layout(ddp_run: Any) -> None:
             found = [n for n in rest if re.fullmatch(TRACE.format(r=r) + re.escape("." + kind), n)]
             assert len(found) == 1, (r, kind, rest)
             expected += found
+        arts = ranks[r]["artifacts"]  # the light pass's timeline and its step boundaries
+        for name in [*arts["timeline_traces"], arts["timeline_steps"]]:
+            assert name.startswith(f"rank{r}.") and name in rest, (r, name, rest)
+            expected.append(name)
     assert sorted(rest) == sorted(expected)  # no result files, no launch spec, no temporaries
     assert _leftovers(out.parent) == []
 
@@ -150,7 +163,7 @@ def test_ddp_manifest_describes_every_rank(ddp_run: Any) -> None:
         assert (arts["memory_timeline"] or f"rank{r['rank']}.").startswith(f"rank{r['rank']}.")
         assert arts["profiler_flops"].startswith(f"rank{r['rank']}.")
         assert r["logs"]["stderr"] == f"logs/rank{r['rank']}.stderr.log"
-        assert r["metrics"]["step_time_ms"]["n"] == 2 and r["total_steps"] == 5 + 2
+        assert r["metrics"]["step_time_ms"]["n"] == 2
     assert m["artifacts"]["traces"] == [r["artifacts"]["trace"] for r in ranks]
     assert m["artifacts"]["trace"] == ranks[0]["artifacts"]["trace"]
     # top-level metrics: the slowest rank's step, the global batch's throughput
@@ -256,6 +269,57 @@ def test_sweep_row_of_a_multi_gpu_run(ddp_run: Any) -> None:
     assert row["interconnect_busbw_Bps"] == m["ceilings"]["interconnect"]["busbw_Bps"]
     assert row["parallel"] == "ddp" and math.isnan(row.get("model_peak_bytes", math.nan))
     assert "the memory model is for one GPU" in row["notes"]
+
+
+def test_each_rank_ran_the_light_pass_and_its_cost_rounds(ddp_run: Any) -> None:
+    out, _ = ddp_run
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["status"] == "ok"
+    ranks = m["distributed"]["ranks"]
+    assert [(r["rank"], r["status"]) for r in ranks] == [(0, "ok"), (1, "ok")]
+    for r in ranks:
+        light = r["artifacts"]["timeline_trace"]
+        assert light.startswith(f"rank{r['rank']}.") and (out / light).is_file()
+        assert (out / r["artifacts"]["timeline_steps"]).is_file()
+        assert r["metrics"]["timeline_step_time"]["n"] == 1
+        # warm-up, 2 timed, comm cost (2 rounds x 2 steps, with and without sync), light
+        # pass, its cost (2 rounds x 2 windows of 5 steps), full pass; --with-stack: the
+        # memory timeline is the full pass's (no category step)
+        assert r["artifacts"]["memory_timeline_pass"] == "main window"
+        assert r["total_steps"] == 1 + 2 + 2 * 2 * 2 + 1 + 2 * 2 * 5 + 1
+        assert r["metrics"]["timeline_cost"]["rounds"] == 2
+    assert m["artifacts"]["timeline_trace"] == ranks[0]["artifacts"]["timeline_trace"]
+    assert m["artifacts"]["timeline_traces"] == [
+        t for r in ranks for t in r["artifacts"]["timeline_traces"]
+    ]
+    assert m["profiler"]["timeline"]["activities"] == ["cuda"]
+    light = [r["metrics"]["timeline_step_time_ms"] for r in ranks]
+    met = m["metrics"]
+    assert met["timeline_step_time_ms"] == max(light)
+    # the light pass's cost: the rank whose interleaved rounds put it highest
+    costs = [r["metrics"]["timeline_cost"]["ratio"] for r in ranks]
+    assert met["timeline_cost"]["ratio"] == max(costs)
+    assert met["timeline_cost"]["rank"] == costs.index(max(costs))
+    assert met["timeline_overhead_pct"] == pytest.approx(met["timeline_cost"]["pct"])
+
+
+def test_comm_cost_in_the_manifest_and_summary(ddp_run: Any) -> None:
+    out, stdout = ddp_run
+    m = json.loads((out / "manifest.json").read_text())
+    d = m["distributed"]
+    c = d["comm_cost"]
+    assert (c["status"], c["reason"], c["rounds"], c["steps_per_round"]) == ("ok", None, 2, 2)
+    assert c["sync_off"] == commcost.DDP_SYNC_OFF and c["caveat"] is None
+    assert [r["rank"] for r in c["ranks"]] == [0, 1]
+    for x, entry in zip(c["ranks"], d["ranks"], strict=True):
+        assert x["with_sync_ms"] > 0 and x["without_sync_ms"] > 0
+        assert len(x["rounds_with_ms"]) == len(x["rounds_without_ms"]) == 2
+        diffs = [a - b for a, b in zip(x["rounds_with_ms"], x["rounds_without_ms"], strict=True)]
+        assert x["cost_ms"] == pytest.approx(statistics.median(diffs))
+        assert x["cost_ms_range"] == pytest.approx([min(diffs), max(diffs)])
+        assert entry["comm_cost"] == x  # the per-rank entry holds the same figures
+    assert "communication cost (unprofiled, measured: 2 rounds x 2 steps" in stdout
+    assert "rank 0 " in stdout.split("communication cost")[1].splitlines()[0]
 
 
 # ------------------------------------------------------------------ FSDP2

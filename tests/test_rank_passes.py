@@ -6,16 +6,13 @@ worker whose manifest had no ``profiler`` entry crashed on every GPU run and on 
 the GPU-only piece is stood in: :func:`stand_in_light_pass` lets the pass run on CPU and
 records CPU activity instead of CUDA's, so the rank goes through ``collectors/run.py``'s
 ``_profile`` exactly as on a GPU. The rank runs in this process (world size 1, gloo) where
-that is enough, and as a real 2-rank collect (the elastic launcher, its ranks patched by a
-``sitecustomize``) once."""
+that is enough; the real 2-rank collect (the elastic launcher, its ranks patched by a
+``sitecustomize``) is tests/test_collect_multigpu.py's ``ddp_run``."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import io
-import json
-import os
 import socket
 import statistics
 from collections.abc import Callable, Iterator
@@ -25,7 +22,6 @@ from typing import Any
 import pytest
 import torch
 
-from tests._limits import time_limit
 from tracekit.collectors import commcost, light_cost
 from tracekit.collectors.config import CollectConfig
 from tracekit.collectors.cupti_pass import TimelinePass
@@ -37,9 +33,6 @@ from tracekit.collectors.passes import (
 )
 from tracekit.collectors.profiler import ProfilerConfig
 from tracekit.errors import UsageError
-
-ROOT = Path(__file__).resolve().parents[1]
-LIMIT_S = 240
 
 
 class CpuLightProfiler(LightProfiler):
@@ -278,91 +271,6 @@ def test_a_model_without_a_sync_switch_is_skipped_not_measured() -> None:
 def test_bad_comm_options_are_one_line_errors(flag: str, value: str) -> None:
     with pytest.raises(UsageError, match=flag):
         CollectConfig(**{flag.removeprefix("--").replace("-", "_"): int(value)})
-
-
-# ------------------------------------------------------------ a 2-rank collect
-
-
-@pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """``tracekit collect --gpus 2`` on CPU with default passes, the light one stood in in
-    every rank (a sitecustomize), 2 rounds x 2 steps of the communication cost."""
-    from tracekit.cli import main
-    from tracekit.collectors.distributed import WORKER_ENV_DEFAULTS
-    from tracekit.collectors.rank import FAULT_ENV
-
-    site = tmp_path_factory.mktemp("site")
-    (site / "sitecustomize.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nimport conftest  # noqa: F401\n"
-        "from tests.test_rank_passes import stand_in_light_pass\nstand_in_light_pass()\n"
-    )
-    out = tmp_path_factory.mktemp("g2") / "run"
-    args = ["collect", "--device", "cpu", "--preset", "tiny", "--batch", "2", "--seq", "16",
-            "--steps", "2", "--warmup", "1", "--profile-wait", "0", "--profile-warmup", "0",
-            "--profile-active", "1", "--no-ceilings", "--gpus", "2", "--comm-rounds", "2",
-            "--comm-steps", "2", "--light-cost-rounds", "2", "-o", str(out)]  # fmt: skip
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with (
-        pytest.MonkeyPatch.context() as mp,
-        contextlib.redirect_stdout(stdout),
-        contextlib.redirect_stderr(stderr),
-        time_limit(LIMIT_S),
-    ):
-        for k in (FAULT_ENV, *WORKER_ENV_DEFAULTS):
-            mp.delenv(k, raising=False)
-        paths = (str(site), os.environ.get("PYTHONPATH"))
-        mp.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
-        code = main(args)
-    assert code == 0, stderr.getvalue()
-    return out, stdout.getvalue()
-
-
-def test_two_ranks_end_ok_with_the_light_pass_on_each(two_ranks: tuple[Path, str]) -> None:
-    out, _ = two_ranks
-    m = json.loads((out / "manifest.json").read_text())
-    assert m["status"] == "ok"
-    ranks = m["distributed"]["ranks"]
-    assert [(r["rank"], r["status"]) for r in ranks] == [(0, "ok"), (1, "ok")]
-    for r in ranks:
-        light = r["artifacts"]["timeline_trace"]
-        assert light.startswith(f"rank{r['rank']}.") and (out / light).is_file()
-        assert (out / r["artifacts"]["timeline_steps"]).is_file()
-        assert r["metrics"]["timeline_step_time"]["n"] == 1
-        category = category_config(ProfilerConfig()).steps
-        assert r["total_steps"] == 1 + 2 + 2 * 2 * 2 + 1 + 20 + 1 + category
-        assert r["metrics"]["timeline_cost"]["rounds"] == 2
-    assert m["artifacts"]["timeline_trace"] == ranks[0]["artifacts"]["timeline_trace"]
-    assert m["artifacts"]["timeline_traces"] == [
-        t for r in ranks for t in r["artifacts"]["timeline_traces"]
-    ]
-    assert m["profiler"]["timeline"]["activities"] == ["cuda"]
-    light = [r["metrics"]["timeline_step_time_ms"] for r in ranks]
-    met = m["metrics"]
-    assert met["timeline_step_time_ms"] == max(light)
-    # the light pass's cost: the rank whose interleaved rounds put it highest
-    costs = [r["metrics"]["timeline_cost"]["ratio"] for r in ranks]
-    assert met["timeline_cost"]["ratio"] == max(costs)
-    assert met["timeline_cost"]["rank"] == costs.index(max(costs))
-    assert met["timeline_overhead_pct"] == pytest.approx(met["timeline_cost"]["pct"])
-
-
-def test_two_ranks_comm_cost_in_the_manifest_and_summary(two_ranks: tuple[Path, str]) -> None:
-    out, stdout = two_ranks
-    m = json.loads((out / "manifest.json").read_text())
-    d = m["distributed"]
-    c = d["comm_cost"]
-    assert (c["status"], c["reason"], c["rounds"], c["steps_per_round"]) == ("ok", None, 2, 2)
-    assert c["sync_off"] == commcost.DDP_SYNC_OFF and c["caveat"] is None
-    assert [r["rank"] for r in c["ranks"]] == [0, 1]
-    for x, entry in zip(c["ranks"], d["ranks"], strict=True):
-        assert x["with_sync_ms"] > 0 and x["without_sync_ms"] > 0
-        assert len(x["rounds_with_ms"]) == len(x["rounds_without_ms"]) == 2
-        diffs = [a - b for a, b in zip(x["rounds_with_ms"], x["rounds_without_ms"], strict=True)]
-        assert x["cost_ms"] == pytest.approx(statistics.median(diffs))
-        assert x["cost_ms_range"] == pytest.approx([min(diffs), max(diffs)])
-        assert entry["comm_cost"] == x  # the per-rank entry holds the same figures
-    assert "communication cost (unprofiled, measured: 2 rounds x 2 steps" in stdout
-    assert "rank 0 " in stdout.split("communication cost")[1].splitlines()[0]
 
 
 def test_the_summary_line_names_each_rank_or_why_there_is_none() -> None:
