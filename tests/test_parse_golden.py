@@ -47,10 +47,19 @@ def _make_big() -> Any:
     return mod
 
 
+# Each copies trace is built once per process (the 50 MB one takes 6 s of CPU to build and
+# under 1 s to parse; three tests parse it) into the first asking test's folder, which
+# lives as long as the session. The tests only read it.
+_BUILT: dict[tuple[Path, float], Path] = {}
+
+
 def _copies(src: Path, mb: float) -> Callable[[Path], Path]:
     def make(tmp: Path) -> Path:
-        dst = tmp / f"{src.name.split('.')[0]}_copies.json"
-        _make_big().build(src, dst, mb)
+        dst = _BUILT.get((src, mb))
+        if dst is None or not dst.is_file():
+            dst = tmp / f"{src.name.split('.')[0]}_copies.json"
+            _make_big().build(src, dst, mb)
+            _BUILT[(src, mb)] = dst
         return dst
 
     return make
@@ -71,6 +80,17 @@ if FIXTURES:
     _big = max(FIXTURES, key=lambda p: p.stat().st_size)
     _mb = 2.0 * len(gzip.decompress(_big.read_bytes())) / 1e6  # 2-3 copies
     CASES[f"fixture_{_big.parent.name}_copies"] = (_big, _copies(_big, _mb))
+
+
+def case_params() -> list[Any]:
+    """``CASES`` for ``parametrize``: the built (copies) cases on one xdist worker, so that
+    each is built once for the tests of both modules that parse it."""
+    return [
+        pytest.param(n, marks=pytest.mark.xdist_group("parse_copies"))
+        if "_x3" in n or n.endswith("_copies")
+        else n
+        for n in sorted(CASES)
+    ]
 
 
 def digest(t: Tables) -> dict[str, Any]:
@@ -100,7 +120,7 @@ def _check(name: str, got: dict[str, Any]) -> None:
         assert not bad, f"{table}: columns differ from the golden output: {bad}"
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", case_params())
 def test_tables_match_golden(name: str, tmp_path: Path) -> None:
     src, make = CASES[name]
     if not src.is_file():

@@ -20,7 +20,7 @@ from tracekit.parse import parse_tables, scan
 from tracekit.parse.columns import Accumulator
 from tracekit.parse.events import EVENT_LIST as _EVENTS
 
-from .test_parse_golden import CASES, V100, _check, digest
+from .test_parse_golden import CASES, V100, _check, case_params, digest
 
 needs_scan = pytest.mark.skipif(not scan.available(), reason="native scanner not compiled")
 
@@ -363,7 +363,7 @@ def test_random_chunks_scan_exactly_or_decline(events: list[str], cut: int) -> N
 
 
 @needs_scan
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", case_params())
 def test_golden_with_scanner_off(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -379,7 +379,7 @@ def test_golden_with_scanner_off(
 
 
 @needs_scan
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", case_params())
 def test_fixtures_take_the_fast_path(name: str, tmp_path: Path) -> None:
     src, make = CASES[name]
     if not src.is_file():
