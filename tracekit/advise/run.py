@@ -204,8 +204,9 @@ def _paired(
     if not opts.paired or not configs:
         return {n: dict(r) for n, r in rows.items()}
     with MP.BudgetBar(opts.rounds.budget_s, len(configs), enabled=not opts.quiet) as bar:
-        results = MP.run_all(configs, b.config, dest, opts.rounds, MP.subprocess_env(), bar,
-                             resume=opts.resume)
+        results = MP.run_all(
+            configs, b.config, dest, opts.rounds, MP.subprocess_env(), bar, resume=opts.resume
+        )
     return {n: MP.overlay(r, base, results.get(n)) for n, r in rows.items()}
 
 
