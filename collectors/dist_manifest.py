@@ -160,12 +160,31 @@ def mark_terminated(ranks: list[dict[str, Any]]) -> None:
             r["failed_at"] = None
 
 
+# What a rank's collective raises when a peer is gone (gloo's TCP pairs, NCCL): that
+# rank's failure is a consequence of its peer's.
+PEER_LOST = (
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "remote process exited or there was a network error",
+    "NCCL communicator was aborted",
+)
+
+
+def lost_a_peer(rank: Mapping[str, Any]) -> bool:
+    """Whether ``rank`` failed because a peer went away (a message of :data:`PEER_LOST`)."""
+    return any(p in str(rank.get("error") or "") for p in PEER_LOST)
+
+
 def first_failure(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The rank that failed first (by time, then rank): the cause of the others' ends."""
+    """The rank whose failure ended the run: the first by time (then rank) of those that
+    did not fail only because a peer went away. Times alone cannot tell: the launcher
+    stamps a rank that exits without a result to the whole second (torch's elastic
+    agent), so its peer's "Connection reset by peer" can carry an earlier time."""
     failed = [r for r in ranks if r["status"] in ("error", "oom")]
     if not failed:
         return None
-    return min(failed, key=lambda r: (r["failed_at"] is None, r["failed_at"] or 0.0, r["rank"]))
+    causes = [r for r in failed if not lost_a_peer(r)] or failed
+    return min(causes, key=lambda r: (r["failed_at"] is None, r["failed_at"] or 0.0, r["rank"]))
 
 
 def _stat(values: list[float | None], fn: Any) -> float | None:

@@ -479,6 +479,20 @@ def test_manifest_names_the_first_failure() -> None:
     assert d["failed_rank"] == 2 and m["metrics"] is None
     assert [r["status"] for r in d["ranks"]] == ["error", "terminated", "oom"]
     assert d["ranks"][1]["signal"] == "SIGTERM" and d["ranks"][1]["artifacts"] is None
+    # a rank that dies without a result is stamped by the launcher to the whole second: its
+    # peer's "Connection reset by peer" may carry an earlier time and is still the effect
+    # (seen in a clean-clone CI run: rank 0 was named)
+    reset = (
+        "RuntimeError: [gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:8916: "
+        "Connection reset by peer. This is typically caused by a remote worker hanging"
+    )
+    m = _build({0: _result(0, "error", error=reset, failed_at=992.92)},
+               {0: _launcher_failure(1, t=993), 1: _launcher_failure(7, t=993)})  # fmt: skip
+    assert m["distributed"]["failed_rank"] == 1
+    assert m["error"] == "rank 1: exited with exit code 7 before writing its result"
+    # only peers lost: the first by time stays the answer
+    lost = {r: _result(r, "error", error=reset, failed_at=10.0 + r) for r in (0, 1)}
+    assert _build(lost, {})["distributed"]["failed_rank"] == 0
     # a crash leaves no result: the launcher's exit code or signal says what happened
     m = _build({0: _result(0)}, {1: _launcher_failure(-11, "SIGSEGV")})
     assert m["error"] == "rank 1: exited with signal SIGSEGV before writing its result"
