@@ -6,7 +6,6 @@ work: a missing kernel, a reordered stream, other names or grids."""
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -32,8 +31,8 @@ def kernels_only(light: dict[str, Any]) -> dict[str, Any]:
     """A light trace as the CUPTI recorder writes it: GPU activity only, no launch calls."""
     out = {k: v for k, v in light.items() if k != "traceEvents"}
     out["tracekitRecorder"] = "cupti-kernels"
-    out["traceEvents"] = [copy.deepcopy(e) for e in light["traceEvents"]
-                          if e.get("cat") in GPU_CATS or e.get("ph") == "M"]  # fmt: skip
+    out["traceEvents"] = G.clone([e for e in light["traceEvents"]
+                                  if e.get("cat") in GPU_CATS or e.get("ph") == "M"])  # fmt: skip
     return out
 
 
