@@ -62,6 +62,13 @@ sys.meta_path.insert(0, _ThisCheckout)
 """
 
 
+def child_sitecustomize(*lines: str) -> str:
+    """A ``sitecustomize`` for the processes a test starts with a PYTHONPATH of its own
+    (gloo ranks): this checkout bound as above, lazily (a rank imports no more than it
+    uses), then ``lines``."""
+    return _SITECUSTOMIZE.format(root=str(ROOT)) + "".join(f"{line}\n" for line in lines)
+
+
 def _bind_subprocesses() -> None:
     """Subprocesses the tests start (``tracekit sweep`` runs ``collect`` in one) bind the
     same way: a ``sitecustomize`` on PYTHONPATH maps the subpackages to this checkout."""

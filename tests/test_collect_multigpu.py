@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from conftest import child_sitecustomize
 from tests._limits import time_limit
 from tracekit.collectors import commcost
 from tracekit.collectors.config import CollectConfig
@@ -44,10 +45,7 @@ def _child_env(tmp_path_factory: pytest.TempPathFactory, *lines: str) -> dict[st
     import this checkout (conftest's binding, run from a sitecustomize, with ``lines``
     after it), whichever tracekit is installed."""
     site = tmp_path_factory.mktemp("site")
-    (site / "sitecustomize.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nimport conftest  # noqa: F401\n"
-        + "".join(f"{line}\n" for line in lines)
-    )
+    (site / "sitecustomize.py").write_text(child_sitecustomize(*lines))
     env = {k: v for k, v in os.environ.items() if k not in (FAULT_ENV, *WORKER_ENV_DEFAULTS)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH")) if p)
     return env
@@ -100,7 +98,7 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
     sitecustomize), its cost in 2 interleaved rounds, 2 rounds x 2 steps of the
     communication cost, the full pass with stacks, the interconnect sweep."""
     out = tmp_path_factory.mktemp("ddp") / "run"
-    env = _child_env(tmp_path_factory, "from tests.test_rank_passes import stand_in_light_pass",
+    env = _child_env(tmp_path_factory, "from tests.standins import stand_in_light_pass",
                      "stand_in_light_pass()")  # fmt: skip
     code, stdout, stderr = _collect(env, out, "--gpus", "2", "--with-stack", "--comm-rounds", "2",
                                     "--comm-steps", "2", "--light-cost-rounds", "2",

@@ -27,6 +27,7 @@ from tracekit.parse import load
 from tracekit.parse import timeline as PT
 
 from . import fake_cupti as F
+from .standins import CpuLightProfiler
 
 FAST = ["--device", "cpu", "--preset", "tiny", "--batch", "2", "--seq", "32", "--steps", "2",
         "--warmup", "1", "--quiet", "--no-ceilings", "--no-memory-timeline",
@@ -34,19 +35,12 @@ FAST = ["--device", "cpu", "--preset", "tiny", "--batch", "2", "--seq", "32", "-
 MARKER = "at::cuda::(anonymous namespace)::spin_kernel(long)"
 
 
-class CpuLight(passes.LightProfiler):
-    """Kineto's light pass recording CPU activity (a CPU build has no CUDA activity)."""
-
-    def activities(self) -> list[torch.profiler.ProfilerActivity]:
-        return [torch.profiler.ProfilerActivity.CPU]
-
-
 @pytest.fixture
 def on_gpu(monkeypatch: pytest.MonkeyPatch) -> Any:
     """collect's light pass on, as on CUDA; each step's GPU work "launched" on the fake;
     returns a function installing a fake cupti (None: cupti-python missing)."""
     monkeypatch.setattr(run_mod, "timeline_absent_reason", lambda cfg, device: None)
-    monkeypatch.setattr(C, "LightProfiler", CpuLight)
+    monkeypatch.setattr(C, "LightProfiler", CpuLightProfiler)
     monkeypatch.delenv(C.RECORDER_ENV, raising=False)
     build = run_mod.build_workload
     fakes: list[F.FakeCupti | None] = []
@@ -178,7 +172,7 @@ def test_kineto_can_be_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     F.install(monkeypatch, fake)
     monkeypatch.setenv(C.RECORDER_ENV, "kineto")
     p = C.TimelinePass(ProfilerConfig(wait=0, warmup=0, active=1), tmp_path,
-                       device=torch.device("cpu"), kineto=CpuLight)  # fmt: skip
+                       device=torch.device("cpu"), kineto=CpuLightProfiler)  # fmt: skip
     with p:
         p.step()
     assert p.recorder == "kineto-cuda" and p.fallback_reason == f"{C.RECORDER_ENV}=kineto"

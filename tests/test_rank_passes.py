@@ -3,8 +3,8 @@ full pass, category step) and measures the communication cost without a profiler
 
 On CPU the light pass does not run (it records CUDA activity only), which is how a rank
 worker whose manifest had no ``profiler`` entry crashed on every GPU run and on no test. Here
-the GPU-only piece is stood in: :func:`stand_in_light_pass` lets the pass run on CPU and
-records CPU activity instead of CUDA's, so the rank goes through ``collectors/run.py``'s
+the GPU-only piece is stood in (``tests/standins.py``): the pass runs on CPU and records
+CPU activity instead of CUDA's, so the rank goes through ``collectors/run.py``'s
 ``_profile`` exactly as on a GPU. The rank runs in this process (world size 1, gloo) where
 that is enough; the real 2-rank collect (the elastic launcher, its ranks patched by a
 ``sitecustomize``) is tests/test_collect_multigpu.py's ``ddp_run``."""
@@ -12,7 +12,6 @@ that is enough; the real 2-rank collect (the elastic launcher, its ranks patched
 from __future__ import annotations
 
 import contextlib
-import functools
 import socket
 import statistics
 from collections.abc import Callable, Iterator
@@ -22,45 +21,17 @@ from typing import Any
 import pytest
 import torch
 
-from tracekit.collectors import commcost, light_cost
+from tracekit.collectors import commcost
 from tracekit.collectors.config import CollectConfig
-from tracekit.collectors.cupti_pass import TimelinePass
 from tracekit.collectors.passes import (
     CATEGORY_PASS,
     TIMELINE_SUFFIX,
-    LightProfiler,
     category_config,
 )
 from tracekit.collectors.profiler import ProfilerConfig
 from tracekit.errors import UsageError
 
-
-class CpuLightProfiler(LightProfiler):
-    """The light pass with CPU activity in place of CUDA's (a CPU step launches none)."""
-
-    def activities(self) -> list[torch.profiler.ProfilerActivity]:
-        return [torch.profiler.ProfilerActivity.CPU]
-
-
-class CpuKinetoSwitch(light_cost.KinetoSwitch):
-    """The cost rounds' Kineto recorder with CPU activity in place of CUDA's."""
-
-    def activities(self) -> list[torch.profiler.ProfilerActivity]:
-        return [torch.profiler.ProfilerActivity.CPU]
-
-
-def _timeline_on_cpu(config: ProfilerConfig, device: torch.device) -> str | None:
-    return None if config.timeline_pass else "disabled (--single-pass)"
-
-
-def stand_in_light_pass(setattr_: Callable[[Any, str, Any], None] = setattr) -> None:
-    """Let ``collectors/run.py`` run the light timeline pass on CPU."""
-    from tracekit.collectors import run
-
-    setattr_(run, "timeline_absent_reason", _timeline_on_cpu)
-    # CUPTI is not there on CPU: the pass falls back to Kineto's, which records CPU here
-    setattr_(run, "TimelinePass", functools.partial(TimelinePass, kineto=CpuLightProfiler))
-    setattr_(light_cost, "KinetoSwitch", CpuKinetoSwitch)  # the cost rounds' recorder, as the pass
+from .standins import stand_in_light_pass
 
 
 def _cfg(**kw: Any) -> CollectConfig:

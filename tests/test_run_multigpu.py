@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 import torch
 
+from conftest import child_sitecustomize
 from tests._limits import time_limit
-from tracekit.collectors import commcost, passes
+from tracekit.collectors import commcost
 from tracekit.collectors.distributed import WORKER_ENV_DEFAULTS
 from tracekit.collectors.script_comm import (
     BoundaryRounds,
@@ -44,32 +45,15 @@ SCHEDULE, EXTRA = 8 + 20, 8
 LIMIT_S = 240  # a run still going after this is hung
 
 
-class CpuLight(passes.LightProfiler):
-    """The light timeline pass recording CPU activity (a CPU step launches no CUDA work)."""
-
-    def activities(self) -> list[torch.profiler.ProfilerActivity]:
-        return [torch.profiler.ProfilerActivity.CPU]
-
-
-def stand_in_light_pass() -> None:
-    """Let each rank's session run the light timeline pass on CPU, as on a GPU (the ranks
-    call this from the sitecustomize of :func:`child_env`): its files are a rank's too."""
-    from tests.test_rank_passes import CpuKinetoSwitch
-    from tracekit.collectors import light_cost, session, session_windows
-
-    cuda = torch.device("cuda")
-    session.timeline_absent_reason = lambda c, d: passes.timeline_absent_reason(c, cuda)  # type: ignore[assignment]
-    session_windows.LightProfiler = CpuLight  # type: ignore[misc]
-    light_cost.KinetoSwitch = CpuKinetoSwitch  # type: ignore[misc]  # the cost rounds' recorder
-
-
 @pytest.fixture(scope="module")
 def child_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The ranks' environment: they import this checkout, as the tests do."""
     site = tmp_path_factory.mktemp("site")
     (site / "sitecustomize.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nimport conftest  # noqa: F401\n"
-        "from tests.test_run_multigpu import stand_in_light_pass\nstand_in_light_pass()\n"
+        child_sitecustomize(
+            "from tests.standins import stand_in_script_light_pass",
+            "stand_in_script_light_pass()",
+        )
     )
     env = {k: v for k, v in os.environ.items() if k not in WORKER_ENV_DEFAULTS}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH")) if p)

@@ -29,6 +29,8 @@ from tracekit.collectors.profiler import ProfilerConfig
 from tracekit.parse import load
 from tracekit.parse import timeline as PT
 
+from .standins import CpuLightProfiler
+
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 # profiler schedule wait 1, warm-up 1, active 2: 4 steps a pass
 OPTS: dict[str, Any] = dict(steps=2, warmup=1, wait=1, profile_warmup=1, active=2,
@@ -82,20 +84,13 @@ def test_phases_without_the_extra_passes() -> None:
 # ------------------------------------------- the light pass, as on CUDA, on the CPU
 
 
-class CpuLight(passes.LightProfiler):
-    """The light pass recording CPU activity (a CPU build has no CUDA activity)."""
-
-    def activities(self) -> list[torch.profiler.ProfilerActivity]:
-        return [torch.profiler.ProfilerActivity.CPU]
-
-
 @pytest.fixture
 def as_on_cuda(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """The light pass runs as on CUDA; returns the (marker, step ends) of every mark."""
     cuda = torch.device("cuda")
     monkeypatch.setattr(S, "timeline_absent_reason",
                         lambda c, d: passes.timeline_absent_reason(c, cuda))  # fmt: skip
-    monkeypatch.setattr(W, "LightProfiler", CpuLight)
+    monkeypatch.setattr(W, "LightProfiler", CpuLightProfiler)
     marks: list[tuple[int, int]] = []
     mark = passes.StepMarker.mark
     ended = {"n": 0}
