@@ -94,8 +94,10 @@ class _Plane:
 
     def add_stat(self, holder: Any, name: str, value: object) -> None:
         """Append a stat to ``holder.stats``; the XStat value field follows the type."""
-        sid = self.stat_id(name)
-        if isinstance(value, bool):
+        sid = self._stats.get(name) or self.stat_id(name)
+        if type(value) is int:  # the common case first (not bool: type() is exact)
+            holder.stats.add(metadata_id=sid, int64_value=value)
+        elif isinstance(value, bool):
             holder.stats.add(metadata_id=sid, int64_value=int(value))
         elif isinstance(value, int):
             holder.stats.add(metadata_id=sid, int64_value=value)
@@ -126,6 +128,8 @@ class _HostEvent:
 
 
 def _present(value: object) -> bool:
+    if type(value) is int or type(value) is str:  # most cells: no NaN, no NA
+        return True
     if value is None:
         return False
     if isinstance(value, float) and math.isnan(value):
@@ -134,6 +138,8 @@ def _present(value: object) -> bool:
 
 
 def _int(value: object, default: int = -1) -> int:
+    if type(value) is int:  # most cells (exact type: a bool goes through int() below)
+        return value
     return int(value) if _present(value) else default  # type: ignore[call-overload]
 
 
