@@ -12,7 +12,9 @@ import json
 import shutil
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 from rich.console import Console
 
@@ -36,13 +38,22 @@ FILES = {
 }
 
 
+class _Event(msgspec.Struct):
+    name: str = ""
+    args: dict[str, Any] = {}
+
+
+class _Trace(msgspec.Struct):
+    traceEvents: list[_Event]
+
+
 def _raw_peak(trace: Path) -> int | None:
-    with gzip.open(trace, "rt") as f:
-        events = json.load(f)["traceEvents"]
+    # the raw JSON read independently of tracekit.parse (msgspec keeps only these fields)
+    events = msgspec.json.decode(gzip.decompress(trace.read_bytes()), type=_Trace).traceEvents
     vals = [
-        e["args"]["Total Allocated"]
+        e.args["Total Allocated"]
         for e in events
-        if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 1
+        if e.name == "[memory]" and e.args.get("Device Type") == 1
     ]
     return max(vals) if vals else None
 
