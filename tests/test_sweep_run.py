@@ -51,7 +51,23 @@ def test_sweep_records_ok_and_failed_rows(swept: Path) -> None:
     assert any((swept / "tensorboard").iterdir())
 
 
-def test_resume_skips_done_rows_and_retries_errors(swept: Path) -> None:
+def _replay(swept: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each configuration's row as the fixture's sweep recorded it, instead of a new
+    subprocess (run_point's own subprocess is the fixture's)."""
+    import tracekit.sweep.runner as runner
+
+    real = {str(r["key"]): r for r in read_table(swept).to_dict("records")}
+
+    def replay(plan: SweepPlan, point: Point, out: Path, **_: Any) -> tuple[dict[str, Any], None]:
+        return dict(real[point.key]), None
+
+    monkeypatch.setattr(runner, "run_point", replay)
+
+
+def test_resume_skips_done_rows_and_retries_errors(
+    swept: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _replay(swept, monkeypatch)
     ran: list[str] = []
     t = run_sweep(PLAN, swept, resume=True, env=default_env(),
                   on_row=lambda r: ran.append(r["key"]))  # fmt: skip
@@ -79,15 +95,8 @@ def test_interrupt_keeps_finished_rows_and_resume_finishes(
     swept: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ctrl-C after the first configuration, then --resume: on the real sweep's rows,
-    replayed (each configuration's subprocess is the fixture's, above)."""
-    import tracekit.sweep.runner as runner
-
-    real = {str(r["key"]): r for r in read_table(swept).to_dict("records")}
-
-    def replay(plan: SweepPlan, point: Point, out: Path, **_: Any) -> tuple[dict[str, Any], None]:
-        return dict(real[point.key]), None
-
-    monkeypatch.setattr(runner, "run_point", replay)
+    replayed."""
+    _replay(swept, monkeypatch)
     plan = SweepPlan(**{**PLAN.__dict__, "seqs": (16, 256)})  # b2-s16 ok, b2-s256 error
 
     def interrupt(row: dict[str, Any]) -> None:
