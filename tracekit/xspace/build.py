@@ -94,7 +94,7 @@ class _Plane:
 
     def add_stat(self, holder: Any, name: str, value: object) -> None:
         """Append a stat to ``holder.stats``; the XStat value field follows the type."""
-        sid = self._stats.get(name) or self.stat_id(name)
+        sid = self.stat_id(name)
         if type(value) is int:  # the common case first (not bool: type() is exact)
             holder.stats.add(metadata_id=sid, int64_value=value)
         elif isinstance(value, bool):
