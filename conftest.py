@@ -12,8 +12,24 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent
+
+
+class _ThisCheckout:
+    """A meta-path finder that maps ``tracekit.collectors`` / ``tracekit.reports`` to this
+    checkout's folders when they are first imported (so that loading this file imports
+    neither torch nor pandas: the xdist controller, which runs no test, never does)."""
+
+    @staticmethod
+    def find_spec(name: str, path: object = None, target: object = None) -> Any:
+        if name not in ("tracekit.collectors", "tracekit.reports"):
+            return None
+        folder = ROOT / name.split(".")[1]
+        return importlib.util.spec_from_file_location(
+            name, folder / "__init__.py", submodule_search_locations=[str(folder)]
+        )
 
 
 def _bind_subpackages() -> None:
@@ -23,19 +39,11 @@ def _bind_subpackages() -> None:
 
     if Path(tracekit.__file__).resolve().parent != ROOT / "tracekit":
         return  # an installed tracekit that is not this checkout: leave it alone
-    for name, folder in (("collectors", ROOT / "collectors"), ("reports", ROOT / "reports")):
-        full = f"tracekit.{name}"
-        mod = sys.modules.get(full)
-        if mod is not None and Path(mod.__file__ or "").resolve().parent == folder:
-            continue
-        spec = importlib.util.spec_from_file_location(
-            full, folder / "__init__.py", submodule_search_locations=[str(folder)]
-        )
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[full] = mod
-        spec.loader.exec_module(mod)
-        setattr(tracekit, name, mod)
+    for name in ("collectors", "reports"):
+        mod = sys.modules.get(f"tracekit.{name}")
+        if mod is not None and Path(mod.__file__ or "").resolve().parent != ROOT / name:
+            raise RuntimeError(f"tracekit.{name} was imported from {mod.__file__} before conftest")
+    sys.meta_path.insert(0, _ThisCheckout)
 
 
 # Maps the two subpackages to this checkout when first imported (no import at start-up:
