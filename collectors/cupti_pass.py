@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import gzip
 import json
 import os
 import re
@@ -52,7 +51,7 @@ from tracekit.collectors.passes import (
 )
 from tracekit.collectors.profiler import Profiler, ProfilerConfig
 from tracekit.errors import UsageError
-from tracekit.io import atomic_file, atomic_write_json
+from tracekit.io import atomic_file, atomic_write_json, gzip_bytes
 
 CUPTI_RECORDER = "cupti-kernels"
 KINETO_RECORDER = "kineto-cuda"
@@ -290,7 +289,7 @@ def write_kernels_trace(
         "baseTimeNanoseconds": base_ns,
         "traceEvents": _metadata(events) + sorted(events, key=lambda e: e["ts"]),
     }
-    data = gzip.compress(json.dumps(doc, separators=(",", ":")).encode(), mtime=0)
+    data = gzip_bytes(json.dumps(doc, separators=(",", ":")).encode())
     with atomic_file(Path(path), ".tmp") as t:
         t.write_bytes(data)
     return Path(path)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.io import atomic_file
+from tracekit.io import GZIP_LEVEL, atomic_file
 from tracekit.ranks.perrank import GPU_TID
 from tracekit.ranks.reduce import RanksSummary
 
@@ -89,7 +89,7 @@ def write_merged(s: RanksSummary, path: Path, hosts: dict[int, str | None] | Non
     starts = [int(tl["ts"].min()) + shifts[r] for r, tl in frames.items() if len(tl)]
     zero = min(starts) if starts else 0
     n = 0
-    with atomic_file(Path(path)) as tmp, gzip.open(tmp, "wt", compresslevel=6) as f:
+    with atomic_file(Path(path)) as tmp, gzip.open(tmp, "wt", compresslevel=GZIP_LEVEL) as f:
         f.write('{"displayTimeUnit": "ms", "otherData": {"tracekit": "merged ranks: pid = rank, ')
         f.write(f'{json.dumps(s.clock.reason)[1:-1]}"}},\n"traceEvents": [\n')
         first = True
