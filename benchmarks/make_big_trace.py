@@ -76,32 +76,36 @@ def build(
                 max_ids[k] = max(max_ids[k], a[k])
         if isinstance(e.get("id"), int):
             max_flow = max(max_flow, e["id"])
+
+    def copy(e: dict[str, Any], k: int) -> dict[str, Any]:
+        c = dict(e)
+        if "ts" in c and isinstance(c["ts"], (int, Decimal)):
+            c["ts"] = c["ts"] + k * span + shift_us
+        if isinstance(c.get("id"), int):
+            c["id"] = c["id"] + k * (max_flow + 1)
+        m = _STEP.match(str(c.get("name", "")))
+        if m and step_span:
+            c["name"] = f"ProfilerStep#{int(m.group(1)) + k * step_span}"
+        if "args" in c and isinstance(c["args"], dict):
+            a = dict(c["args"])
+            for key in _ID_ARGS:
+                if isinstance(a.get(key), int) and a[key] > 0:
+                    a[key] = a[key] + k * (max_ids[key] + 1)
+            c["args"] = a
+        return c
+
     head = {k: v for k, v in doc.items()}
-    one = sum(len(_fmt(e)) + 4 for e in events)
+    first = [_fmt(copy(e, 0)) for e in events]  # copy 0: the events as they are, shifted
+    sized = first if not shift_us else [_fmt(e) for e in events]
+    one = sum(len(t) + 4 for t in sized)
     copies = max(1, int(target_mb * 1e6 / one))
     with dst.open("w") as f:
         f.write(_fmt(head)[:-1] + ', "traceEvents": [\n')
-        first = True
-        for k in range(copies):
+        f.write(",\n".join("  " + t for t in first))
+        for k in range(1, copies):
             for e in events:
-                if k and e.get("ph") == "M":
-                    continue
-                c = dict(e)
-                if "ts" in c and isinstance(c["ts"], (int, Decimal)):
-                    c["ts"] = c["ts"] + k * span + shift_us
-                if isinstance(c.get("id"), int):
-                    c["id"] = c["id"] + k * (max_flow + 1)
-                m = _STEP.match(str(c.get("name", "")))
-                if m and step_span:
-                    c["name"] = f"ProfilerStep#{int(m.group(1)) + k * step_span}"
-                if "args" in c and isinstance(c["args"], dict):
-                    a = dict(c["args"])
-                    for key in _ID_ARGS:
-                        if isinstance(a.get(key), int) and a[key] > 0:
-                            a[key] = a[key] + k * (max_ids[key] + 1)
-                    c["args"] = a
-                f.write(("" if first else ",\n") + "  " + _fmt(c))
-                first = False
+                if e.get("ph") != "M":
+                    f.write(",\n  " + _fmt(copy(e, k)))
         f.write("\n]}\n")
     return copies
 
