@@ -1,4 +1,6 @@
-"""``CollectConfig``: every option of ``tracekit collect``, validated in one place."""
+"""``CollectConfig``: every option of ``tracekit collect``, validated in one place, without
+importing torch (a bad flag is refused in a fraction of a second, not after torch's ~5 s
+import; the functions that need torch import it when called)."""
 
 from __future__ import annotations
 
@@ -8,13 +10,14 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from tracekit.collectors.gpt import ATTENTIONS, GPTConfig, preset
-from tracekit.collectors.profiler import ProfilerConfig
+from tracekit.collectors.gpt_config import ATTENTIONS, GPTConfig, preset
+from tracekit.collectors.profiler_config import ProfilerConfig
 from tracekit.errors import DeviceError, UsageError
+
+if TYPE_CHECKING:
+    import torch
 
 DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16")
 DEVICES: tuple[str, ...] = ("cuda", "cpu")
@@ -24,7 +27,13 @@ WORKLOADS: tuple[str, ...] = ("train", "generate")
 # (foreach) one and the fused kernel.
 OPTIMIZERS: tuple[str, ...] = ("adamw", "adamw-foreach", "adamw-fused")
 GENERATE_PROMPT, GENERATE_NEW_TOKENS = 128, 64  # --workload generate's defaults
-TORCH_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of ``--dtype`` ``name`` (fp32, bf16, fp16)."""
+    import torch
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
 def generate_lengths(prompt: int | None, new_tokens: int | None, context: int) -> tuple[int, int]:
@@ -305,6 +314,8 @@ class CollectConfig:
 
 def compile_unsupported_reason(device: torch.device) -> str | None:
     """Why ``torch.compile`` cannot work here (None: it should)."""
+    import torch
+
     try:
         import torch._dynamo
 
@@ -329,6 +340,8 @@ def compile_unsupported_reason(device: torch.device) -> str | None:
 
 def resolve_device(cfg: CollectConfig) -> torch.device:
     """The torch device for ``cfg``; a one-line error when it cannot run there."""
+    import torch
+
     if cfg.device == "cuda":
         if not torch.cuda.is_available():
             raise DeviceError(

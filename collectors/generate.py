@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 import torch
 
-from tracekit.collectors.config import TORCH_DTYPE, CollectConfig
+from tracekit.collectors.config import CollectConfig, torch_dtype
 from tracekit.collectors.gpt import GPT, KVCache, decode_flops_per_token
 from tracekit.collectors.profiler import Profiler, snapshot_artifacts
 from tracekit.collectors.train import POOL_BATCHES, StepTimer, sample_tokens, summarize_ms
@@ -78,7 +78,7 @@ def build_generator(cfg: CollectConfig, device: torch.device) -> Generator:
     torch.manual_seed(cfg.seed)
     torch.set_float32_matmul_precision("high" if cfg.tf32 else "highest")
     mcfg = cfg.model_config()
-    dtype = TORCH_DTYPE[cfg.dtype]
+    dtype = torch_dtype(cfg.dtype)
     model = GPT(mcfg).to(device=device, dtype=dtype).eval()
     weight_bytes = sum(p.nbytes for p in model.parameters())
     buffer_bytes = sum(b.nbytes for b in model.buffers())

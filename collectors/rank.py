@@ -39,7 +39,7 @@ import torch
 
 from tracekit.collectors.ceilings import measure_ceilings
 from tracekit.collectors.commcost import measure as measure_comm
-from tracekit.collectors.config import TORCH_DTYPE, CollectConfig, resolve_device
+from tracekit.collectors.config import CollectConfig, resolve_device, torch_dtype
 from tracekit.collectors.interconnect import measure_interconnect
 from tracekit.collectors.run import (
     Display,
@@ -84,7 +84,7 @@ def parallel_info(cfg: CollectConfig) -> dict[str, Any]:
             "find_unused_parameters": False,
             "broadcast_buffers": True,
         }
-    mp = TORCH_DTYPE[cfg.dtype] if cfg.dtype != "fp32" else None
+    mp = torch_dtype(cfg.dtype) if cfg.dtype != "fp32" else None
     return {
         "wrapper": "torch.distributed.fsdp.fully_shard (FSDP2)",
         "units": "each transformer block, then the root (embeddings, final norm, head)",
@@ -109,7 +109,7 @@ def wrap_model(
 
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    dtype = TORCH_DTYPE[cfg.dtype] if cfg.dtype != "fp32" else None
+    dtype = torch_dtype(cfg.dtype) if cfg.dtype != "fp32" else None
     mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
 
     def shard(m: torch.nn.Module) -> torch.nn.Module:

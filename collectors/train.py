@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import torch
 
-from tracekit.collectors.config import TORCH_DTYPE, CollectConfig
+from tracekit.collectors.config import CollectConfig, torch_dtype
 from tracekit.collectors.gpt import GPT, count_params
 
 POOL_BATCHES = 8  # distinct batches cycled through; generated once, on the device
@@ -157,7 +157,7 @@ def build_workload(
         fwd = torch.compile(model, mode=mode)  # type: ignore[assignment]
     batches = make_batches(cfg, device, data_seed)
     probe = MemoryProbe(device)
-    dtype = TORCH_DTYPE[cfg.dtype]
+    dtype = torch_dtype(cfg.dtype)
     use_autocast = cfg.dtype != "fp32"
     K = cfg.grad_accum
     mark_step = cfg.compile and cfg.cuda_graphs  # cudagraph trees: a new iteration begins

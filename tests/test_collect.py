@@ -403,6 +403,25 @@ def test_validation_errors_write_nothing(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_bad_flags_are_refused_before_torch_is_imported(tmp_path: Path) -> None:
+    """A fresh ``tracekit collect`` with a bad flag exits 2 without importing torch (a
+    refused sweep row costs a fraction of a second, not torch's import)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from tracekit.cli import main\n"
+        "rc = main(['collect', '--device', 'cpu', '--preset', 'tiny', '--seq', '256'])\n"
+        "print('torch imported:', 'torch' in sys.modules); sys.exit(rc)"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=120)  # fmt: skip
+    assert p.returncode == 2, p.stderr
+    assert p.stdout.strip() == "torch imported: False"
+    assert p.stderr.strip().startswith("tracekit: error: --seq 256 exceeds the context")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message")
 def test_cuda_absent_suggests_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["collect", "--preset", "tiny", "-o", str(tmp_path / "r")]) == 2
@@ -489,8 +508,9 @@ def test_profiler_flops_rows_are_torchs_key_averages() -> None:
 
 def test_profiler_leaves_no_garbage_for_later_steps(tmp_path: Path) -> None:
     """torch's profile object (and a memory timeline's event trees) are reference cycles:
-    the wrapper frees them between steps, at the next cycle's warm-up and on exit, so no later step pays for collecting them (on the
-    H200 the steps after an unfreed window were 7 % slower)."""
+    the wrapper frees them between steps, at the next cycle's warm-up and on exit, so no
+    later step pays for collecting them (on the H200 the steps after an unfreed window were
+    7 % slower)."""
     import gc
 
     from tracekit.collectors.profiler import Profiler

@@ -218,7 +218,8 @@ def collect(
     """Train a GPT under torch.profiler and write a run folder (trace, memory, manifest).
     With --gpus N: N ranks, one trace each (rank<R>.*), one manifest. With --workload
     generate: profile its prefill and decode steps instead."""
-    from tracekit.collectors import CollectConfig, ProfilerConfig, collect_run, summary
+    from tracekit.collectors.config import CollectConfig  # flags checked before torch loads
+    from tracekit.collectors.profiler_config import ProfilerConfig
 
     seq, profile_active = workload_defaults(workload, seq, profile_active, new_tokens)
     cfg = CollectConfig(
@@ -239,6 +240,8 @@ def collect(
         ),
     )  # fmt: skip
     _check_counters(counters, device, gpus)
+    from tracekit.collectors import collect_run, summary
+
     run_dir = collect_run(cfg)
     if counters:
         _replay_counters(run_dir)
