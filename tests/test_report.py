@@ -59,10 +59,18 @@ def _run(path: Path, **kw: Any) -> report_mod.ReportResult:
     return report(path, classification=contract.classification(load(path)), **kw)
 
 
-def test_outputs_and_default_location(trace_file: Path) -> None:
-    res = _run(trace_file)
-    out = trace_file.with_name("host_42.1700000000.report")
-    assert res.out == out
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory: pytest.TempPathFactory) -> report_mod.ReportResult:
+    """One report of the synthetic trace, with the defaults, for the tests that only read
+    what it wrote and returned."""
+    trace = tmp_path_factory.mktemp("reported") / "host_42.1700000000.pt.trace.json.gz"
+    return _run(tg.write(rg.report_trace(), trace))
+
+
+def test_outputs_and_default_location(reported: report_mod.ReportResult) -> None:
+    res = reported
+    out = res.out.with_name("host_42.1700000000.report")  # beside the trace, named after it
+    assert res.out == out and out.with_name("host_42.1700000000.pt.trace.json.gz").is_file()
     assert {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()} == REPORT_FILES
     assert res.events is None and res.plugin_trace is None  # a trace file: no TensorBoard
 
@@ -91,17 +99,21 @@ def test_outputs_and_default_location(trace_file: Path) -> None:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_summary_shares_match_parquet_and_independent_sum(trace_file: Path) -> None:
-    res = _run(trace_file)
-    k = contract.classification(load(trace_file)).kernels
+def test_summary_shares_match_parquet_and_independent_sum(
+    reported: report_mod.ReportResult,
+) -> None:
+    res = reported
+    k = contract.classification(
+        load(res.out.with_name("host_42.1700000000.pt.trace.json.gz"))
+    ).kernels
     total = k["dur"].sum()
     doc = json.loads((res.out / "summary.json").read_text())
     for cls, d in k.groupby("class")["dur"].sum().items():
         assert doc["time_share_pct"][cls] == pytest.approx(100 * d / total, abs=0.1)
 
 
-def test_html_escapes_every_trace_string(trace_file: Path) -> None:
-    res = _run(trace_file)
+def test_html_escapes_every_trace_string(reported: report_mod.ReportResult) -> None:
+    res = reported
     page = (res.out / "report.html").read_text()
     # the hostile names appear, escaped, and never as markup
     assert htmlmod.escape(rg.HOSTILE, quote=True) in page
@@ -120,8 +132,8 @@ def _console_text(sm: Any) -> str:
     return c.export_text()
 
 
-def test_terminal_fits_80_columns(trace_file: Path) -> None:
-    res = _run(trace_file)
+def test_terminal_fits_80_columns(reported: report_mod.ReportResult) -> None:
+    res = reported
     text = _console_text(res.summary)
     lines = text.splitlines()
     assert max(len(line) for line in lines) <= 80
@@ -151,8 +163,8 @@ def test_terminal_fits_80_columns(trace_file: Path) -> None:
     assert "warning: launch-bound" not in text
 
 
-def test_terminal_markup_never_interpreted(trace_file: Path) -> None:
-    res = _run(trace_file)
+def test_terminal_markup_never_interpreted(reported: report_mod.ReportResult) -> None:
+    res = reported
     c = Console(width=200, record=True, color_system="truecolor", force_terminal=True)
     terminal.render(res.summary, c)
     assert "[bold red]x[/bold red]" in c.export_text(styles=False)
@@ -470,8 +482,10 @@ def test_run_folder_without_memory_events_uses_manifest(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium not installed")
-def test_html_renders_in_chromium_without_injected_markup(trace_file: Path) -> None:
-    res = _run(trace_file)
+def test_html_renders_in_chromium_without_injected_markup(
+    reported: report_mod.ReportResult,
+) -> None:
+    res = reported
     dom = subprocess.run(
         [
             "chromium",
