@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import distributed
 import pyarrow.parquet as pq
 import pytest
 
@@ -58,6 +57,8 @@ def _alive(pid: int) -> bool:
 def dask_address() -> Iterator[str]:
     """An in-process Dask cluster (the scheduler reached through its address, as
     --scheduler tcp://... would be)."""
+    import distributed  # here: its import (~1 s) is paid only by the worker that runs these
+
     with distributed.LocalCluster(
         processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None
     ) as c:
