@@ -174,7 +174,10 @@ def test_default_workers_bounded_by_cores_ranks_and_memory(
 
 
 _STOPPER = """
-import sys
+import signal, sys
+# Ctrl-C raises KeyboardInterrupt, as in a terminal's foreground process, even where this
+# process inherited SIGINT ignored (a background job of a non-interactive shell)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {root!r})
 from tracekit.ranks import map_ranks
 try:
