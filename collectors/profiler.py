@@ -117,8 +117,8 @@ def profiler_flops_rows(prof: torch.profiler.profile) -> list[dict[str, Any]]:
 
     The rows ``prof.key_averages(group_by_input_shape=True)`` gives for the operators with
     FLOPs (tests/test_collect.py compares the two), read from Kineto's events directly:
-    key_averages first builds a ``FunctionEvent`` tree of every event, 30x slower on a
-    tiny CPU step (0.66 s against 0.02 s) and 85k objects in reference cycles."""
+    key_averages first builds a ``FunctionEvent`` tree of every event, whose links are
+    reference cycles: 25-40x slower (benchmarks/collect_postprocess.py, CPU and H200)."""
     from torch.autograd.profiler import _filter_name
 
     results = getattr(prof.profiler, "kineto_results", None)
