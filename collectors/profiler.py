@@ -224,10 +224,10 @@ def _collect_garbage() -> None:
 
     torch's profile object is a reference cycle, and the memory timeline's analysis leaves
     event trees whose parent/child links are cycles too: only the cyclic collector frees
-    them. Left to it, they are collected (or
-    traversed, again and again) inside later steps: on the H200 every step of the window
-    *after* a collector window took ~7 % longer (24.3-24.9 against 22.8 ms, bf16 SDPA, with
-    85k such objects a cycle), and on CPU twice as long.
+    them. Left to it, they are collected (or traversed, again and again) inside later
+    steps: on the H200 every step of the window *after* a collector window took ~7 % longer
+    (24.3-24.9 against 22.8 ms, bf16 SDPA, when the FLOP table still added 85k such objects
+    a cycle), and on CPU twice as long.
     """
     gc.collect()
 
