@@ -25,7 +25,12 @@ from typing import Any
 import torch
 
 from tracekit.collectors.config import CollectConfig, resolve_device
-from tracekit.collectors.profiler import activities, profiler_flops_rows, write_trace
+from tracekit.collectors.profiler import (
+    activities,
+    key_averages_rows,
+    profiler_flops_rows,
+    write_trace,
+)
 from tracekit.collectors.train import build_workload
 
 
@@ -52,11 +57,7 @@ def one(cfg: CollectConfig) -> None:
         wl.step(i)
     ours_p, torch_p = _profiled(wl, device, 3), _profiled(wl, device, 5)
     ours, t_ours = _timed(profiler_flops_rows, ours_p)
-    theirs, t_theirs = _timed(lambda p: [
-        {"name": e.key, "input_shapes": e.input_shapes, "count": int(e.count),
-         "flops": int(e.flops)}
-        for e in p.key_averages(group_by_input_shape=True) if e.flops
-    ], ours_p)  # fmt: skip
+    theirs, t_theirs = _timed(key_averages_rows, ours_p)
     name = f"{cfg.preset} b{cfg.batch} s{cfg.seq} {cfg.dtype}-{cfg.attention}"
     print(f"{name}: FLOP rows equal: {json.dumps(ours) == json.dumps(theirs)} ({len(ours)} rows);"
           f" Kineto events {t_ours:.3f} s, key_averages {t_theirs:.3f} s")  # fmt: skip

@@ -123,12 +123,7 @@ def profiler_flops_rows(prof: torch.profiler.profile) -> list[dict[str, Any]]:
 
     results = getattr(prof.profiler, "kineto_results", None)
     if results is None:  # not a Kineto profile: torch's own averages
-        return [
-            {"name": e.key, "input_shapes": e.input_shapes, "count": int(e.count),
-             "flops": int(e.flops)}
-            for e in prof.key_averages(group_by_input_shape=True)
-            if getattr(e, "flops", 0)
-        ]  # fmt: skip
+        return key_averages_rows(prof)
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for ev in results.events():
         flops = ev.flops()
@@ -144,6 +139,16 @@ def profiler_flops_rows(prof: torch.profiler.profile) -> list[dict[str, Any]]:
             row["count"] += 1
             row["flops"] += int(flops)
     return list(rows.values())
+
+
+def key_averages_rows(prof: torch.profiler.profile) -> list[dict[str, Any]]:
+    """The same rows from ``prof.key_averages(group_by_input_shape=True)`` (torch's way)."""
+    return [
+        {"name": e.key, "input_shapes": e.input_shapes, "count": int(e.count),
+         "flops": int(e.flops)}
+        for e in prof.key_averages(group_by_input_shape=True)
+        if getattr(e, "flops", 0)
+    ]  # fmt: skip
 
 
 def write_profiler_flops(prof: torch.profiler.profile, path: Path) -> Path:
