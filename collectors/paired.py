@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.collectors.paired_stats import RatioInterval, ratio_interval, settled
-from tracekit.io import atomic_write_json
+from tracekit.io import atomic_write_json, freeze_before_exit
 
 Window = Callable[[int], float]  # steps -> median step ms of a window of that many steps
 
@@ -151,4 +151,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    freeze_before_exit()
+    sys.exit(code)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 import time
 from pathlib import Path
@@ -40,3 +42,10 @@ def divides_by_zero(trace: Path, out: Path) -> float:
 def exits(trace: Path, out: Path) -> None:
     """The worker process ends (as if killed) before it can answer."""
     os._exit(3)
+
+
+def notes_the_exit(trace: Path, out: Path) -> None:
+    """When the worker process exits, writes how many objects it had frozen by then
+    (``<trace>.frozen``, beside the trace)."""
+    side = trace.parent / f"{trace.name}.frozen"
+    atexit.register(lambda: side.write_text(str(gc.get_freeze_count())))

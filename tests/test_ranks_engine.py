@@ -96,6 +96,14 @@ def test_local_pool_one_fresh_process_per_rank(tmp_path: Path) -> None:
     assert ts[:n] == ts[n : 2 * n] == ts[2 * n :]
 
 
+def test_a_worker_freezes_its_objects_before_it_exits(tmp_path: Path) -> None:
+    """Its exit then skips the collector's walk over everything pandas and pyarrow made
+    (tracekit.io.freeze_before_exit)."""
+    traces = _ranks(tmp_path, 1)
+    map_ranks(ranks_fns.notes_the_exit, traces, tmp_path / "out")
+    assert int((traces[0].parent / f"{traces[0].name}.frozen").read_text()) > 0
+
+
 def test_cache_key_reuse_and_invalidation(tmp_path: Path) -> None:
     traces = _ranks(tmp_path, 2)
     out = tmp_path / "out"

@@ -33,7 +33,7 @@ from tracekit.cli_options import (
 from tracekit.cli_run import RUN_METAVAR, ScriptCommand, run_script_cmd
 from tracekit.cli_xspace import export_xspace_of
 from tracekit.errors import TracekitError, UsageError
-from tracekit.io import keep_freed_memory
+from tracekit.io import freeze_before_exit, keep_freed_memory
 
 app = typer.Typer(
     name="tracekit",
@@ -690,6 +690,7 @@ def run() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+    freeze_before_exit()  # collect, run, sweep, ...: torch's objects need no collection
     sys.exit(code)
 
 

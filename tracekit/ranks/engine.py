@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import tracekit
 from tracekit.errors import TracekitError, UsageError
-from tracekit.io import atomic_dir, atomic_write_json, keep_freed_memory
+from tracekit.io import atomic_dir, atomic_write_json, freeze_before_exit, keep_freed_memory
 from tracekit.ranks.tasks import Task, died, raise_failure, remove_leftovers
 from tracekit.schema import SCHEMA_VERSION
 
@@ -274,6 +274,7 @@ def _child(conn: Connection, task: Task) -> None:
     outcome = execute(task)
     conn.send(outcome)
     conn.close()
+    freeze_before_exit()  # the process exits next
 
 
 @dataclass

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
+from tracekit.io import freeze_before_exit
 from tracekit.ranks.engine import execute, tune_worker
 from tracekit.ranks.tasks import Task
 
@@ -21,6 +22,7 @@ def main() -> None:
     tune_worker(task.threads)
     outcome = execute(task)
     sys.stdout.write("\n" + json.dumps(outcome) + "\n")
+    freeze_before_exit()
 
 
 if __name__ == "__main__":
