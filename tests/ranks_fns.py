@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import gc
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -49,3 +50,9 @@ def notes_the_exit(trace: Path, out: Path) -> None:
     (``<trace>.frozen``, beside the trace)."""
     side = trace.parent / f"{trace.name}.frozen"
     atexit.register(lambda: side.write_text(str(gc.get_freeze_count())))
+
+
+def what_it_started_with(trace: Path, out: Path) -> dict[str, Any]:
+    """What this rank's process had imported before the function ran, and who forked it."""
+    return {"pandas": "pandas" in sys.modules, "pid": os.getpid(), "ppid": os.getppid(),
+            "env": os.environ.get("TRACEKIT_TEST_MARK")}  # fmt: skip

@@ -4,6 +4,7 @@ cache, its failures and its reduction input. Per-rank functions: tests/ranks_fns
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -96,11 +97,36 @@ def test_local_pool_one_fresh_process_per_rank(tmp_path: Path) -> None:
     assert ts[:n] == ts[n : 2 * n] == ts[2 * n :]
 
 
-def test_a_worker_freezes_its_objects_before_it_exits(tmp_path: Path) -> None:
-    """Its exit then skips the collector's walk over everything pandas and pyarrow made
-    (tracekit.io.freeze_before_exit)."""
+def test_each_rank_is_forked_from_a_server_that_imported_the_analysis(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool's fork server has imported pandas, pyarrow and tracekit's stages once
+    (tracekit.ranks.preload); each rank still runs in a process of its own, with the
+    pool's environment as it is when the rank starts (not the server's)."""
+    traces = _ranks(tmp_path, 3)
+    map_ranks(ranks_fns.what_it_started_with, {0: traces[0]}, tmp_path / "first")  # a server
+    monkeypatch.setenv("TRACEKIT_TEST_MARK", "now")
+    res = map_ranks(ranks_fns.what_it_started_with, traces, tmp_path / "out", workers=2)
+    assert [r.value["env"] for r in res] == ["now"] * 3
+    assert all(r.value["pandas"] for r in res)
+    assert len({r.value["pid"] for r in res}) == 3 and os.getpid() not in {
+        r.value["pid"] for r in res
+    }
+    assert len({r.value["ppid"] for r in res}) == 1  # the server
+    assert res[0].value["ppid"] != os.getpid()
+
+
+def test_a_spawned_worker_freezes_its_objects_before_it_exits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a fork server each rank's process is spawned: it imports what it needs
+    itself, and its exit then skips the collector's walk over everything pandas and
+    pyarrow made (tracekit.io.freeze_before_exit). A forked one ends without teardown."""
+    monkeypatch.setattr(engine, "pool_context", lambda: multiprocessing.get_context("spawn"))
     traces = _ranks(tmp_path, 1)
-    map_ranks(ranks_fns.notes_the_exit, traces, tmp_path / "out")
+    (res,) = map_ranks(ranks_fns.what_it_started_with, traces, tmp_path / "a")
+    assert res.value["pandas"] is False and res.value["ppid"] == os.getpid()
+    map_ranks(ranks_fns.notes_the_exit, traces, tmp_path / "b")
     assert int((traces[0].parent / f"{traces[0].name}.frozen").read_text()) > 0
 
 

@@ -12,8 +12,10 @@ ever holds every rank's full tables. Layout of ``out_dir``::
 Where ``fn`` runs:
 
 * default — a local pool of ``workers`` processes (:func:`default_workers`: cores, ranks
-  and available memory), each a fresh ``spawn``ed process that runs ONE rank and exits, so
-  its memory goes back to the OS and its peak RSS is that rank's;
+  and available memory), each a fresh process that runs ONE rank and exits, so its memory
+  goes back to the OS and its peak RSS is that rank's: forked from a fork server that has
+  imported the analysis once (:mod:`tracekit.ranks.preload`), or ``spawn``ed where there is
+  no fork server;
 * ``scheduler="tcp://HOST:PORT"`` (or a ``distributed.Client``) — an existing Dask cluster
   (:mod:`tracekit.ranks.cluster`): each task runs its rank the same way, in a process of its
   own, and writes the same files (traces and ``out_dir`` on a filesystem every worker sees).
@@ -36,6 +38,7 @@ import resource
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from collections import deque
@@ -260,21 +263,39 @@ def tune_worker(threads: int) -> None:
     # Ctrl-C is the parent's to handle (it stops the workers); SIGTERM unwinds atomic_dir.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    if parent is not None:
+        _end_with(parent)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if threads > 0 and "TRACEKIT_WORKERS" not in os.environ:
         os.environ["TRACEKIT_WORKERS"] = str(threads)
-    keep_freed_memory()  # before pyarrow is imported (here, by tracekit.parse)
+    keep_freed_memory()  # before pyarrow is imported: here when spawned, else by the server
     from tracekit.parse import dedicate_process
 
     dedicate_process()
 
 
-def _child(conn: Connection, task: Task) -> None:
+def _end_with(parent: Any) -> None:
+    """SIGTERM this worker when the pool's process ends. PR_SET_PDEATHSIG watches the
+    process that forked this one: under the fork server that is the server, which lives on
+    while any worker it forked does; so the pool's process is watched through the sentinel
+    multiprocessing gives its children."""
+
+    def watch() -> None:
+        wait([parent.sentinel])
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="tracekit-parent-watch", daemon=True).start()
+
+
+def _child(conn: Connection, task: Task, env: Mapping[str, str]) -> None:
+    if os.environ != env:  # forked from a fork server that started in another environment
+        os.environ.clear()
+        os.environ.update(env)
     tune_worker(task.threads)
     outcome = execute(task)
     conn.send(outcome)
     conn.close()
-    freeze_before_exit()  # the process exits next
+    freeze_before_exit()  # a spawned process exits next (a forked one ends without teardown)
 
 
 @dataclass
@@ -299,11 +320,27 @@ def _stop(running: Mapping[Connection, _Running]) -> None:
         remove_leftovers(r.task)
 
 
+PRELOAD = "tracekit.ranks.preload"  # what the fork server imports once
+
+
+def pool_context() -> Any:
+    """The local pool's ``multiprocessing`` context: a fork server that has imported
+    :data:`PRELOAD`, where there is one (Linux, macOS), else ``spawn``. Either way each
+    rank gets a process of its own. The fork server is this process's (multiprocessing
+    keeps one), started at the first rank with this preload; a rank's process takes the
+    pool's environment as it is when the rank starts (:func:`_child`)."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([PRELOAD])
+    return ctx
+
+
 def run_local(
     tasks: Sequence[Task], workers: int, on_done: Callable[[Task, dict[str, Any]], None]
 ) -> None:
-    """Run ``tasks`` on at most ``workers`` spawned processes, one process per task."""
-    ctx = mp.get_context("spawn")
+    """Run ``tasks`` on at most ``workers`` processes, one process per task."""
+    ctx = pool_context()
     pending = deque(tasks)
     running: dict[Connection, _Running] = {}
     try:
@@ -311,7 +348,8 @@ def run_local(
             while pending and len(running) < workers:
                 task = pending.popleft()
                 recv, send = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_child, args=(send, task), name=f"rank{task.rank}")
+                args = (send, task, dict(os.environ))  # the environment as of now
+                proc = ctx.Process(target=_child, args=args, name=f"rank{task.rank}")
                 proc.start()
                 send.close()
                 running[recv] = _Running(task, proc)
