@@ -54,5 +54,7 @@ def notes_the_exit(trace: Path, out: Path) -> None:
 
 def what_it_started_with(trace: Path, out: Path) -> dict[str, Any]:
     """What this rank's process had imported before the function ran, and who forked it."""
+    parent = Path(f"/proc/{os.getppid()}/task")  # Linux: the forking process's threads
     return {"pandas": "pandas" in sys.modules, "pid": os.getpid(), "ppid": os.getppid(),
-            "env": os.environ.get("TRACEKIT_TEST_MARK")}  # fmt: skip
+            "env": os.environ.get("TRACEKIT_TEST_MARK"),
+            "parent_threads": len(list(parent.iterdir())) if parent.is_dir() else None}  # fmt: skip

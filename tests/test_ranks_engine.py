@@ -101,13 +101,15 @@ def test_each_rank_is_forked_from_a_server_that_imported_the_analysis(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The pool's fork server has imported pandas, pyarrow and tracekit's stages once
-    (tracekit.ranks.preload); each rank still runs in a process of its own, with the
+    (tracekit.preload); each rank still runs in a process of its own, with the
     pool's environment as it is when the rank starts (not the server's)."""
     traces = _ranks(tmp_path, 3)
     map_ranks(ranks_fns.what_it_started_with, {0: traces[0]}, tmp_path / "first")  # a server
     monkeypatch.setenv("TRACEKIT_TEST_MARK", "now")
     res = map_ranks(ranks_fns.what_it_started_with, traces, tmp_path / "out", workers=2)
     assert [r.value["env"] for r in res] == ["now"] * 3
+    # the server forks with one thread (no jemalloc or OpenBLAS threads): fork-safe
+    assert {r.value["parent_threads"] for r in res} <= {1, None}
     assert all(r.value["pandas"] for r in res)
     assert len({r.value["pid"] for r in res}) == 3 and os.getpid() not in {
         r.value["pid"] for r in res

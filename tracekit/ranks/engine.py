@@ -14,7 +14,7 @@ Where ``fn`` runs:
 * default — a local pool of ``workers`` processes (:func:`default_workers`: cores, ranks
   and available memory), each a fresh process that runs ONE rank and exits, so its memory
   goes back to the OS and its peak RSS is that rank's: forked from a fork server that has
-  imported the analysis once (:mod:`tracekit.ranks.preload`), or ``spawn``ed where there is
+  imported the analysis once (:mod:`tracekit.preload`), or ``spawn``ed where there is
   no fork server;
 * ``scheduler="tcp://HOST:PORT"`` (or a ``distributed.Client``) — an existing Dask cluster
   (:mod:`tracekit.ranks.cluster`): each task runs its rank the same way, in a process of its
@@ -268,7 +268,7 @@ def tune_worker(threads: int) -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if threads > 0 and "TRACEKIT_WORKERS" not in os.environ:
         os.environ["TRACEKIT_WORKERS"] = str(threads)
-    keep_freed_memory()  # before pyarrow is imported: here when spawned, else by the server
+    keep_freed_memory()  # the fork server did this before importing pyarrow
     from tracekit.parse import dedicate_process
 
     dedicate_process()
@@ -320,7 +320,7 @@ def _stop(running: Mapping[Connection, _Running]) -> None:
         remove_leftovers(r.task)
 
 
-PRELOAD = "tracekit.ranks.preload"  # what the fork server imports once
+PRELOAD = "tracekit.preload"  # what the fork server imports once
 
 
 def pool_context() -> Any:
