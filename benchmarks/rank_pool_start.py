@@ -1,6 +1,7 @@
-"""The multi-rank report with its rank processes forked from the fork server (tracekit's
-way, tracekit/preload.py) against each rank's process spawned (importing numpy, pyarrow,
-pandas and tracekit's stages itself).
+"""The multi-rank report with its rank processes forked from the fork server
+(``TRACEKIT_RANK_POOL=forkserver``: tracekit/preload.py imported once) against each rank's
+process spawned (``spawn``: each imports numpy, pyarrow, pandas and tracekit's stages).
+By default (``auto``) tracekit forks where there are more ranks than workers.
 
     python benchmarks/rank_pool_start.py                       # the 2-rank costed fixture
     python benchmarks/rank_pool_start.py RUN_FOLDER --rounds 5 --workers 2
@@ -26,15 +27,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "fixtures" / "h100x2-ddp-gpt2s-b8-s128-fp32-costed"
 
-CHILD = """\
-import multiprocessing as mp, sys
-import tracekit.ranks.engine as engine
-if sys.argv[1] == "spawn":
-    engine.pool_context = lambda: mp.get_context("spawn")
-from tracekit.cli import main
-sys.exit(main(["report", *sys.argv[2:]]))
-"""
-
 
 def busy_s() -> float:
     """CPU seconds the machine has spent busy (all cores; /proc/stat's first line)."""
@@ -48,7 +40,9 @@ def one(way: str, run: Path, workers: int) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as d:
         args = [str(run), "-o", str(Path(d) / "rep"), "--no-tensorboard", "--workers", str(workers)]
         b, t = busy_s(), time.perf_counter()
-        subprocess.run([sys.executable, "-c", CHILD, way, *args], check=True, capture_output=True)
+        env = {**os.environ, "TRACEKIT_RANK_POOL": way}
+        cmd = [sys.executable, "-m", "tracekit.cli", "report", *args]
+        subprocess.run(cmd, check=True, capture_output=True, env=env)
         wall = time.perf_counter() - t
         time.sleep(0.5)  # the fork server ends after the report: count its CPU too
         return wall, busy_s() - b

@@ -27,6 +27,10 @@ import pytest
 # unless the environment already names a count. The xdist controller runs no test and
 # imports no torch (the workers start ~3 s sooner).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# A worker maps ranks again and again (every multi-rank report): as a long-lived process
+# it forks each rank's process from one fork server, which imported the analysis once
+# (tracekit.ranks.engine.pool_context; "auto" would spawn the 2-3 ranks of each test).
+os.environ.setdefault("TRACEKIT_RANK_POOL", "forkserver")
 
 
 def pytest_configure(config: pytest.Config) -> None:

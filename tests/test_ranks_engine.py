@@ -4,7 +4,6 @@ cache, its failures and its reduction input. Per-rank functions: tests/ranks_fns
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import shutil
 import signal
@@ -103,6 +102,7 @@ def test_each_rank_is_forked_from_a_server_that_imported_the_analysis(
     """The pool's fork server has imported pandas, pyarrow and tracekit's stages once
     (tracekit.preload); each rank still runs in a process of its own, with the
     pool's environment as it is when the rank starts (not the server's)."""
+    monkeypatch.setenv(engine.POOL_ENV, "forkserver")  # as tests/conftest.py sets it
     traces = _ranks(tmp_path, 3)
     map_ranks(ranks_fns.what_it_started_with, {0: traces[0]}, tmp_path / "first")  # a server
     monkeypatch.setenv("TRACEKIT_TEST_MARK", "now")
@@ -118,13 +118,31 @@ def test_each_rank_is_forked_from_a_server_that_imported_the_analysis(
     assert res[0].value["ppid"] != os.getpid()
 
 
+def test_the_fork_server_where_it_pays(monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto: spawn a first wave alone (its processes import in parallel); fork once more
+    ranks than workers, and from then on in this process (its server runs)."""
+    monkeypatch.setattr(engine, "_served", False)
+    monkeypatch.setenv(engine.POOL_ENV, "auto")
+    assert engine.pool_context(2, 2).get_start_method() == "spawn"
+    assert engine.pool_context(3, 2).get_start_method() == "forkserver"
+    assert engine.pool_context(1, 2).get_start_method() == "forkserver"
+    monkeypatch.setenv(engine.POOL_ENV, "spawn")
+    assert engine.pool_context(9, 2).get_start_method() == "spawn"
+    monkeypatch.setattr(engine, "_served", False)
+    monkeypatch.setenv(engine.POOL_ENV, "forkserver")
+    assert engine.pool_context(1, 2).get_start_method() == "forkserver"
+    monkeypatch.setenv(engine.POOL_ENV, "fork")
+    with pytest.raises(UsageError, match="TRACEKIT_RANK_POOL must be auto, forkserver or spawn"):
+        engine.pool_context(1, 2)
+
+
 def test_a_spawned_worker_freezes_its_objects_before_it_exits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without a fork server each rank's process is spawned: it imports what it needs
     itself, and its exit then skips the collector's walk over everything pandas and
     pyarrow made (tracekit.io.freeze_before_exit). A forked one ends without teardown."""
-    monkeypatch.setattr(engine, "pool_context", lambda: multiprocessing.get_context("spawn"))
+    monkeypatch.setenv(engine.POOL_ENV, "spawn")
     traces = _ranks(tmp_path, 1)
     (res,) = map_ranks(ranks_fns.what_it_started_with, traces, tmp_path / "a")
     assert res.value["pandas"] is False and res.value["ppid"] == os.getpid()

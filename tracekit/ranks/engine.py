@@ -321,18 +321,32 @@ def _stop(running: Mapping[Connection, _Running]) -> None:
 
 
 PRELOAD = "tracekit.preload"  # what the fork server imports once
+POOL_ENV = "TRACEKIT_RANK_POOL"  # auto (default) | forkserver | spawn
+_served = False  # this process has started the pool's fork server
 
 
-def pool_context() -> Any:
-    """The local pool's ``multiprocessing`` context: a fork server that has imported
-    :data:`PRELOAD`, where there is one (Linux, macOS), else ``spawn``. Either way each
-    rank gets a process of its own. The fork server is this process's (multiprocessing
-    keeps one), started at the first rank with this preload; a rank's process takes the
-    pool's environment as it is when the rank starts (:func:`_child`)."""
-    if "forkserver" not in mp.get_all_start_methods():
+def pool_context(ranks: int, workers: int) -> Any:
+    """The ``multiprocessing`` context of a local pool that runs ``ranks`` ranks on
+    ``workers`` processes; either way each rank gets a process of its own.
+
+    The fork server (Linux, macOS) imports :data:`PRELOAD` once and forks each rank's
+    process from it, so a rank starts without importing numpy, pyarrow, pandas and
+    tracekit's stages (1.2-1.5 CPU-s each). It pays where processes start after the first
+    wave (more ranks than workers) and wherever it already runs (a process that maps ranks
+    again: a notebook, a service, the test suite); for a first wave alone, ``spawn``ed
+    processes importing in parallel are as quick. ``TRACEKIT_RANK_POOL``: ``auto`` (that
+    rule), ``forkserver`` or ``spawn``."""
+    global _served
+    how = os.environ.get(POOL_ENV, "auto")
+    if how not in ("auto", "forkserver", "spawn"):
+        raise UsageError(f"{POOL_ENV} must be auto, forkserver or spawn, not {how!r}")
+    if how == "spawn" or "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    if how == "auto" and not _served and ranks <= workers:
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload([PRELOAD])
+    ctx.set_forkserver_preload([PRELOAD])  # taken when the server starts (at the first rank)
+    _served = True
     return ctx
 
 
@@ -340,7 +354,7 @@ def run_local(
     tasks: Sequence[Task], workers: int, on_done: Callable[[Task, dict[str, Any]], None]
 ) -> None:
     """Run ``tasks`` on at most ``workers`` processes, one process per task."""
-    ctx = pool_context()
+    ctx = pool_context(len(tasks), workers)
     pending = deque(tasks)
     running: dict[Connection, _Running] = {}
     try:
