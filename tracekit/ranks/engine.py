@@ -14,8 +14,8 @@ Where ``fn`` runs:
 * default — a local pool of ``workers`` processes (:func:`default_workers`: cores, ranks
   and available memory), each a fresh process that runs ONE rank and exits, so its memory
   goes back to the OS and its peak RSS is that rank's: forked from a fork server that has
-  imported the analysis once (:mod:`tracekit.preload`), or ``spawn``ed where there is
-  no fork server;
+  imported the analysis once (:mod:`tracekit.preload`) where that pays, else ``spawn``ed
+  (:func:`pool_context`);
 * ``scheduler="tcp://HOST:PORT"`` (or a ``distributed.Client``) — an existing Dask cluster
   (:mod:`tracekit.ranks.cluster`): each task runs its rank the same way, in a process of its
   own, and writes the same files (traces and ``out_dir`` on a filesystem every worker sees).
@@ -268,7 +268,7 @@ def tune_worker(threads: int) -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if threads > 0 and "TRACEKIT_WORKERS" not in os.environ:
         os.environ["TRACEKIT_WORKERS"] = str(threads)
-    keep_freed_memory()  # the fork server did this before importing pyarrow
+    keep_freed_memory()  # a fork server did so before its imports; a spawned worker only now
     from tracekit.parse import dedicate_process
 
     dedicate_process()
