@@ -26,9 +26,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
 keep_freed_memory()  # before pyarrow is imported
 
-# each rank's process runs the engine's _child; the report's per-rank work is perrank's
-# (parse, classify, summary: numpy, pyarrow, pandas)
-import tracekit.ranks.engine  # noqa: E402
+# the report's per-rank work (parse, classify, summary: numpy, pyarrow, pandas), and with
+# its package the engine whose _child each rank's process runs
 import tracekit.ranks.perrank  # noqa: E402,F401
 
 gc.freeze()
