@@ -245,6 +245,80 @@ def test_invalid_utf8_in_strings_reads_as_replacement_character(
     assert len(t.kernels) == len(ref.kernels) and len(t.ops) == len(ref.ops)
 
 
+class _OldPolicy:
+    """A decoder that reports invalid UTF-8 as msgspec <= 0.22 did (UnicodeDecodeError),
+    and one that reports it as 0.23 does (DecodeError): ``loads`` must repair either."""
+
+    def __init__(self, error: type[Exception]) -> None:
+        self.error = error
+
+    def decode(self, data: bytes) -> Any:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            if self.error is UnicodeDecodeError:
+                raise
+            raise msgspec.DecodeError("Invalid UTF-8 encoded string") from e
+        return msgspec.json.decode(data)
+
+
+@pytest.mark.parametrize("error", [UnicodeDecodeError, msgspec.DecodeError])
+@pytest.mark.parametrize("damage", sorted(k for k in BAD_UTF8 if "escape" not in k))
+def test_utf8_repair_whatever_the_decoders_error(damage: str, error: type[Exception]) -> None:
+    """The repair is decided by the bytes, not by which exception a msgspec release
+    raises; JSON that is malformed for another reason still raises DecodeError."""
+    from tracekit.parse.events import loads
+
+    bad = BAD_UTF8[damage]
+    got = loads(_OldPolicy(error), b'[{"name": "ab' + bad + b'c"}]')  # type: ignore[arg-type]
+    assert got[0]["name"].startswith("ab\ufffd") and got[0]["name"].endswith("c")
+    with pytest.raises(msgspec.DecodeError):
+        loads(_OldPolicy(error), b'[{"name": "ab' + bad + b'c",,}]')  # type: ignore[arg-type]
+    with pytest.raises(msgspec.DecodeError):
+        loads(_OldPolicy(error), b'[{"name": "abc",,}]')  # type: ignore[arg-type]
+
+
+def test_real_trace_with_damaged_name_parses_like_the_undamaged(tmp_path: Path) -> None:
+    """Two bytes that are not UTF-8 in one kernel's name of a real trace, deep in the file:
+    every table as the undamaged trace's but for that name, which carries U+FFFD."""
+    src = FIXTURES / "h200-gpt2s-b8-s128-bf16-sdpa"
+    text = gzip.decompress(next(src.glob("*.pt.trace.json.gz")).read_bytes())
+    at = text.find(b'"cat": "kernel"', len(text) // 2)
+    at = text.find(b'"name": "', at) + len(b'"name": "') + 3
+    assert at > len(text) // 2
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(text[:at] + b"\xff\xfe" + text[at:])
+    good = tmp_path / "good.json"
+    good.write_bytes(text)
+    a, b = parse_tables(good), parse_tables(bad)
+    for key in ("ops", "kernels", "runtime", "memory", "steps"):
+        ta, tb = getattr(a, key), getattr(b, key)
+        assert ta.num_rows == tb.num_rows, key
+    names_a = a.kernels.column("name").to_pylist()
+    names_b = b.kernels.column("name").to_pylist()
+    diff = [(x, y) for x, y in zip(names_a, names_b, strict=True) if x != y]
+    assert len(diff) == 1 and diff[0][1].count("\ufffd") == 2
+    assert diff[0][1].replace("\ufffd", "") == diff[0][0]
+
+
+def test_malformed_json_names_the_damaged_byte(tmp_path: Path) -> None:
+    """A message about malformed JSON points at the byte where it is malformed, in a chunk
+    far into the file (not at the chunk's start)."""
+    doc = tg.small_trace()
+    for i in range(400):
+        doc["traceEvents"].append(tg.op(f"aten::pad{i}", 20_000 + i, 0.5, 9000 + i))
+    text = json.dumps(doc, indent=1).encode()
+    at = text.find(b'"aten::pad333"')
+    text = text[:at] + b"," + text[at:]  # "name": ,"aten::pad333"
+    p = tmp_path / "bad.json"
+    p.write_bytes(text)
+    for chunk in (4 << 10, 32 << 20):
+        with pytest.raises(TraceError, match=r"malformed JSON near byte (\d+)") as e:
+            parse_tables(p, chunk=chunk, workers=1)
+        got = int(str(e.value).split("near byte ")[1].split(":")[0])
+        assert got == at, (chunk, str(e.value))
+
+
 def test_utf8_damage_in_parallel_chunks_matches_serial(tmp_path: Path) -> None:
     """The worker path (threads with the scanner) repairs a chunk the same way."""
     doc = tg.small_trace()

@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from tracekit.parse.arrays import to_table
 from tracekit.parse.convert import ints, nullable_ints, strings, to_ns
+from tracekit.parse.events import loads
 
 MARK = b'"Collective name"'
 # The start of an event: "{" after "}," (or the chunk's start) and before an event key.
@@ -111,8 +112,8 @@ def find_collectives(body: bytes) -> list[CommEvent]:
         if end > pos:
             nxt = end
             try:
-                ev = _DECODE.decode(body[start:end])
-            except (msgspec.DecodeError, UnicodeDecodeError):
+                ev = loads(_DECODE, body[start:end])  # damaged text reads as U+FFFD
+            except msgspec.DecodeError:
                 ev = None
             if ev is not None and ev.args is not None and isinstance(ev.args.collective, str):
                 out.append(ev)

@@ -93,22 +93,28 @@ def loads(decoder: msgspec.json.Decoder[T], data: bytes) -> T:
     ``msgspec.DecodeError``."""
     try:
         return decoder.decode(data)
-    except UnicodeDecodeError:
-        pass
-    except msgspec.DecodeError:
-        if not _SURROGATE.search(data):
+    except (UnicodeDecodeError, msgspec.DecodeError):
+        # msgspec's word for invalid UTF-8 changed between releases (UnicodeDecodeError up
+        # to 0.22, DecodeError("Invalid UTF-8 ...") from 0.23; a lone surrogate escape reads
+        # as "truncated"), so the repair is decided by the bytes, never by the message.
+        fixed = repair_text(data)
+        if fixed is data:
             raise
-    return decoder.decode(repair_text(data))
+    return decoder.decode(fixed)
 
 
 def repair_text(data: bytes) -> bytes:
     """``data`` with invalid UTF-8 and lone surrogate escapes replaced by U+FFFD (JSON
-    structure is ASCII, so it is never changed)."""
+    structure is ASCII, so it is never changed). Returns ``data`` itself where nothing
+    needed repair."""
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
         data = data.decode("utf-8", "replace").encode("utf-8")
-    return _ESCAPE.sub(_lone_surrogate, data) if _SURROGATE.search(data) else data
+    if not _SURROGATE.search(data):
+        return data
+    fixed = _ESCAPE.sub(_lone_surrogate, data)
+    return data if fixed == data else fixed
 
 
 def _lone_surrogate(m: re.Match[bytes]) -> bytes:

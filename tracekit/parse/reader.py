@@ -53,8 +53,18 @@ class TraceHeader:
     array_format: bool = False  # the document is a bare JSON array of events
 
 
-def _malformed(path: Path, offset: int, err: Exception) -> TraceError:
+_AT_BYTE = re.compile(r"\s*\(byte (\d+)\)")
+
+
+def _malformed(path: Path, offset: int, err: Exception, base: int | None = None) -> TraceError:
+    """The one-line error for JSON that does not decode. ``base``: the file offset of the
+    first byte msgspec was given (its "(byte N)" is relative to that), so the message
+    names the byte where the damage is; without a position, the chunk's ``offset``."""
     msg = str(err).split("\n")[0]
+    m = _AT_BYTE.search(msg)
+    if m and base is not None:
+        offset = base + int(m.group(1))
+        msg = msg[: m.start()] + msg[m.end() :]
     return TraceError(f"{path}: malformed JSON near byte {offset}: {msg}")
 
 
@@ -176,7 +186,8 @@ class TraceStream:
                 return self.decode(buf[: m.start() + 1], offset), m.end() - 1
             except msgspec.DecodeError as e:
                 err = e
-        raise _malformed(self.path, offset, err or ValueError("no event boundary found"))
+        found = err or ValueError("no event boundary found")
+        raise _malformed(self.path, offset, found, base=offset - 1)  # "[" + body
 
     def _finish(self, buf: bytes, offset: int) -> list[Event] | Scanned:
         """Decode the last events and the keys that follow the array."""
@@ -188,6 +199,7 @@ class TraceStream:
             raise TraceError(f"{self.path}: truncated JSON: the file ends mid-document")
         pos = end
         err: Exception | None = None
+        err_base = offset - 1  # where the text that raised ``err`` starts in the file
         body_tries = 0
         # Bytes of tails decoded: bounded, so that a damaged trailer costs linear time, not
         # one decode of the rest of the file per "]" in the events.
@@ -209,7 +221,8 @@ class TraceStream:
                 try:
                     obj = loads(ANY_JSON, b'{"_":0' + tail)
                 except msgspec.DecodeError as e:
-                    err = err or e
+                    if err is None:
+                        err, err_base = e, offset + pos + 1 - len(b'{"_":0')
                     continue
                 if not isinstance(obj, dict):
                     continue
@@ -223,12 +236,12 @@ class TraceStream:
             try:
                 events = self.decode(body, offset)
             except msgspec.DecodeError as e:
-                err = e
+                err, err_base = e, offset - 1
                 continue
             self.header.fields.update(rest)
             return events
         if err is not None:
-            raise _malformed(self.path, offset, err)
+            raise _malformed(self.path, offset, err, base=err_base)
         raise TraceError(f"{self.path}: truncated JSON: the 'traceEvents' array is not closed")
 
     def __iter__(self) -> Iterator[list[Event] | Scanned]:
