@@ -41,8 +41,8 @@ from types import TracebackType
 from typing import Any
 
 from tracekit.collectors.profiler import ProfilerConfig
-from tracekit.collectors.session import CountersRange, Session, SessionConfig
-from tracekit.collectors.session_windows import counters_start, schedule_options
+from tracekit.collectors.session import Session, SessionConfig
+from tracekit.collectors.session_windows import CountersRange, counters_start, schedule_options
 from tracekit.errors import TracekitError, UsageError
 
 REPLAY_ENV = "TRACEKIT_COUNTERS_REPLAY"

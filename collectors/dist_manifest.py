@@ -102,6 +102,7 @@ def rank_entry(
         "artifacts": None,
         "total_steps": None,
         "comm_cost": None,  # this rank's measured communication cost (collectors/commcost.py)
+        "observer": None,  # this rank's residual check and what the passes left behind
         "logs": logs,
     }
     if result is not None:
@@ -116,6 +117,7 @@ def rank_entry(
             "device",
             "metrics",
             "total_steps",
+            "observer",
         ):
             e[k] = result.get(k)
         arts = result.get("artifacts")
@@ -297,6 +299,7 @@ def build_manifest(
         m["ceilings"] = {**rank0["ceilings"], "interconnect": rank0.get("interconnect")}
     m["artifacts"] = _top_artifacts(ranks)
     m["total_steps"] = ranks[0]["total_steps"]
+    m["observer"] = worst_residual(ranks)
     cost = {r: (res or {}).get("comm_cost") for r, res in results.items()}
     m["distributed"] = {
         "world_size": n,
@@ -377,3 +380,18 @@ def comm_cost_lines(cost: Mapping[str, Any] | None) -> list[str]:
     if cost.get("caveat"):
         lines.append(f"  caveat: {cost['caveat']}")
     return lines
+
+
+def worst_residual(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The top-level ``observer`` of a multi-rank run: the rank with the largest residual
+    after the passes (a rank whose timing carries a residual skews the measured
+    communication cost and the straggler), with every rank's residual in per cent."""
+    seen = [(r["rank"], r["observer"]) for r in ranks if r.get("observer")]
+    if not seen:
+        return None
+    with_res = [(rk, o) for rk, o in seen if o.get("residual")]
+    rank, worst = max(with_res, key=lambda x: x[1]["residual"]["ratio"], default=seen[0])
+    left = sorted({w for _, o in seen for w in o.get("left_behind") or []})
+    return {**worst, "rank": rank, "left_behind": left,
+            "residual_pct_by_rank": {str(rk): (o.get("residual") or {}).get("pct")
+                                     for rk, o in seen}}  # fmt: skip

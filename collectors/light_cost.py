@@ -37,6 +37,7 @@ from tracekit.collectors.cupti_pass import (
     load_cupti,
     requested_recorder,
 )
+from tracekit.collectors.observer import settle
 from tracekit.collectors.passes import light_experimental_kwargs, profiled_steps
 from tracekit.collectors.profiler import Profiler, ProfilerConfig, TorchProfile
 from tracekit.collectors.train import percentile
@@ -144,6 +145,7 @@ class KinetoSwitch:
         if self._prof is not None:
             prof, self._prof = self._prof, None
             prof.__exit__(None, None, None)
+            settle(torch.device("cuda"))  # Kineto's teardown done before the next window
 
 
 def make_switch(recorder: str | None) -> tuple[Switch, str]:

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from tracekit.collectors.observer import settle
 from tracekit.collectors.profiler_config import ProfilerConfig as ProfilerConfig
 from tracekit.io import atomic_file, gzip_bytes, gzip_file
 
@@ -326,6 +327,7 @@ class Profiler:
         if prof is not None:
             prof.__exit__(exc_type, exc, tb)  # type: ignore[no-untyped-call]
             del prof
+            settle(self.device)  # Kineto's CUPTI teardown completes before anything else
             _collect_garbage()
 
     def artifacts(self) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 import tracekit
+import tracekit.collectors.observer as observer
 from tracekit.collectors.ceilings import measure_ceilings
 from tracekit.collectors.config import CollectConfig, resolve_device
 from tracekit.collectors.cupti_pass import TimelinePass, recorder_line
@@ -322,6 +323,7 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
         ui.phase("communication cost (unprofiled)")
         n = after_timed(wl, n)
     name = prefix + default_worker_name()
+    seen = _observe_before(cfg, device, wl)
     n, profiled_ms, timeline_ms, cost = _profile(
         wl, cfg.profiler, device, run_dir, ui, manifest, name, n
     )
@@ -338,7 +340,45 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
     arts.update(snapshot_artifacts(cfg.memory_snapshot, device, path, snapshot_steps))
     if arts["memory_snapshot"]:
         n += cfg.snapshot_steps
+    timed = (cfg.warmup + 1, cfg.warmup + cfg.steps)
+    n = _residual_check(wl, ui, manifest, seen, timed_ms, timed, n)
     manifest["total_steps"] = n
+
+
+def _observe_before(cfg: CollectConfig, device: torch.device, wl: Workload) -> dict[str, Any]:
+    """Before the first pass: CUPTI's teardown arranged, what is switched on now."""
+    seen: dict[str, Any] = {"state_before": observer.state(wl.model)}
+    if device.type == "cuda":
+        graphs = bool(getattr(cfg, "cuda_graphs", False))
+        seen["cupti_teardown"] = observer.arrange_teardown(torch.version.cuda, graphs).to_dict()
+    return seen
+
+
+def _residual_check(
+    wl: Workload,
+    ui: Display,
+    manifest: dict[str, Any],
+    seen: dict[str, Any],
+    timed_ms: list[float],
+    timed_steps: tuple[int, int],
+    n: int,
+) -> int:
+    """After every pass: what was left switched on, and the residual of
+    :data:`~tracekit.collectors.observer.RESIDUAL_STEPS` unprofiled steps against the
+    steps timed before any pass (the manifest's ``observer``). Returns the next step."""
+    after = observer.state(wl.model)
+    seen["state_after"] = after
+    seen["left_behind"] = observer.left_behind(seen["state_before"], after)
+    if wl.device.type == "cuda":
+        seen["cupti_attached"] = observer.teardown_now()
+    ui.phase("residual check (unprofiled)", observer.RESIDUAL_STEPS)
+    timer = StepTimer(wl.device)
+    run_steps(wl.step, observer.RESIDUAL_STEPS, start=n, timer=timer, on_step=ui.advance)
+    r = observer.residual(timed_ms, timer.millis(), before_steps=timed_steps,
+                          after_steps=(n + 1, n + observer.RESIDUAL_STEPS))  # fmt: skip
+    manifest["observer"] = {**seen, "residual": r.to_dict() if r else None,
+                            "residual_absent": None if r else "too few timed steps"}  # fmt: skip
+    return n + observer.RESIDUAL_STEPS
 
 
 def _profile(wl: Workload, pcfg: ProfilerConfig, device: torch.device, run_dir: Path,
@@ -568,6 +608,27 @@ def shortened_text(cut: dict[str, Any]) -> str:
     )
 
 
+def observer_lines(obs: dict[str, Any] | None) -> list[str]:
+    """The summary's lines on what the passes left behind and the residual, a warning
+    where the steps after them ran more than 3 % slower."""
+    if not obs:
+        return []
+    lines = []
+    who = f"rank {obs['rank']}: " if isinstance(obs.get("rank"), int) else ""
+    res = obs.get("residual")
+    if res:
+        warn = "warning: " if res.get("beyond_3pct") else ""
+        lines.append(f"{warn}{who}{res['sentence']}")
+    elif obs.get("residual_absent"):
+        lines.append(f"{who}residual not checked: {obs['residual_absent']}")
+    left = list(obs.get("left_behind") or [])
+    if obs.get("cupti_attached"):
+        left.append(obs["cupti_attached"])
+    if left:
+        lines.append(f"warning: {who}left behind by the profiler passes: {'; '.join(left)}")
+    return lines
+
+
 def summary(run_dir: Path) -> str:
     """A few lines describing a finished run folder (what the CLI prints)."""
     import json
@@ -599,6 +660,7 @@ def summary(run_dir: Path) -> str:
             lines.append(line)
         if (rec := recorder_line((m.get("profiler") or {}).get("timeline"))) is not None:
             lines.append(rec)
+        lines += observer_lines(m.get("observer"))
         lines.append(
             f"memory: peak allocated {_bytes(met['peak_allocated_bytes'])}, peak reserved "
             f"{_bytes(met['peak_reserved_bytes'])}, average allocated "

@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from tracekit.collectors.observer import residual
 from tracekit.collectors.run import timeline_metrics
 from tracekit.collectors.train import summarize_ms
 
@@ -39,6 +40,8 @@ class Measured:
     memory_points: tuple[str, ...] = ()
     probed: str = "the timed steps"  # where inputs and average memory were read
     timed_steps: tuple[int, int] | None = None  # the first and last timed step (1-based)
+    residual_ms: list[float] | None = None  # unprofiled steps timed after every pass
+    residual_steps: tuple[int, int] | None = None
 
 
 def step_time_method(m: Measured) -> str:
@@ -197,4 +200,31 @@ def build(
         "command": list(sys.argv),
         "pid": os.getpid(),
         **extra,
+    }
+
+
+def observer_block(seen: dict[str, Any], m: Measured) -> dict[str, Any]:
+    """The manifest's ``observer``: whether the passes left anything behind in the process
+    (CUPTI's teardown, hooks, the profiler) and the residual the steps timed after them
+    show against the steps timed before any pass (None: the loop ended before it, or too
+    few steps: ``residual_absent`` says why)."""
+    r = (
+        residual(
+            m.timed_ms, m.residual_ms, before_steps=m.timed_steps, after_steps=m.residual_steps
+        )
+        if m.timed_ms and m.residual_ms
+        else None
+    )
+    why = None
+    if r is None:
+        why = (
+            "the loop ended before the residual check"
+            if not m.residual_ms
+            else "too few steps timed before or after the passes"
+        )
+    return {
+        **seen,
+        "left_behind": seen.get("left_behind"),
+        "residual": r.to_dict() if r else None,
+        "residual_absent": why,
     }

@@ -40,7 +40,8 @@ import torch
 
 from tracekit.collectors import introspect, markers, session, session_windows
 from tracekit.collectors.markers import Marker, make_marker
-from tracekit.collectors.session import CountersRange, Session, SessionConfig, SessionFailure
+from tracekit.collectors.session import Session, SessionConfig, SessionFailure
+from tracekit.collectors.session_windows import CountersRange
 from tracekit.errors import TracekitError, UsageError
 
 USAGE = "tracekit run [OPTIONS] -- python train.py ARGS (or: -- train.py ARGS, -- -m module ARGS)"

@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+import tracekit.collectors.observer as observer
 from tracekit.collectors import introspect, run_manifest
 from tracekit.collectors.ceilings import measure_ceilings
 from tracekit.collectors.passes import timeline_absent_reason
@@ -63,6 +64,7 @@ from tracekit.collectors.session_windows import (
     BoundaryTimer,
     Phases,
     ProfiledWindows,
+    ResidualCheck,
     unreached,
 )
 from tracekit.errors import DeviceError, UsageError
@@ -275,6 +277,9 @@ class Session:
         self._stack = contextlib.ExitStack()
         self._tmp: Path | None = None
         self._timer: BoundaryTimer | None = None
+        self._residual_timer: ResidualCheck | None = None
+        self._state_before: dict[str, Any] | None = None  # observer.state() before any pass
+        self.observer: dict[str, Any] = {}  # the manifest's observer block
         self.windows: ProfiledWindows | None = None  # from the end of the timed steps
         self._recording = False
         self.artifacts: dict[str, Any] = empty_artifacts()
@@ -335,9 +340,9 @@ class Session:
                 with contextlib.suppress(Exception):
                     self._cut_timed()
             self._finalize("oom" if oom else "error", _one_line(line))
-        elif not self.complete and self._cut_timed():
-            self._finalize("ok", None)
         elif not self.complete:
+            with contextlib.suppress(Exception):
+                self._cut_timed()
             self._finalize("incomplete", self.incomplete_message())
         else:
             self._finalize("ok", None)
@@ -393,6 +398,11 @@ class Session:
                 device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
         self.probes.device = device
+        if device.type == "cuda":
+            graphs = self.config_extra.get("step_marker") == "cuda-graph"
+            self.observer["cupti_teardown"] = observer.arrange_teardown(
+                torch.version.cuda, graphs
+            ).to_dict()
         cfg = self.cfg
         snapshot = cfg.memory_snapshot and memory_snapshot_absent_reason(device) is None
         no_light = timeline_absent_reason(cfg.profiler, device)
@@ -430,6 +440,8 @@ class Session:
         # the timed steps: one mark per step end, before anything else runs here
         if ph is not None and ph.timed < n <= ph.timed_end and self._timer is not None:
             self._timer.lap()
+        if ph is not None and ph.residual < n <= ph.residual_end and self._residual_timer:
+            self._residual_timer.lap()
         if n == 1:
             self._discover()
         ph, dev = self.phases, self.device
@@ -460,6 +472,10 @@ class Session:
             self.probes.stop()  # found the optimizers; the probes come back later
         if n == ph.timed:
             self._start_timed()
+        if n == ph.residual_end:
+            self._end_residual()
+        if n == ph.residual:
+            self._start_residual()
         # starts of steps: a window whose first step starts opens; the open one's timer
         if self.windows is not None:
             self.windows.begin_step(n)
@@ -487,8 +503,21 @@ class Session:
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
             torch.cuda.reset_peak_memory_stats(dev)
+        self._state_before = observer.state(self.model)
         self._timer = BoundaryTimer(dev)
         self._timer.start()
+
+    def _start_residual(self) -> None:
+        """Every pass is done: what they left behind; the residual window starts."""
+        assert self.device is not None and self.phases is not None
+        self._residual_timer = ResidualCheck(self.device, self.phases.residual)
+        self.observer.update(self._residual_timer.start(self._state_before or {}, self.model))
+
+    def _end_residual(self) -> None:
+        """The residual window ended (or the loop ended in it): the steps it timed."""
+        check, self._residual_timer = self._residual_timer, None
+        if check is not None:
+            self.measured.residual_ms, self.measured.residual_steps = check.end()
 
     def _end_timed(self) -> None:
         dev = self.device
@@ -504,10 +533,10 @@ class Session:
             m.optimizer = introspect.optimizer_info(self.probes.optimizers)
 
     def _cut_timed(self) -> bool:
-        """A fitted schedule's loop ended in its timed steps, after at least one: end them
-        there (the run is complete, its timed window shortened). False otherwise."""
+        """The loop ended in the timed steps, after at least one: end them there (what they
+        measured is kept; the run is not complete: no pass ran). False otherwise."""
         ph, n = self.phases, self.n
-        if ph is None or not ph.fit or self._timer is None or not ph.timed < n < ph.timed_end:
+        if ph is None or self._timer is None or not ph.timed < n < ph.timed_end:
             return False
         self._end_timed()
         self.measured.timed_steps = (ph.timed + 1, n)
@@ -544,6 +573,9 @@ class Session:
     def _finalize(self, status: str, error: str | None) -> None:
         if self.probes.sampling:  # the loop ended in the probed steps
             self._end_probes()
+        if self._residual_timer is not None:  # the loop ended in the residual check
+            with contextlib.suppress(Exception):
+                self._end_residual()
         self.probes.remove()
         if not self.artifacts["memory_snapshot"]:
             self.artifacts["memory_snapshot_absent"] = self._snapshot_absent()
@@ -636,45 +668,8 @@ class Session:
                 "schedule_mode": "fit" if cfg.fit else "fixed",
                 "schedule_minimum_steps": ph.minimum if ph else None,
                 "schedule_shortened": self.shortened,
+                "observer": run_manifest.observer_block(self.observer, self.measured),
                 **self.extra,
             },
         )
         return manifest
-
-
-class CountersRange:
-    """The Nsight Compute replay's stand-in for a :class:`Session`: at the end of step
-    ``start`` it opens the CUDA profiler range (``cudaProfilerStart``), at the next step's
-    end it closes it, and is complete; ``ncu --profile-from-start off`` profiles only the
-    launches in between: one steady-state step."""
-
-    def __init__(self, start: int, cudart: Any = None, sync: Callable[[], None] | None = None):
-        if start < 1:
-            raise UsageError(f"the counters step must be >= 1, got {start}")
-        self.start = start
-        self.n = 0
-        self.complete = False
-        self.opened_at: int | None = None
-        self.closed_at: int | None = None
-        self._cudart = cudart
-        self._sync = sync
-
-    def _rt(self) -> Any:
-        if self._cudart is None:
-            self._cudart = torch.cuda.cudart()  # type: ignore[no-untyped-call]
-        return self._cudart
-
-    def _synchronize(self) -> None:
-        (self._sync or torch.cuda.synchronize)()
-
-    def boundary(self) -> None:
-        self.n += 1
-        if self.n == self.start:
-            self._synchronize()
-            self._rt().cudaProfilerStart()
-            self.opened_at = self.n
-        elif self.n == self.start + 1:
-            self._synchronize()
-            self._rt().cudaProfilerStop()
-            self.closed_at = self.n
-            self.complete = True

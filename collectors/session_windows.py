@@ -29,8 +29,10 @@ from typing import Any
 
 import torch
 
+import tracekit.collectors.observer as observer
 from tracekit.collectors.cupti_pass import TimelinePass
 from tracekit.collectors.light_cost import CostPass, CostRounds, light_cost
+from tracekit.collectors.observer import RESIDUAL_STEPS
 from tracekit.collectors.passes import (
     CategoryProfiler,
     LightProfiler,
@@ -40,7 +42,7 @@ from tracekit.collectors.passes import (
     category_pass_needed,
 )
 from tracekit.collectors.profiler import Profiler, ProfilerConfig
-from tracekit.errors import TracekitError
+from tracekit.errors import TracekitError, UsageError
 
 LIGHT = "light timeline pass"
 FULL = "profiled steps"
@@ -48,10 +50,12 @@ CATEGORY = "category step"
 COST = "light pass's cost rounds"
 
 
-FIT_WARMUP = 1  # the warm-up of a fitted schedule (the profilers' own wait and warm-up follow)
-MIN_TIMED = 1  # timed steps a fitted schedule needs for its step time
+FIT_WARMUP = 3  # a fitted schedule's warm-up: its first steps compile, autotune, allocate
+FIT_TIMED = 5  # a fitted schedule's steps timed before any pass
+RESIDUAL = "residual check"
 # The options that lower a schedule's minimum: (key, tracekit run's flag, profile()'s keyword)
 LOWER = (
+    ("timed", "--warmup 1 --steps 1", "warmup=1 steps=1"),
     ("wait", "--profile-wait 0", "wait=0"),
     ("warmup", "--profile-warmup 0", "profile_warmup=0"),
     ("active", "--profile-active 1", "active=1"),
@@ -65,17 +69,17 @@ LOWER = (
 class Phases:
     """Step counts at which each phase begins (steps completed so far).
 
-    Fixed (``fit`` off): warm-up, ``steps`` timed, the light pass, the full pass, the
-    category step, the snapshot; the loop must run them all (:attr:`minimum` =
-    :attr:`complete_at`). Fitted (``fit``): warm-up, the profiled passes and the snapshot
-    (over the category step's last step where there is one: the step is recorded for its
-    memory alone), then up to ``steps`` timed steps: a loop that ends in the timed steps,
-    after at least :data:`MIN_TIMED` of them, is complete with its timed window shortened to
-    the steps it ran; the probes run in the category step (else the full pass) when the
-    warm-up has one step, so that neither the full pass's step times nor the timed steps
-    carry them. Both: where the light pass ran and the loop runs on past
-    :attr:`complete_at`, the light pass's cost rounds (``collectors/light_cost.py``) up to
-    :attr:`done`; a loop that ends before them is complete without that figure."""
+    The steps are timed first, before any profiler ran in the process: warm-up, the timed
+    steps (fixed: ``steps``; fitted, ``fit``: :data:`FIT_TIMED`), the light pass, the full
+    pass, the category step, the snapshot (fitted: over the category step's last step where
+    there is one: the step is recorded for its memory alone); the loop must run them all
+    (:attr:`minimum` = :attr:`complete_at`). Where the loop runs on: the **residual check**
+    (:data:`~tracekit.collectors.observer.RESIDUAL_STEPS` unprofiled steps timed again
+    after every pass, against the first timed steps), then, where the light pass ran, its
+    cost rounds (``collectors/light_cost.py``) up to :attr:`done`; a loop that ends in them
+    is complete without those figures. In a fitted schedule the probes run in the category
+    step (else the full pass) when the warm-up has one step, so that neither the full
+    pass's step times nor the timed steps carry them."""
 
     def __init__(
         self,
@@ -87,8 +91,11 @@ class Phases:
         light: bool,
         fit: bool = False,
     ) -> None:
-        self.warmup, self.steps, self.profiler, self.fit = warmup, steps, profiler, fit
-        self.light = warmup if fit else warmup + steps
+        self.warmup, self.profiler, self.fit = warmup, profiler, fit
+        self.steps = min(steps, FIT_TIMED) if fit else steps
+        self.timed = warmup
+        self.timed_end = self.timed + self.steps
+        self.light = self.timed_end
         self.full = self.light + (profiler.steps if light else 0)
         self.category = self.full + profiler.steps
         cat = category_config(profiler).steps if category_pass_needed(profiler) else 0
@@ -98,14 +105,15 @@ class Phases:
         else:
             self.snapshot_end = self.category_end + snapshot_steps
         self.snapshot = self.snapshot_end - snapshot_steps
-        self.timed = self.snapshot_end if fit else warmup
-        self.timed_end = self.timed + steps
-        # complete here; the light pass's cost rounds follow where the loop runs on
-        self.complete_at = max(self.snapshot_end, self.timed_end)
-        self.cost = self.complete_at
+        # complete here; the residual check and the light pass's cost rounds follow where
+        # the loop runs on
+        self.complete_at = self.snapshot_end
+        self.residual = self.complete_at
+        self.residual_end = self.residual + RESIDUAL_STEPS
+        self.cost = self.residual_end
         cost = CostRounds(profiler.light_cost_rounds).steps if light else 0
         self.done = self.cost_end = self.cost + cost
-        self.minimum = self.timed + MIN_TIMED if fit else self.complete_at
+        self.minimum = self.complete_at
         # The probed steps (the model's input, average memory) follow step end probe_from
         # up to probe_to: the warm-up steps after the first, so that the timed steps run
         # without tracekit's hooks; with one warm-up step, the full pass's steps (fitted:
@@ -130,6 +138,7 @@ class Phases:
             ("profiled", FULL, self.full, self.category),
             ("category", CATEGORY, self.category, self.category_end),
             ("snapshot", "memory snapshot", self.snapshot, self.snapshot_end),
+            ("residual", RESIDUAL, self.residual, self.residual_end),
             ("light_cost", COST, self.cost, self.cost_end),
         ]
         return sorted((p for p in every if p[3] > p[2]), key=lambda p: p[2])
@@ -158,19 +167,13 @@ class Phases:
         snap = f", {n['snapshot']} in the memory snapshot" if "snapshot" in n else ""
         if "snapshot" in n and self.snapshot < self.category_end:
             snap = f", the memory snapshot over the {CATEGORY}'s last {n['snapshot']}"
-        cost = (
-            f"; then {n['light_cost']} in the {COST} where the loop runs on"
-            if "light_cost" in n
-            else ""
-        )
+        after = [f"{n['residual']} in the {RESIDUAL}"]
+        if "light_cost" in n:
+            after.append(f"{n['light_cost']} in the {COST}")
+        cost = f"; then {' and '.join(after)} where the loop runs on"
         prof = f"{p.steps} profiled (wait {p.wait}, warm-up {p.warmup}, active {p.active}, "
         prof += f"repeat {p.repeat})"
-        if self.fit:
-            return (
-                f"{self.warmup} warm-up{light}, {prof}{cat}{snap}, then {MIN_TIMED} to "
-                f"{self.steps} timed: {self.minimum} to {self.complete_at} steps{cost}"
-            )
-        timed = f"{self.warmup} warm-up, {self.steps} timed"
+        timed = f"{self.warmup} warm-up, {self.steps} timed before any pass"
         return f"{timed}{light}, {prof}{cat}{snap}: {self.complete_at} steps{cost}"
 
     def reached(self, n: int) -> str:
@@ -183,13 +186,14 @@ class Phases:
         return f"{n} steps"  # beyond the schedule
 
     def lowered(self, python: bool = False) -> tuple[int, list[str]]:
-        """The least minimum the profiler options allow (one recorded step, no light pass,
-        category step or snapshot) and the options that get it (``python``: as
-        ``tracekit.profile()``'s keywords, else ``tracekit run``'s flags)."""
+        """The least minimum the options allow (one warm-up step, one timed, one recorded;
+        no light pass, category step or snapshot) and the options that get it (``python``:
+        as ``tracekit.profile()``'s keywords, else ``tracekit run``'s flags)."""
         p = self.profiler
-        least = Phases(self.warmup, self.steps, ProfilerConfig(wait=0, warmup=0, active=1,
-                       memory_timeline=False), 0, light=False, fit=self.fit)  # fmt: skip
-        on = {"wait": p.wait > 0, "warmup": p.warmup > 0, "active": p.active > 1,
+        least = Phases(1, 1, ProfilerConfig(wait=0, warmup=0, active=1, memory_timeline=False),
+                       0, light=False)  # fmt: skip
+        on = {"timed": self.steps > 1 or self.warmup > 1, "wait": p.wait > 0,
+              "warmup": p.warmup > 0, "active": p.active > 1,
               "repeat": p.repeat > 1, "category": self.category_end > self.category,
               "light": self.full > self.light,
               "snapshot": self.snapshot_end > self.snapshot}  # fmt: skip
@@ -215,9 +219,10 @@ STEPS, WARMUP = 20, 5  # the fixed schedule's timed and warm-up steps (collect's
 
 def schedule_options(steps: int | None, warmup: int | None) -> dict[str, Any]:
     """``steps``, ``warmup`` and ``fit`` of a :class:`SessionConfig` from the options as given
-    (None: not given). Neither given: the schedule fitted to the loop (a 1-step warm-up,
-    the profiled passes, then up to 20 timed steps); either given: the fixed schedule
-    (warm-up, timed, profiled; 5 and 20 where not given), which the loop must complete."""
+    (None: not given). Neither given: the schedule fitted to a loop of unknown length (a
+    1-step warm-up, :data:`FIT_TIMED` timed steps, the profiled passes); either given: the
+    fixed schedule (warm-up, timed, profiled; 5 and 20 where not given). Both are timed
+    before any pass, and the loop must complete them."""
     fit = steps is None and warmup is None
     return {
         "steps": STEPS if steps is None else steps,
@@ -272,6 +277,35 @@ class BoundaryTimer:
             torch.cuda.synchronize(self.device)
             return [float(s.elapsed_time(e)) for s, e in self._spans]
         return [(e - s) * 1e3 for s, e in self._spans]
+
+
+class ResidualCheck:
+    """After every pass (:mod:`tracekit.collectors.observer`): what the passes left switched
+    on against what was on before them, and the unprofiled steps timed again, from step
+    end ``start`` on, one mark per step end as the timed steps."""
+
+    def __init__(self, device: torch.device, start: int) -> None:
+        self.start_at = start
+        self.timer = BoundaryTimer(device)
+        self.device = device
+
+    def start(self, before: dict[str, Any], model: Any) -> dict[str, Any]:
+        """The manifest's ``observer`` entries of the state now; starts the timer."""
+        after = observer.state(model)
+        seen: dict[str, Any] = {"state_before": before, "state_after": after,
+                                "left_behind": observer.left_behind(before, after)}  # fmt: skip
+        if self.device.type == "cuda":
+            seen["cupti_attached"] = observer.teardown_now()
+        self.timer.start()
+        return seen
+
+    def lap(self) -> None:
+        self.timer.lap()
+
+    def end(self) -> tuple[list[float], tuple[int, int] | None]:
+        """The steps timed (synchronises once) and their first and last step (1-based)."""
+        ms = self.timer.millis()
+        return ms, (self.start_at + 1, self.start_at + len(ms)) if ms else None
 
 
 class Window:
@@ -423,3 +457,41 @@ def unreached(config: ProfilerConfig, phases: Phases | None, artifacts: dict[str
             if not config.memory_timeline
             else f"the loop ended before the {FULL}"
         )
+
+
+class CountersRange:
+    """The Nsight Compute replay's stand-in for a :class:`Session`: at the end of step
+    ``start`` it opens the CUDA profiler range (``cudaProfilerStart``), at the next step's
+    end it closes it, and is complete; ``ncu --profile-from-start off`` profiles only the
+    launches in between: one steady-state step."""
+
+    def __init__(self, start: int, cudart: Any = None, sync: Callable[[], None] | None = None):
+        if start < 1:
+            raise UsageError(f"the counters step must be >= 1, got {start}")
+        self.start = start
+        self.n = 0
+        self.complete = False
+        self.opened_at: int | None = None
+        self.closed_at: int | None = None
+        self._cudart = cudart
+        self._sync = sync
+
+    def _rt(self) -> Any:
+        if self._cudart is None:
+            self._cudart = torch.cuda.cudart()  # type: ignore[no-untyped-call]
+        return self._cudart
+
+    def _synchronize(self) -> None:
+        (self._sync or torch.cuda.synchronize)()
+
+    def boundary(self) -> None:
+        self.n += 1
+        if self.n == self.start:
+            self._synchronize()
+            self._rt().cudaProfilerStart()
+            self.opened_at = self.n
+        elif self.n == self.start + 1:
+            self._synchronize()
+            self._rt().cudaProfilerStop()
+            self.closed_at = self.n
+            self.complete = True

@@ -112,6 +112,8 @@ def header(sm: Summary) -> str:
         + (" …" if len(h.steps) > 20 else "")
     )
     items["step time"] = VR.step_time_text(sm)
+    if sm.header.residual:
+        items["residual"] = sm.header.residual
     tl = VR.timeline_text(sm)
     if tl:
         items["timeline"] = tl

@@ -101,6 +101,8 @@ def header(sm: Summary) -> RenderableType:
     steps = ", ".join(str(s) for s in h.steps[:8]) + (" …" if len(h.steps) > 8 else "")
     g.add_row("steps", _t(f"{len(h.steps)} analysed ({steps})"))
     g.add_row("step time", _t(VR.step_time_text(sm)))
+    if sm.header.residual:
+        g.add_row("residual", _t(sm.header.residual))
     if h.tokens_per_s or h.measured_tokens_per_s:
         tp = []
         if h.tokens_per_s:

@@ -240,7 +240,8 @@ def test_collect_cli_writes_a_complete_run_folder(
     assert arts["timeline_trace"] is None and "CUDA activity only" in arts["timeline_trace_absent"]
     assert met["timeline_step_time_ms"] is None and m["profiler"]["timeline"] is None
     assert m["profiler"]["timeline_pass"] is True
-    assert m["total_steps"] == 1 + 3 + 4 + 2  # warm-up, timed, profiled (1+1+2), category
+    # warm-up, timed, profiled (1+1+2), category, the residual check
+    assert m["total_steps"] == 1 + 3 + 4 + 2 + 10
     assert sorted(p.name.split(".", 2)[-1] for p in out.iterdir() if p.is_file()) == [
         "json",  # manifest.json
         "memory_timeline.json.gz",
@@ -283,7 +284,7 @@ def test_with_stack_exports_the_memory_timeline(tmp_path: Path) -> None:
     m = json.loads((out / "manifest.json").read_text())
     assert m["artifacts"]["memory_timeline_absent"] is None
     assert m["artifacts"]["memory_timeline_pass"] == "main window"  # no category step
-    assert m["total_steps"] == 1 + 2 + 2
+    assert m["total_steps"] == 1 + 2 + 2 + 10
     doc = json.loads(gzip.decompress((out / m["artifacts"]["memory_timeline"]).read_bytes()))
     assert doc["format"] == "tracekit.memory_timeline" and doc["time_unit"] == "us"
     cats = doc["categories"]

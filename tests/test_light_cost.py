@@ -154,7 +154,7 @@ def test_collect_states_the_interleaved_cost(
     assert m["artifacts"]["timeline_traces"] == [m["artifacts"]["timeline_trace"]]
     # U x 5 | L x 5 (on) | L x 5 | U x 5 (off): registered by the pass and once here
     assert fake.registrations == 2 and fake.enabled == set()
-    assert m["total_steps"] == 1 + 2 + 4 + 20 + 4
+    assert m["total_steps"] == 1 + 2 + 4 + 20 + 4 + 10  # + the residual check
     assert f"its cost {L.cost_text(c)}" in said
     # the report says it on its timeline line, and judges the light pass by it
     facts = TimelineFacts(
@@ -180,7 +180,7 @@ def test_without_rounds_the_cost_is_the_windows_apart(
     met = m["metrics"]
     assert met["timeline_cost"] is None and met["timeline_overhead_basis"] == L.APART
     assert "against the unprofiled steps, timed apart, not interleaved" in said
-    assert m["total_steps"] == 1 + 2 + 4 + 4
+    assert m["total_steps"] == 1 + 2 + 4 + 4 + 10  # + the residual check
 
 
 def test_bad_light_cost_rounds_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -211,10 +211,11 @@ def test_profile_runs_the_rounds_where_the_loop_runs_on(
                 prof.step()
         return prof.manifest
 
-    # fitted: 1 warm-up, light 1, full 1, then 20 timed (23), then 20 in the cost rounds
+    # fitted: 3 warm-up, 5 timed, light 1, full 1 (10), then 10 in the residual check, then
+    # 20 in the cost rounds
     m = loop(tmp_path / "a", 50)
-    assert m["status"] == "ok" and m["schedule_steps"] == 43
-    assert m["schedule"][-1] == {"phase": "light_cost", "steps": [24, 43]}
+    assert m["status"] == "ok" and m["schedule_steps"] == 40
+    assert m["schedule"][-1] == {"phase": "light_cost", "steps": [21, 40]}
     assert m["metrics"]["timeline_cost"]["rounds"] == 2
     assert m["metrics"]["timeline_overhead_basis"] == L.INTERLEAVED
     # a loop that ends in the rounds is complete, without the figure

@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 FAST: dict[str, Any] = dict(
     steps=2, warmup=1, wait=0, profile_warmup=1, active=1, ceilings=False, quiet=True
 )
-STEPS = 7  # 1 warm-up, 2 timed, 2 profiled, 2 in the category step (CPU: no light pass)
+# 1 warm-up, 2 timed, 2 profiled, 2 in the category step (CPU: no light pass), 10 in the
+# residual check
+STEPS = 17
 
 
 def _loop(n: int, prof: api.Profile, after: Any = None) -> None:
@@ -42,10 +44,10 @@ def test_profile_writes_the_run_folder_once_complete(tmp_path: Path) -> None:
     out = tmp_path / "p"
     seen: dict[int, bool] = {}
     with tracekit.profile(out, **FAST) as prof:
-        _loop(9, prof, lambda n: seen.setdefault(n, (out / "manifest.json").exists()))
-    # written at the end of step 7, while the loop went on unprofiled
-    assert [n for n, there in seen.items() if there] == [7, 8, 9]
-    assert prof.status == "ok" and prof.run_dir == out and prof.steps_done == 9
+        _loop(19, prof, lambda n: seen.setdefault(n, (out / "manifest.json").exists()))
+    # written at the end of step 17, the residual check's last, while the loop went on
+    assert [n for n, there in seen.items() if there] == [17, 18, 19]
+    assert prof.status == "ok" and prof.run_dir == out and prof.steps_done == 19
     m = json.loads((out / "manifest.json").read_text())
     assert m == prof.manifest
     assert m["workload"] == "profile" and m["status"] == "ok" and m["total_steps"] == STEPS
@@ -57,7 +59,7 @@ def test_profile_writes_the_run_folder_once_complete(tmp_path: Path) -> None:
     assert (out / m["artifacts"]["trace"]).is_file() and (out / "tensorboard").is_dir()
     assert "script" not in m
     # memory by category by default, from the category step (steps 6-7)
-    assert m["schedule"][-1] == {"phase": "category", "steps": [6, 7]}
+    assert m["schedule"][-2] == {"phase": "category", "steps": [6, 7]}
     arts = m["artifacts"]
     assert arts["memory_timeline_pass"] == "category step (with stacks)"
     doc = json.loads(gzip.decompress((out / arts["memory_timeline"]).read_bytes()))
@@ -73,8 +75,9 @@ def test_a_loop_too_short_raises_and_records_incomplete(tmp_path: Path) -> None:
         _loop(3, prof)
     assert str(ex.value) == (
         "tracekit.profile: the loop ended after 3 steps (the timed steps done); the schedule "
-        "needs 7 (1 warm-up, 2 timed, 2 profiled (wait 0, warm-up 1, active 1, repeat 1), 2 "
-        "in the category step (memory by category): 7 steps) "
+        "needs 7 (1 warm-up, 2 timed before any pass, 2 profiled (wait 0, warm-up 1, active 1, "
+        "repeat 1), 2 in the category step (memory by category): 7 steps; then 10 in the "
+        "residual check where the loop runs on) "
         f"({out}/manifest.json has status 'incomplete')"
     )
     m = json.loads((out / "manifest.json").read_text())

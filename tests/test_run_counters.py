@@ -17,7 +17,7 @@ import torch
 from tracekit.cli import main
 from tracekit.collectors import api
 from tracekit.collectors import script as S
-from tracekit.collectors.session import CountersRange
+from tracekit.collectors.session_windows import CountersRange
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 FAST = ["--warmup", "2", "--steps", "2", "--profile-wait", "0", "--profile-warmup", "1",

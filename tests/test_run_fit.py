@@ -1,9 +1,11 @@
 """The schedule fitted to a script of unknown length (`tracekit run` and `tracekit.profile()`
-without --steps/--warmup): one warm-up step, the profiled passes, then up to 20 timed steps,
-fewer when the script ends first (collectors/session_windows.py `Phases(fit=True)`).
+without --steps/--warmup): 3 warm-up steps, 5 steps timed before any pass, the profiled
+passes, then the residual check where the script runs on (collectors/session_windows.py
+`Phases(fit=True)`).
 
-On this CPU there is no light pass and no snapshot: 1 warm-up + 4 profiled (wait 1, warm-up
-1, active 2) + 2 in the category step, then the timed steps 8-27; at least 8 steps. The
+On this CPU there is no light pass and no snapshot: 3 warm-up + 5 timed (4-8) + 4 profiled
+(wait 1, warm-up 1, active 2) + 2 in the category step, then the residual check 15-24; at
+least 14 steps. The
 scripts are tests/scripts/cnn_bn.py (a plain CNN, its step count its first argument) and
 mlp.py, run with their defaults but for the ceilings."""
 
@@ -43,59 +45,60 @@ def _run(
 # ------------------------------------------------------------------ the schedule
 
 
-def test_fitted_phases_profile_first_and_time_what_remains() -> None:
-    ph = W.Phases(1, 20, ProfilerConfig(), 1, light=True, fit=True)  # as on CUDA
-    # 1 warm-up, light 4, full 4, category 2 (the snapshot over its last), then timed 20,
-    # then the light pass's cost rounds (6 x 2 x 5) where the loop runs on
-    assert (ph.light, ph.full, ph.category, ph.snapshot, ph.timed, ph.complete_at, ph.done) == (
-        1, 5, 9, 10, 11, 31, 91,
+def test_fitted_phases_time_first_then_profile() -> None:
+    ph = W.Phases(3, 20, ProfilerConfig(), 1, light=True, fit=True)  # as on CUDA
+    # 3 warm-up, 5 timed before any pass, light 4, full 4, category 2 (the snapshot over
+    # its last); then, where the loop runs on, the residual check (10) and the light pass's
+    # cost rounds (6 x 2 x 5)
+    assert (ph.timed, ph.light, ph.full, ph.category, ph.snapshot, ph.complete_at) == (
+        3, 8, 12, 16, 17, 18,
     )  # fmt: skip
-    assert ph.minimum == 12 and ph.timed_end == 31 and ph.cost == 31
+    assert (ph.minimum, ph.timed_end, ph.residual, ph.cost, ph.done) == (18, 8, 18, 28, 88)
     assert ph.to_manifest() == [
-        {"phase": "warmup", "steps": [1, 1]}, {"phase": "timeline", "steps": [2, 5]},
-        {"phase": "profiled", "steps": [6, 9]}, {"phase": "category", "steps": [10, 11]},
-        {"phase": "snapshot", "steps": [11, 11]}, {"phase": "timed", "steps": [12, 31]},
-        {"phase": "light_cost", "steps": [32, 91]},
+        {"phase": "warmup", "steps": [1, 3]}, {"phase": "timed", "steps": [4, 8]},
+        {"phase": "timeline", "steps": [9, 12]}, {"phase": "profiled", "steps": [13, 16]},
+        {"phase": "category", "steps": [17, 18]}, {"phase": "snapshot", "steps": [18, 18]},
+        {"phase": "residual", "steps": [19, 28]}, {"phase": "light_cost", "steps": [29, 88]},
     ]  # fmt: skip
-    assert ph.to_manifest(17)[-2] == {"phase": "timed", "steps": [12, 17]}
     assert ph.describe() == (
-        "1 warm-up, 4 in the light timeline pass (CUDA only), 4 profiled (wait 1, warm-up 1, "
-        "active 2, repeat 1), 2 in the category step (memory by category), the memory "
-        "snapshot over the category step's last 1, then 1 to 20 timed: 12 to 31 steps; then "
-        "60 in the light pass's cost rounds where the loop runs on"
+        "3 warm-up, 5 timed before any pass, 4 in the light timeline pass (CUDA only), 4 "
+        "profiled (wait 1, warm-up 1, active 2, repeat 1), 2 in the category step (memory by "
+        "category), the memory snapshot over the category step's last 1: 18 steps; then 10 "
+        "in the residual check and 60 in the light pass's cost rounds where the loop runs on"
     )
     # two snapshot steps take the category step's two; three, one more
-    assert (W.Phases(1, 20, ProfilerConfig(), 2, light=True, fit=True).minimum) == 12
-    three = W.Phases(1, 20, ProfilerConfig(), 3, light=True, fit=True)
-    assert (three.snapshot, three.snapshot_end, three.minimum) == (9, 12, 13)
+    assert (W.Phases(3, 20, ProfilerConfig(), 2, light=True, fit=True).minimum) == 18
+    three = W.Phases(3, 20, ProfilerConfig(), 3, light=True, fit=True)
+    assert (three.snapshot, three.snapshot_end, three.minimum) == (16, 19, 19)
     # no light pass, no cost rounds
-    assert W.Phases(1, 20, ProfilerConfig(light_cost_rounds=0), 1, light=True, fit=True).done == 31
-    # the probes in the category step: neither the full pass's times nor the timed carry them
-    assert (ph.probe_from, ph.probe_to) == (9, 11) and ph.probed() == "the category steps 10-11"
-    assert ph.reached(3) == "2 of the 4 steps of the light timeline pass"
+    assert W.Phases(3, 20, ProfilerConfig(light_cost_rounds=0), 1, light=True, fit=True).done == 28
+    # the probes in the warm-up steps after the first: the timed steps carry none
+    assert (ph.probe_from, ph.probe_to) == (1, 3) and ph.probed() == "the warm-up steps 2-3"
+    assert ph.reached(10) == "2 of the 4 steps of the light timeline pass"
     assert ph.lowered() == (
-        3, ["--profile-wait 0", "--profile-warmup 0", "--profile-active 1",
-            "--no-memory-timeline", "--single-pass", "--no-memory-snapshot"],
+        3, ["--warmup 1 --steps 1", "--profile-wait 0", "--profile-warmup 0",
+            "--profile-active 1", "--no-memory-timeline", "--single-pass",
+            "--no-memory-snapshot"],
     )  # fmt: skip
-    cpu = W.Phases(1, 20, ProfilerConfig(), 0, light=False, fit=True)
-    assert (cpu.minimum, cpu.done) == (8, 27)
+    cpu = W.Phases(3, 20, ProfilerConfig(), 0, light=False, fit=True)
+    assert (cpu.minimum, cpu.done) == (14, 24)
     assert cpu.lowered(python=True) == (
-        3, ["wait=0", "profile_warmup=0", "active=1", "memory_timeline=False"]
+        3, ["warmup=1 steps=1", "wait=0", "profile_warmup=0", "active=1", "memory_timeline=False"]
     )  # fmt: skip
-    # without the category step, the full pass's steps are probed, as with --warmup 1
+    # one warm-up step, without the category step: the full pass's steps are probed
     bare = W.Phases(1, 20, ProfilerConfig(memory_timeline=False), 0, light=False, fit=True)
-    assert (bare.probe_from, bare.probe_to, bare.minimum) == (1, 5, 6)
-    # the fixed schedule is unchanged: the loop must run it all
+    assert (bare.probe_from, bare.probe_to, bare.minimum) == (6, 10, 10)
+    # the fixed schedule: the same order, its own warm-up and timed steps
     fixed = W.Phases(5, 20, ProfilerConfig(), 1, light=True)
     assert (fixed.timed, fixed.timed_end, fixed.light, fixed.minimum, fixed.done) == (
-        5, 25, 25, 36, 96,
+        5, 25, 25, 36, 106,
     )  # fmt: skip
 
 
 @pytest.mark.parametrize(
     ("steps", "warmup", "want"),
     [
-        (None, None, {"steps": 20, "warmup": 1, "fit": True}),
+        (None, None, {"steps": 20, "warmup": 3, "fit": True}),
         (30, None, {"steps": 30, "warmup": 5, "fit": False}),  # given: fixed
         (None, 3, {"steps": 20, "warmup": 3, "fit": False}),
     ],
@@ -107,51 +110,52 @@ def test_the_schedule_is_fitted_unless_steps_or_warmup_is_given(
 
 
 def test_counters_replay_opens_before_the_first_timed_step() -> None:
-    fitted = {"schedule": W.Phases(1, 20, ProfilerConfig(), 1, light=True, fit=True).to_manifest()}
-    assert W.counters_start(fitted, 1) == 11  # the range holds step 12
+    fitted = {"schedule": W.Phases(3, 20, ProfilerConfig(), 1, light=True, fit=True).to_manifest()}
+    assert W.counters_start(fitted, 3) == 3  # the range holds step 4, the first timed
     assert W.counters_start({"schedule": None}, 5) == 5  # a manifest without a schedule
 
 
 # ------------------------------------------------------------- scripts, on the CPU
 
 
-@pytest.mark.parametrize(("iters", "timed"), [(12, 5), (20, 13), (30, 20)])
+@pytest.mark.parametrize(("iters", "after"), [(14, 0), (20, 6), (30, 10)])
 def test_a_short_script_gets_a_full_run(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], iters: int, timed: int
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], iters: int, after: int
 ) -> None:
+    """The steps are timed first (4-8), before any pass; the residual check times what the
+    script leaves after the passes, up to 10 steps."""
     out = tmp_path / "cnn"
     rc, m, stdout, err = _run(capsys, out, "cnn_bn.py", str(iters))
     assert rc == 0, err
     assert m is not None and m["status"] == "ok" and m["error"] is None
-    assert m["schedule_mode"] == "fit" and m["schedule_minimum_steps"] == 8
-    assert m["metrics"]["step_time_ms"]["n"] == timed
-    assert m["metrics"]["step_time_method"].startswith(f"steps 8-{7 + timed}: ")
+    assert m["schedule_mode"] == "fit" and m["schedule_minimum_steps"] == 14
+    assert m["metrics"]["step_time_ms"]["n"] == 5
+    assert m["metrics"]["step_time_method"].startswith("steps 4-8: ")
     assert m["metrics"]["profiled_step_time"]["n"] == 2
     arts = m["artifacts"]
     assert (out / arts["trace"]).is_file() and (out / arts["memory_timeline"]).is_file()
-    assert m["inputs"]["probed"] == "the category steps 6-7"
-    assert m["schedule"][-1] == {"phase": "timed", "steps": [8, 7 + timed]}
-    if iters < 27:  # the timed window is cut to what the script left
+    assert m["inputs"]["probed"] == "the warm-up steps 2-3"
+    assert m["schedule"][1] == {"phase": "timed", "steps": [4, 8]}
+    assert m["schedule_shortened"] == [] and "shortened" not in stdout
+    obs = m["observer"]
+    assert obs["left_behind"] == [] and obs["state_after"] == obs["state_before"]
+    if after < 3:  # no residual: the loop ended before it
+        assert obs["residual"] is None
+        assert obs["residual_absent"] == "the loop ended before the residual check"
+        assert "residual not checked: the loop ended before the residual check" in stdout
+    else:
+        assert obs["residual"]["n_after"] == after and obs["residual"]["n_before"] == 5
+        assert obs["residual"]["after_steps"] == [15, 14 + after]
+        assert "residual after the profiler passes " in stdout
+    if iters < 24:
         assert m["script"]["ended"] == "finished" and m["total_steps"] == iters
-        assert m["schedule_shortened"] == [{
-            "phase": "timed", "planned": 20, "ran": timed, "steps": [8, iters],
-            "why": f"the loop ended after {iters} steps",
-        }]  # fmt: skip
-        assert (
-            f"shortened: the timed window ran {timed} of its 20 steps (8-{iters}): the loop "
-            f"ended after {iters} steps" in stdout
-        )
-        if iters == 12:  # the report says so too (one case: a parse and a summary)
-            from tracekit.reports.run import report
-
-            missing = report(out, no_tensorboard=True).summary.header.missing
-            assert (
-                "the full timed window: 5 of its 20 steps ran (8-12; the loop ended after 12 "
-                "steps; manifest schedule_shortened)" in missing
-            )
     else:  # the whole schedule: the script is stopped after it
-        assert m["script"]["ended"] == "stopped" and m["total_steps"] == 27
-        assert m["schedule_shortened"] == [] and "shortened" not in stdout
+        assert m["script"]["ended"] == "stopped" and m["total_steps"] == 24
+    if iters == 20:  # the report says so too (one case: a parse and a summary)
+        from tracekit.reports.run import report
+
+        residual = report(out, no_tensorboard=True).summary.header.residual
+        assert residual is not None and residual.startswith("residual after the profiler")
 
 
 def test_a_script_too_short_to_profile_gets_the_minimum_and_how_to_lower_it(
@@ -163,9 +167,12 @@ def test_a_script_too_short_to_profile_gets_the_minimum_and_how_to_lower_it(
     assert rc == 2 and len(lines) == 1, err
     assert lines[0].startswith(
         "tracekit: error: the script ended too early: the loop ended after 3 steps, before "
-        "any profiled step was recorded: this schedule needs at least 8 (1 warm-up, "
+        "any profiled step was recorded: this schedule needs at least 14 (3 warm-up, "
     )
-    lower = "--profile-wait 0 --profile-warmup 0 --profile-active 1 --no-memory-timeline"
+    lower = (
+        "--warmup 1 --steps 1 --profile-wait 0 --profile-warmup 0 --profile-active 1 "
+        "--no-memory-timeline"
+    )
     assert f"; run it for more steps, or lower the minimum to 3 with {lower} (" in lines[0]
     assert m is not None and m["status"] == "incomplete" and m["artifacts"]["trace"] is None
     # the options it names do fit the script
@@ -175,29 +182,39 @@ def test_a_script_too_short_to_profile_gets_the_minimum_and_how_to_lower_it(
     assert rc == 0, err
     assert m is not None and m["status"] == "ok" and m["metrics"]["step_time_ms"]["n"] == 1
     assert m["schedule"] == [
-        {"phase": "warmup", "steps": [1, 1]}, {"phase": "profiled", "steps": [2, 2]},
-        {"phase": "timed", "steps": [3, 3]},
+        {"phase": "warmup", "steps": [1, 1]}, {"phase": "timed", "steps": [2, 2]},
+        {"phase": "profiled", "steps": [3, 3]}, {"phase": "residual", "steps": [4, 13]},
     ]  # fmt: skip
 
 
 def test_a_script_ending_in_the_category_step_keeps_its_trace(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    rc, m, _, err = _run(capsys, tmp_path / "mlp", "mlp.py", "--iters", "6")
-    assert rc == 2 and "the loop ended after 6 steps (1 of the 2 steps of the category step); " \
-        "a complete run needs at least 8 (" in err  # fmt: skip
+    rc, m, _, err = _run(capsys, tmp_path / "mlp", "mlp.py", "--iters", "13")
+    assert rc == 2 and "the loop ended after 13 steps (1 of the 2 steps of the category step); " \
+        "a complete run needs at least 14 (" in err  # fmt: skip
     assert m is not None and m["status"] == "incomplete" and m["artifacts"]["trace"]
     assert m["artifacts"]["memory_timeline_absent"] == "the loop ended in the category step"
-    assert m["metrics"] is None  # no timed step ran
+    assert m["metrics"]["step_time_ms"]["n"] == 5  # timed before any pass
 
 
 def test_steps_given_keep_the_fixed_schedule_and_its_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rc, m, _, err = _run(capsys, tmp_path / "cnn", "cnn_bn.py", "12", opts=("--steps", "20"))
-    assert rc == 2 and "the schedule needs 31 (5 warm-up, 20 timed, 4 profiled" in err
+    assert rc == 2 and "the schedule needs 31 (5 warm-up, 20 timed before any pass, 4 " in err
     assert m is not None and m["status"] == "incomplete" and m["schedule_mode"] == "fixed"
-    assert m["schedule_shortened"] == [] and m["artifacts"]["trace"] is None
+    assert m["artifacts"]["trace"] is None
+    assert m["schedule_shortened"] == [
+        {
+            "phase": "timed",
+            "planned": 20,
+            "ran": 7,
+            "steps": [6, 12],
+            "why": "the loop ended after 12 steps",
+        }
+    ]
+    assert m["metrics"]["step_time_ms"]["n"] == 7  # what the timed steps measured is kept
 
 
 # ------------------------------------------------------------ tracekit.profile()
@@ -219,21 +236,21 @@ def _loop(n: int, prof: tracekit.Profile, fail_at: int | None = None) -> None:
 
 def test_profile_fits_a_short_loop(tmp_path: Path) -> None:
     with tracekit.profile(tmp_path / "p", ceilings=False, quiet=True) as prof:
-        _loop(10, prof)
+        _loop(16, prof)
     m = prof.manifest
     assert prof.status == "ok" and m is not None and m["schedule_mode"] == "fit"
-    assert m["metrics"]["step_time_ms"]["n"] == 3
-    assert [c["ran"] for c in m["schedule_shortened"]] == [3]
+    assert m["metrics"]["step_time_ms"]["n"] == 5 and m["schedule_shortened"] == []
+    assert m["observer"]["residual_absent"] == "too few steps timed before or after the passes"
     # a loop that raises in the timed steps: status error, with the timed steps it ran
     failing = tracekit.profile(tmp_path / "e", ceilings=False, quiet=True)
-    with pytest.raises(ValueError, match="corrupt batch 10"), failing:
-        _loop(30, failing, fail_at=10)
+    with pytest.raises(ValueError, match="corrupt batch 6"), failing:
+        _loop(30, failing, fail_at=6)
     m = failing.manifest
     assert failing.status == "error" and m is not None and m["error"].startswith("ValueError")
-    assert m["metrics"]["step_time_ms"]["n"] == 3 and m["schedule"][-1]["steps"] == [8, 10]
+    assert m["metrics"]["step_time_ms"]["n"] == 3 and m["schedule"][1]["steps"] == [4, 6]
     short = tracekit.profile(tmp_path / "q", ceilings=False, quiet=True)
     with (
-        pytest.raises(TracekitError, match="lower the minimum to 3 with wait=0 profile_warmup=0"),
+        pytest.raises(TracekitError, match="lower the minimum to 3 with warmup=1 steps=1 wait=0"),
         short,
     ):
         _loop(2, short)

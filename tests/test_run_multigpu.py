@@ -36,12 +36,13 @@ from tracekit.collectors.script_dist import merge_metrics
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "ddp_mlp.py"
 # 2 warm-up + 2 timed + 2 in the light timeline pass (stood in on CPU, below) + 2 profiled
-# (wait 0, warm-up 1, active 1) = 8 steps, 2 rounds x (5 + 5) steps of the light pass's
-# cost = 20, then 2 rounds x (2 + 2) steps of the communication cost = 8: 36 steps
+# (wait 0, warm-up 1, active 1) = 8 steps, 10 in the residual check, 2 rounds x (5 + 5)
+# steps of the light pass's cost = 20, then 2 rounds x (2 + 2) steps of the communication
+# cost = 8: 46 steps
 FAST = ["--steps", "2", "--warmup", "2", "--profile-wait", "0", "--profile-warmup", "1",
         "--profile-active", "1", "--no-memory-timeline", "--no-ceilings", "--comm-rounds", "2",
         "--comm-steps", "2", "--light-cost-rounds", "2", "-q"]  # fmt: skip
-SCHEDULE, EXTRA = 8 + 20, 8
+SCHEDULE, EXTRA = 8 + 10 + 20, 8
 LIMIT_S = 240  # a run still going after this is hung
 
 
@@ -90,7 +91,7 @@ def _manifest(out: Path, name: str = "manifest.json") -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def ddp_run(child_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Any:
     out = tmp_path_factory.mktemp("ddp") / "run"
-    code, stdout, stderr = _run(child_env, out, "--iters", "40", "--print-env")
+    code, stdout, stderr = _run(child_env, out, "--iters", "50", "--print-env")
     assert code == 0, stderr
     return out, stdout
 

@@ -26,10 +26,10 @@ from tracekit.cli import main
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 FAST = ["--warmup", "1", "--steps", "2", "--profile-wait", "0", "--profile-warmup", "1",
         "--profile-active", "1", "--no-ceilings", "-q"]  # fmt: skip
-STEPS = 7  # 1 + 2 + (0 + 1 + 1) + 2
+STEPS = 17  # 1 + 2 + (0 + 1 + 1) + 2, then 10 in the residual check
 # the tests of what tracekit reads from a script leave the category step out (0.5-1 s each)
 LEAN = ("--no-memory-timeline",)
-LEAN_STEPS = 5
+LEAN_STEPS = 15
 
 
 def _run(
@@ -129,6 +129,7 @@ def test_mlp_run_folder_and_manifest(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert m["schedule"] == [
         {"phase": "warmup", "steps": [1, 1]}, {"phase": "timed", "steps": [2, 3]},
         {"phase": "profiled", "steps": [4, 5]}, {"phase": "category", "steps": [6, 7]},
+        {"phase": "residual", "steps": [8, 17]},
     ]  # fmt: skip
     # memory by category by default: the category step after the window, not in its trace
     arts = m["artifacts"]
@@ -171,7 +172,7 @@ def test_mlp_run_folder_and_manifest(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert script["ended"] == "stopped" and script["stopped_at_step"] == STEPS
     assert script["exit_code"] == 0
     assert "iter 0 loss" in stdout and "done" not in stdout  # stopped before its end
-    assert "status ok" in stdout and "stopped the script after step 7: the schedule is" in stderr
+    assert "status ok" in stdout and "stopped the script after step 17: the schedule is" in stderr
     assert "memory timeline: " in stdout and "from the category step (with stacks)" in stdout
     # the profiled step is a ProfilerStep holding the whole Optimizer.step range
     ev = _trace_events(out, m)
@@ -184,7 +185,7 @@ def test_mlp_run_folder_and_manifest(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 def test_cnn_with_batch_norm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cnn"
-    rc, m, _, err = _run(capsys, out, "cnn_bn.py", "12")
+    rc, m, _, err = _run(capsys, out, "cnn_bn.py", "16")
     assert rc == 0, err
     assert m is not None and m["status"] == "ok" and m["total_steps"] == LEAN_STEPS
     # conv 3*8*9+8, bn 2*8, conv 8*16*9+16, bn 2*16, linear 16*10+10
@@ -296,10 +297,10 @@ def test_options_override_inferred_counts(
 
 def test_run_on_lets_the_script_finish(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "mlp"
-    rc, m, stdout, _ = _run(capsys, out, "mlp.py", "--iters", "12", opts=("--run-on",))
+    rc, m, stdout, _ = _run(capsys, out, "mlp.py", "--iters", "22", opts=("--run-on",))
     assert rc == 0 and m is not None and m["status"] == "ok"
     assert "done" in stdout  # the script's last line
-    assert m["schedule_steps"] == LEAN_STEPS and m["total_steps"] == 12
+    assert m["schedule_steps"] == LEAN_STEPS and m["total_steps"] == 22
     assert m["script"]["ended"] == "finished" and m["script"]["stopped_at_step"] is None
 
 
@@ -512,7 +513,8 @@ def test_script_ending_before_the_schedule_is_done(
     rc, m, _, err = _run(capsys, out, "mlp.py", "--iters", str(iters), lean=False)
     assert rc == 2 and err.count("\n") == 1
     assert (
-        f"the loop ended after {iters} steps ({reached}); the schedule needs 7 (1 warm-up, " in err
+        f"the loop ended after {iters} steps ({reached}); the schedule needs 7 (1 warm-up, 2 "
+        "timed before any pass, " in err
     )
     assert m is not None and m["status"] == "incomplete" and m["total_steps"] == iters
     assert m["error"].startswith(f"the loop ended after {iters} steps ({reached})")

@@ -46,18 +46,19 @@ def test_phases_with_every_pass() -> None:
     assert (ph.timed, ph.light, ph.full, ph.category, ph.snapshot, ph.complete_at) == (
         5, 25, 29, 33, 35, 36,
     )  # fmt: skip
-    assert (ph.minimum, ph.cost, ph.done) == (36, 36, 96)  # the cost rounds: where it runs on
+    # the residual check and the cost rounds: where the loop runs on
+    assert (ph.minimum, ph.residual, ph.cost, ph.done) == (36, 36, 46, 106)
     assert ph.to_manifest() == [
         {"phase": "warmup", "steps": [1, 5]}, {"phase": "timed", "steps": [6, 25]},
         {"phase": "timeline", "steps": [26, 29]}, {"phase": "profiled", "steps": [30, 33]},
         {"phase": "category", "steps": [34, 35]}, {"phase": "snapshot", "steps": [36, 36]},
-        {"phase": "light_cost", "steps": [37, 96]},
+        {"phase": "residual", "steps": [37, 46]}, {"phase": "light_cost", "steps": [47, 106]},
     ]  # fmt: skip
     assert ph.describe() == (
-        "5 warm-up, 20 timed, 4 in the light timeline pass (CUDA only), 4 profiled (wait 1, "
-        "warm-up 1, active 2, repeat 1), 2 in the category step (memory by category), 1 in "
-        "the memory snapshot: 36 steps; then 60 in the light pass's cost rounds where the "
-        "loop runs on"
+        "5 warm-up, 20 timed before any pass, 4 in the light timeline pass (CUDA only), 4 "
+        "profiled (wait 1, warm-up 1, active 2, repeat 1), 2 in the category step (memory by "
+        "category), 1 in the memory snapshot: 36 steps; then 10 in the residual check and 60 "
+        "in the light pass's cost rounds where the loop runs on"
     )
     assert (ph.probe_from, ph.probe_to) == (1, 5)
     assert ph.reached(25) == "the timed steps done"
@@ -69,16 +70,17 @@ def test_phases_with_every_pass() -> None:
 def test_phases_without_the_extra_passes() -> None:
     # CPU (no light pass), --with-stack (the window exports the timeline), no snapshot
     ph = W.Phases(1, 3, ProfilerConfig(wait=0, repeat=2, with_stack=True), 0, light=False)
-    assert (ph.light, ph.full, ph.category, ph.snapshot, ph.done) == (4, 4, 10, 10, 10)
-    assert [p["phase"] for p in ph.to_manifest()] == ["warmup", "timed", "profiled"]
+    assert (ph.light, ph.full, ph.category, ph.snapshot, ph.done) == (4, 4, 10, 10, 20)
+    assert [p["phase"] for p in ph.to_manifest()] == ["warmup", "timed", "profiled", "residual"]
     assert ph.describe() == (
-        "1 warm-up, 3 timed, 6 profiled (wait 0, warm-up 1, active 2, repeat 2): 10 steps"
+        "1 warm-up, 3 timed before any pass, 6 profiled (wait 0, warm-up 1, active 2, repeat "
+        "2): 10 steps; then 10 in the residual check where the loop runs on"
     )
     # one warm-up step: the full pass's steps are probed, never the light pass's
     assert (ph.probe_from, ph.probe_to) == (4, 10) and ph.probed() == "the profiled steps 5-10"
     lit = W.Phases(1, 3, ProfilerConfig(), 0, light=True)
     assert (lit.probe_from, lit.probe_to) == (lit.full, lit.category) == (8, 12)
-    assert W.Phases(1, 3, ProfilerConfig(memory_timeline=False), 0, light=False).done == 8
+    assert W.Phases(1, 3, ProfilerConfig(memory_timeline=False), 0, light=False).done == 18
 
 
 # ------------------------------------------- the light pass, as on CUDA, on the CPU
@@ -134,7 +136,7 @@ def test_light_pass_before_the_full_window(
     m = prof.manifest
     assert m is not None and m["status"] == "ok" and m["total_steps"] == 13
     assert [p["steps"] for p in m["schedule"]] == [
-        [1, 1], [2, 3], [4, 7], [8, 11], [12, 13], [14, 73],
+        [1, 1], [2, 3], [4, 7], [8, 11], [12, 13], [14, 23], [24, 83],
     ]  # fmt: skip
     # the same marks in both passes, each its own marker: at the step ends that open the
     # recorded steps (6, 7 of the light pass; 10, 11 of the full) and one closing the last
@@ -184,8 +186,16 @@ def test_single_pass_turns_the_light_pass_off(
 ) -> None:
     prof = _loop(tmp_path / "p", 9, single_pass=True)
     m = prof.manifest
-    assert m is not None and m["status"] == "ok" and m["total_steps"] == m["schedule_steps"] == 9
-    assert [p["phase"] for p in m["schedule"]] == ["warmup", "timed", "profiled", "category"]
+    assert m is not None and m["status"] == "ok" and m["total_steps"] == 9
+    assert m["schedule_steps"] == 19  # the residual check follows where the loop runs on
+    assert [p["phase"] for p in m["schedule"]] == [
+        "warmup",
+        "timed",
+        "profiled",
+        "category",
+        "residual",
+    ]
+    assert m["observer"]["residual_absent"] == "the loop ended before the residual check"
     assert m["artifacts"]["timeline_trace"] is None
     assert m["artifacts"]["timeline_trace_absent"] == "disabled (--single-pass)"
     assert m["profiler"]["timeline_pass"] is False and m["profiler"]["timeline"] is None
@@ -201,7 +211,7 @@ def test_a_loop_ending_in_the_light_pass(tmp_path: Path, as_on_cuda: list[tuple[
     ):
         _loop(out, 6)
     m = json.loads((out / "manifest.json").read_text())
-    assert m["status"] == "incomplete" and m["total_steps"] == 6 and m["schedule_steps"] == 73
+    assert m["status"] == "incomplete" and m["total_steps"] == 6 and m["schedule_steps"] == 83
     arts = m["artifacts"]
     assert arts["timeline_trace"] is None and arts["trace"] is None
     assert arts["timeline_trace_absent"] == "the loop ended in the light timeline pass"
@@ -217,7 +227,7 @@ def test_run_on_cpu_says_why_there_is_no_light_pass(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "mlp"
-    argv = ["run", "--warmup", "1", "--steps", "2", "--profile-wait", "0", "--profile-warmup",
+    argv = ["run", "--warmup", "1", "--steps", "3", "--profile-wait", "0", "--profile-warmup",
             "1", "--profile-active", "1", "--no-ceilings", "--no-memory-timeline",
             "--single-pass", "-o", str(out), "--", str(SCRIPTS / "mlp.py")]  # fmt: skip
     assert main(argv) == 0
@@ -226,6 +236,9 @@ def test_run_on_cpu_says_why_there_is_no_light_pass(
     assert m["config"]["profiler"]["timeline_pass"] is False
     assert m["artifacts"]["timeline_trace_absent"] == "disabled (--single-pass)"
     assert m["artifacts"]["memory_timeline_absent"] == "disabled (memory_timeline=False)"
-    assert m["total_steps"] == 5 and m["schedule"][-1] == {"phase": "profiled", "steps": [4, 5]}
+    assert m["total_steps"] == 16 and m["schedule"][-2] == {"phase": "profiled", "steps": [5, 6]}
+    assert m["schedule"][-1] == {"phase": "residual", "steps": [7, 16]}
+    assert m["observer"]["residual"]["n_after"] == 10 and m["observer"]["left_behind"] == []
     assert "timeline trace: none (disabled (--single-pass))" in o
-    assert "schedule: 1 warm-up, 2 timed, 2 profiled (wait 0, warm-up 1, active 1, repeat 1): " in e
+    assert "residual after the profiler passes " in o
+    assert "schedule: 1 warm-up, 3 timed before any pass, 2 profiled (wait 0, warm-up 1, " in e

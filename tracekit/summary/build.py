@@ -197,7 +197,27 @@ def _header(trace: Any, steps: list[int], table: pd.DataFrame) -> Header:
         measured_tokens_per_s=_num(_get(man, "metrics", "tokens_per_s")),
         options=options,
         missing=missing,
+        residual=_residual_text(man),
     )
+
+
+def _residual_text(man: dict[str, Any] | None) -> str | None:
+    """The manifest's residual check in one sentence (what the passes left behind first)."""
+    obs = _get(man, "observer")
+    if not isinstance(obs, dict):
+        return None
+    res = obs.get("residual") or {}
+    text = res.get("sentence") or (
+        f"residual not checked: {obs['residual_absent']}" if obs.get("residual_absent") else None
+    )
+    left = [str(x) for x in obs.get("left_behind") or []]
+    if obs.get("cupti_attached"):
+        left.append(str(obs["cupti_attached"]))
+    if left:
+        text = f"left behind by the passes: {'; '.join(left)}" + (f"; {text}" if text else "")
+    if isinstance(obs.get("rank"), int) and text:
+        text = f"rank {obs['rank']} (the largest): {text}"
+    return text
 
 
 def _category_offset(trace: Any, times_us: np.ndarray) -> float | None:

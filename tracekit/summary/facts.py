@@ -40,6 +40,9 @@ class Header:
     measured_tokens_per_s: float | None  # manifest
     options: dict[str, bool]
     missing: list[str]
+    # the run's check that the profiler passes left nothing behind (manifest ``observer``):
+    # the residual of the steps timed after them, or why there is none; None: not checked
+    residual: str | None = None
 
 
 @dataclass
