@@ -187,6 +187,20 @@ def test_ceilings_cpu() -> None:
     assert torch.get_float32_matmul_precision() == "highest"  # restored
 
 
+def test_cpu_ceilings_keep_the_best_repeat_for_long_enough() -> None:
+    """A CPU ceiling is the fastest repeat (a repeat slowed by another process's time
+    slice is not the hardware's rate), over at least min_seconds of repeats."""
+    from tracekit.collectors.ceilings import kept_seconds
+
+    assert kept_seconds(torch.device("cpu"), [0.016, 0.0003, 0.012]) == 0.0003
+    assert kept_seconds(torch.device("cuda"), [0.016, 0.0003, 0.012]) == 0.012
+    sizes = CeilingSizes(copy_bytes=2**16, matmul_n=32, warmup=1, repeats=3, min_seconds=0.05)
+    c = measure_ceilings(torch.device("cpu"), ["fp32"], sizes)
+    assert len(c.samples["fp32"]) > 3  # repeated past the 3 asked for (capped at 300)
+    assert c.matmul_flops["fp32"] == 2 * 32**3 / min(c.samples["fp32"])
+    assert c.method.startswith("best of at least 3 repeats")
+
+
 def test_fp16_step_on_cpu_uses_grad_scaler(tmp_path: Path) -> None:
     wl = build_workload(_cfg(tmp_path / "r", dtype="fp16"), torch.device("cpu"))
     assert wl.scaler is not None

@@ -165,6 +165,7 @@ def test_report_of_a_cpu_generate_run(run: Path, tmp_path: Path) -> None:
     assert g["prefill"]["kernels"] == 0 and g["gemm"]["ms_per_step"] == 0.0
     assert doc["step_summary"]["analytic_traffic"]["weights"] == W
     assert (out / "plots" / "decode_bandwidth.png").is_file()
+    assert [w for w in doc["warnings"] if w.startswith("report invariant broken")] == []
 
 
 @pytest.mark.filterwarnings("ignore:Profiler won.t be using warmup")

@@ -300,6 +300,7 @@ def test_bare_folder_says_the_figures_are_the_profiled_windows(
 def test_report_of_the_shared_ddp_run(ddp_report: tuple[str, Any]) -> None:
     text, doc = ddp_report
     assert max(len(line) for line in text.splitlines()) <= 80
+    assert [w for w in doc["warnings"] if w.startswith("report invariant broken")] == []
     flat = _flat(text)
     v = doc["step_summary"]
     assert v["verdict"] != "communication-bound"  # not on the profiled window's wait

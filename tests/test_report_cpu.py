@@ -203,7 +203,8 @@ def test_cpu_fixture_golden(fixture_report: Any) -> None:
     ss = d["step_summary"]
     assert ss["verdict"] == "memory-bandwidth-bound" and ss["basis"] == "unprofiled"
     assert ss["shares_pct"]["operator_work"] == pytest.approx(97.9247, abs=1e-4)
-    assert d["bound_time_share_pct"]["memory-bound"] == pytest.approx(67.486, abs=1e-3)
+    assert d["bound_time_share_pct"]["memory-bound"] == pytest.approx(67.355, abs=1e-3)
+    assert sm.broken == []  # the report contradicts itself nowhere (summary/invariants.py)
     assert ss["evidence"][0].endswith("of the profiled 722.12 ms step (1 thread(s) run operators)")
     assert any(n.startswith("CPU run: 751 work operators of 2051") for n in d["notes"])
 
@@ -275,7 +276,9 @@ def test_profile_run_on_cpu_reports(tmp_path: Path) -> None:
     assert {op: ops[op] for op in want} == {op: [c] for op, c in want.items()}
     # shapes recorded, roofline known: only a few shape-less operators of a few µs each
     # (0.02 % here, 1.4 % once on a loaded 2-core host)
-    assert d["bound_time_share_pct"]["unknown"] < 5.0
+    # unknown: the wrappers' own dispatch time (aten::linear carries no FLOPs or bytes: its
+    # aten::addmm does, classify/wrappers.py), a large share of a 64x128 MLP's operator time
+    assert d["bound_time_share_pct"]["unknown"] < 35.0
     v = d["step_summary"]["verdict"]
     assert v in ("framework-overhead-bound", "compute-bound", "memory-bandwidth-bound")
     assert sm.categories is not None and d["memory"]["categories"] is True

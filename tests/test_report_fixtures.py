@@ -74,6 +74,7 @@ def test_fixture_report(run: Path, tmp_path: Path) -> None:
     assert {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()} == files
     assert res.events is not None and res.plugin_trace is not None
     doc = json.loads((out / "summary.json").read_text())
+    assert [str(v) for v in res.summary.broken] == []  # summary/invariants.py
     if run.name.startswith("h200-gpt2s-"):  # tracekit's own GPT (run-* are user scripts)
         assert {"softmax", "layernorm", "gemm"} <= set(doc["time_share_pct"])
 

@@ -238,7 +238,7 @@ def test_no_gpu_activity(tmp_path: Path) -> None:
     )
     sm = summarize(t, cls)
     ts = sm.summary["time_share_pct"]
-    assert set(ts) == {"softmax", "layernorm", "gemm"} and all(v is None for v in ts.values())
+    assert ts == {}  # no activity: no class row (absent, not a share of None)
     assert sm.summary["flop_share_pct"] is None
     assert any("no GPU activity" in n for n in sm.notes)
 

@@ -51,6 +51,20 @@ def test_sweep_records_ok_and_failed_rows(swept: Path) -> None:
     assert any((swept / "tensorboard").iterdir())
 
 
+def test_sweep_run_reports_and_fits_keep_the_invariants(swept: Path, tmp_path: Path) -> None:
+    """A CPU sweep's run reports itself without contradiction; its T² shares are shares
+    (0–1) or absent (tokens/s, which falls, has none)."""
+    import numpy as np
+
+    from tracekit.reports.run import report
+    from tracekit.sweep.fit import fit_table
+
+    sm = report(swept / "runs" / "b2-s32-fp32-naive", tmp_path / "r", no_tensorboard=True).summary
+    assert [str(v) for v in sm.broken] == []
+    share = fit_table(read_table(swept))["t2_share_at_max"].to_numpy(dtype=float)
+    assert ((share >= 0) & (share <= 1) | np.isnan(share)).all()
+
+
 def _replay(swept: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each configuration's row as the fixture's sweep recorded it, instead of a new
     subprocess (run_point's own subprocess is the fixture's)."""

@@ -46,8 +46,8 @@ def profiler_overhead(manifest: Mapping[str, Any] | None) -> str:
     if prof < 1.2 * med:
         return ""
     return (
-        f"; the profiled step took {prof:.1f} ms against {med:.1f} ms unprofiled, so part "
-        "of that idle time is the profiler's own overhead"
+        f"; the profiler lengthened the step {prof / med:.1f}× (manifest: profiled against "
+        "unprofiled step), so part of that idle time is the profiler's own overhead"
     )
 
 

@@ -51,6 +51,7 @@ from tracekit.classify.measured import Counters, Measured, apply_measured, join_
 from tracekit.classify.profiler_flops import run_profiler_flops, with_profiler_flops
 from tracekit.classify.result import Classification, in_scope, n_steps
 from tracekit.classify.tables import class_table, kernel_table, op_roofline, step_table
+from tracekit.classify.wrappers import count_once
 from tracekit.parse.cpuview import cpu_note, device_label
 
 
@@ -106,6 +107,8 @@ def classify(
     # 3. costs: torch's own FLOP estimates where the collector kept them, else the models
     ops = _with_torch_flops(trace, ops, profiler_flops, notes)
     cost = kernel_costs(k, ops, cls["class"], ctx, n_params(manifest))
+    if cpu and ctx is not None:  # a wrapper carries none of its children's cost
+        count_once(k.frame["op_id"].to_numpy(dtype=np.int64), ctx, cost)
     notes += cost_notes(ops, cost)
     pipe = kernel_pipes(k, cls["class"], cost, roof)
     # 4. counters: measured in place of modelled, where given

@@ -22,12 +22,14 @@ import tracekit.summary.cpu as CPU
 import tracekit.summary.critical_path as CP
 import tracekit.summary.gendoc as GD
 import tracekit.summary.generate as GEN
+import tracekit.summary.invariants as INV
 import tracekit.summary.memory as M
 import tracekit.summary.memory_model as MM
 import tracekit.summary.steps as S
 import tracekit.summary.stepsummary as SS
 import tracekit.summary.timeline as TL
 import tracekit.summary.verdict as V
+from tracekit.classify.manifest import NO_TRAFFIC_NOTE
 from tracekit.parse.cpuview import device_label
 from tracekit.summary.decode_model import DecodeModel, DecodeTraffic
 from tracekit.summary.document import (
@@ -299,9 +301,12 @@ def memory_facts(
     categories: CategoryMemory | None,
     tokens: int | None,
     manifest: Any,
+    unseen: int = 0,
 ) -> MemoryFacts:
-    """:class:`MemoryFacts` of the report device's ``[memory]`` events (``memory``)."""
+    """:class:`MemoryFacts` of the report device's ``[memory]`` events (``memory``);
+    ``unseen``: bytes allocated before the counter started (:func:`unseen_static`)."""
     floor = M.floor_allocated(memory, steps)
+    floor = floor + unseen if floor is not None else None
     dynamic = mem.peak_allocated_bytes - floor if mem is not None and floor is not None else None
     at_peak = M.category_peak(categories.timeline) if categories is not None else None
     model, note = MM.from_manifest(manifest if isinstance(manifest, dict) else None)
@@ -318,6 +323,22 @@ def memory_facts(
         model=model,
         model_note=note,
     )
+
+
+def unseen_static(memory: pd.DataFrame, steps: list[int], categories: CategoryMemory | None) -> int:
+    """Bytes of parameters and optimizer state the trace's allocator counter does not see:
+    on a CPU run it counts from the profiler's start, so its floor can lie below the
+    weights the per-category timeline shows (0 when it sees them, or without a timeline)."""
+    floor = M.floor_allocated(memory, steps)
+    if floor is None or categories is None:
+        return 0
+    at_peak = M.category_peak(categories.timeline)
+    static = sum(
+        v
+        for c, v in at_peak.items()
+        if MM.TIMELINE_TO_CATEGORY.get(c) in ("parameters", "optimizer_state")
+    )
+    return max(0, int(static) - int(floor))
 
 
 def trace_facts(trace: Any, timeline: TL.Timeline | str = "auto") -> TraceFacts:
@@ -352,6 +373,18 @@ def trace_facts(trace: Any, timeline: TL.Timeline | str = "auto") -> TraceFacts:
     else:
         mem, mem_source = _manifest_memory(trace)
     categories, cat_notes = _categories(trace)
+    unseen = unseen_static(memory, steps, categories)
+    if unseen and mem is not None:
+        mem = replace(
+            mem,
+            peak_allocated_bytes=mem.peak_allocated_bytes + unseen,
+            avg_allocated_bytes=mem.avg_allocated_bytes + unseen,
+        )
+        cat_notes.append(
+            f"the trace's allocator counter started after {unseen} B of parameters and "
+            "optimizer state were allocated (the per-category timeline sees them): added to "
+            "its floor, peak and average"
+        )
     st = trace.steps[trace.steps["step"] >= 0].sort_values("step")
     spans = V.input_spans(trace.ops, trace.kernels)
     starts = [int(v) for v in st["cpu_ts"]]
@@ -369,7 +402,7 @@ def trace_facts(trace: Any, timeline: TL.Timeline | str = "auto") -> TraceFacts:
         categories=categories,
         allocators=M.top_allocators(memory, TOP_ALLOCATORS, steps=n),
         memory_facts=memory_facts(
-            memory, steps, mem, categories, header.tokens_per_step, trace.manifest
+            memory, steps, mem, categories, header.tokens_per_step, trace.manifest, unseen
         ),
         input_wait_ns=V.input_wait_ns(spans, trace.kernels),
         notes=cat_notes + tl_facts.notes,
@@ -426,6 +459,7 @@ def summarize(
     # the columns the tables use: copying every classified column costs more than the rest
     k = C.in_steps(cls.kernels[[c for c in KERNEL_COLUMNS if c in cls.kernels]], steps)
     classes = C.class_table(k, n, union=union_shares)
+    classes = classes[classes["kernel_count"] > 0].reset_index(drop=True)  # none: absent
     if on_table is not None:
         on_table("classes", classes)
     bound = C.bound_shares(k)
@@ -445,6 +479,8 @@ def summarize(
         traffic=_traffic(f, dm, steps, trace.manifest),
     )
     notes.extend(ss.notes)
+    if ss.traffic is not None:  # the summary's own estimate stands in for classify's
+        notes = [x for x in notes if x != NO_TRAFFIC_NOTE]
     gen = _generate(trace, cls, f, operators, ss, roofs)
     if gen is not None:
         notes.extend(gen.notes)
@@ -478,6 +514,16 @@ def summarize(
         ),
     )
     sm.summary = summary_json(sm, top_operators=top_operators, top_kernels=top_kernels)
+    return checked(sm, cls.kernels, trace.ops)
+
+
+def checked(sm: Summary, kernels: pd.DataFrame | None, ops: pd.DataFrame | None) -> Summary:
+    """``sm`` with the report invariants it breaks (:mod:`tracekit.summary.invariants`) in
+    ``broken`` and, one line each, among its warnings."""
+    sm.broken = INV.violations(sm.summary, kernels, ops)
+    if sm.broken:
+        sm.warnings.extend(f"{INV.WARNING}{v}" for v in sm.broken)
+        sm.summary["warnings"] = list(sm.warnings)
     return sm
 
 

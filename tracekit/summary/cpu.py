@@ -256,6 +256,12 @@ def _operators_bound(
             f"step intensity {e.intensity:.1f} FLOP/B, {side} the ridge point {e.ridge:.1f} "
             f"of {e.pipe}"
         )
+        if which != "unknown" and not which.startswith("memory" if side == "below" else "comp"):
+            text.append(
+                f"verdict and step intensity differ: the verdict weighs operator time "
+                f"({mem:.1f} % memory-bound), the step intensity pools every operator's "
+                "FLOPs and bytes, so the few operators that hold most of them decide it"
+            )
     threads = f" (this run used {cu.intra_op_threads})" if cu.intra_op_threads else ""
     if which == "memory-bandwidth-bound":
         text.append(

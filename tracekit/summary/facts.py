@@ -115,3 +115,4 @@ class Summary(TraceFacts):
     # the multi-rank analysis (tracekit.ranks.reduce.RanksSummary) of a multi-rank report
     ranks: Any = None
     roof_note: str | None = None  # why a figure above 100 % of its roof is shown
+    broken: list[Any] = field(default_factory=list)  # report invariants broken (invariants.py)

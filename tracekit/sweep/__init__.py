@@ -149,7 +149,9 @@ def _describe(lines: list[str], outs: SweepOutputs) -> str:
         ].iterrows():
             extra = ""
             if not pd.isna(f["quad_c"]):
-                extra = f"  quad R² {f['quad_r2']:.3f}, T² share {100 * f['t2_share_at_max']:.0f} %"
+                extra = f"  quad R² {f['quad_r2']:.3f}"
+            if not pd.isna(f["t2_share_at_max"]):  # a share only where the T² term is a part
+                extra += f", T² share {100 * f['t2_share_at_max']:.0f} %"
             lines.append(
                 f"  {f['quantity']:<19} vs {f['axis']:<5} [{f['line']}]: "
                 f"{f['exponent']:+.2f} (R² {f['r2']:.3f}){extra}"

@@ -307,7 +307,7 @@ def scaling_findings(fits: pd.DataFrame) -> list[str]:
     f = fits[(fits["quantity"] == q) & (fits["axis"] == "seq")]
     for _, r in f.iterrows():
         s = f"Along seq ({r['line']}) it grows as seq^{r['exponent']:.2f} (R² {r['r2']:.3f})"
-        if not pd.isna(r["quad_c"]):
+        if not pd.isna(r["t2_share_at_max"]):
             s += (
                 f"; the quadratic fit (R² {r['quad_r2']:.3f}) puts "
                 f"{100 * r['t2_share_at_max']:.0f} % of it in the T² term at seq "

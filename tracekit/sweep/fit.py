@@ -77,7 +77,11 @@ def quadratic_fit(t: Any, y: Any) -> QuadFit:
     fitted = a + b * ta + c * ta**2
     tmax = float(ta.max())
     top = a + b * tmax + c * tmax**2
-    share = float(c * tmax**2 / top) if top else math.nan
+    # a share of the fitted value only where the T² term is a part of it (0–100 %): a
+    # falling quantity (tokens/s) or a term larger than the whole has none
+    share = float(c * tmax**2 / top) if top > 0 else math.nan
+    if not 0.0 <= share <= 1.0:
+        share = math.nan
     return QuadFit(float(a), float(b), float(c), _r2(ya, fitted), len(ta), share)
 
 
