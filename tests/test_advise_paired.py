@@ -88,6 +88,12 @@ def test_overlay_puts_the_paired_ratio_on_the_remeasured_baseline() -> None:
     assert kept["step_time_ms"] == 48.0 and math.isnan(kept["ratio_hi"])
     assert kept["effect"] == "paired timing failed: CUDA out of memory"
     assert MP.overlay(row, base, None)["effect"] == "one sample (no paired rounds)"
+    # one round: the worker's t-interval is [0, inf]; the row says it has no interval
+    one = ratio_interval([0.84])
+    single = MP.overlay(row, base, {"status": "ok", "interval": one.to_dict()})
+    assert single["rounds"] == 1 and single["effect"] == MP.NO_INTERVAL
+    assert math.isnan(single["ratio_lo"]) and math.isnan(single["ratio_hi"])
+    assert single["step_time_ms"] == pytest.approx(50 * 0.84)
     rows = {"a": got, "b": {**got, "ratio_hi": 1.02}, "c": {**got, "ratio_hi": math.nan}}
     assert MP.sure_gains(rows, base, "time") == {"a"}
     assert MP.sure_gains(rows, base, "memory") == {"a", "b", "c"}
@@ -152,3 +158,27 @@ def test_resume_keeps_a_finished_timing_of_the_same_spec(
     # an error is never kept
     assert MP.run_one("bad", base, other, tmp_path, 12.0, opts)["status"] == "error"
     assert MP.run_one("bad", base, other, tmp_path, 12.0, opts, resume=True)["run"] == 6
+
+
+def test_interval_text_says_how_many_rounds_it_rests_on() -> None:
+    from tracekit.reports.advise import interval
+
+    def r(lo: float, hi: float, n: int, status: str = "ok") -> dict[str, object]:
+        return {"status": status, "ratio_lo": lo, "ratio_hi": hi, "rounds": n}
+
+    assert interval(r(0.66, 0.72, 12)) == "0.66-0.72 (12)"
+    assert interval(r(0.66, 0.72, 12), long=True) == "0.66-0.72 (12 rounds)"
+    assert interval(r(0.99, 1.02, 7)) == "=0.99-1.02 (7)"
+    # a tight interval is shown with the digits that tell its ends apart, never 0.84-0.84
+    assert interval(r(0.8384, 0.8431, 5)) == "0.838-0.843 (5)"
+    assert interval(r(0.84, 0.84, 5)) == "5 rounds, no spread"  # identical rounds
+    assert interval(r(math.nan, math.nan, 1)) == "1 round, no interval"
+    assert interval(r(0.0, math.inf, 1)) == "1 round, no interval"  # the worker's one round
+    assert interval(r(math.nan, math.nan, 0)) == "1 collect, no interval"  # --no-paired
+    assert interval(r(0.5, 0.6, 5, "oom")) == "–"
+    # every interval computed from >= 2 distinct rounds has a visible width
+    for rounds in ([0.84, 0.8401], [0.84, 0.8401, 0.8399], [1.0, 1.00001]):
+        iv = ratio_interval(rounds)
+        text = interval(r(iv.lo, iv.hi, iv.rounds))
+        lo, hi = text.lstrip("=").split(" ")[0].split("-")
+        assert lo != hi, text
