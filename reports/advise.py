@@ -186,6 +186,8 @@ def ranked(doc: Mapping[str, Any], table: pd.DataFrame) -> RenderableType:
     for r in table.to_dict(orient="records"):
         name = "combination" if r["kind"] == "combination" else str(r["lever"])
         t.add_row(_rank(r["rank"]), Text(name, no_wrap=True, overflow="ellipsis"), *_cells(r, pred))
+        if isinstance(r.get("slower_why"), str):
+            why.append(Text(f"  {r['slower_why']}", style="yellow"))
         if r["status"] not in ("ok", "not run"):
             why.append(Text(f"  {name}: {r['status']}: {r.get('error') or ''}", style="yellow"))
         elif not _ok(r["pred_step_ratio"]):
@@ -305,6 +307,8 @@ _COLS: list[tuple[str, str, str, Callable[[Any], str]]] = [
     ("time error %", "", "step_error_pct", signed),
     ("predicted peak Δ MiB", "", "pred_peak_delta_bytes", mib),
     ("peak error %", "", "peak_error_pct", signed),
+    ("why it slows the step", "l", "slower_why",
+     lambda v: v if isinstance(v, str) else fmt.DASH),
     ("why the time prediction misses", "l", "prediction_note",
      lambda v: v if isinstance(v, str) else fmt.DASH),
     ("addresses", "l", "addresses", str),

@@ -19,6 +19,7 @@ import tracekit.advise.measure as MS
 import tracekit.advise.paired as MP
 import tracekit.advise.search as S
 import tracekit.advise.table as TB
+import tracekit.advise.why as W
 import tracekit.summary.cpanchor as CPA
 from tracekit.advise.baseline import Baseline, analyse
 from tracekit.advise.predict import Prediction, predict, predict_all
@@ -75,18 +76,18 @@ def default_out(run: Path) -> Path:
     return run.parent / f"{run.name}-advise"
 
 
-def verdict_of(run_dir: Path) -> str | None:
-    """The verdict of a measured row's run (None where there is none: a CPU run)."""
+def facts_of(run_dir: Path) -> W.RunFacts | None:
+    """What a measured row's run says about its step: its verdict and host work (None
+    where the run cannot be read)."""
     from tracekit.classify import classify
     from tracekit.parse import load
     from tracekit.summary import summarize
 
     try:
         t = load(run_dir)
-        sm = summarize(t, classify(t, manifest=t.manifest))
+        return W.facts(t, summarize(t, classify(t, manifest=t.manifest)))
     except Exception:  # a run we cannot read has no verdict
         return None
-    return None if sm.verdict is None else str(sm.verdict.verdict)
 
 
 def baseline_block(b: Baseline, measured: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -179,8 +180,9 @@ def advise(
         elif base is not None and row.get("status") == "ok":
             measured.update(_paired(b, {"combination": ccfg}, by_key,
                                     {"combination": cpoint}, base, dest, opts))  # fmt: skip
-    verdicts = {k: verdict_of(dest / str(r["run_dir"])) for k, r in by_key.items()
-                if r.get("status") == "ok" and r.get("run_dir")}  # fmt: skip
+    facts = {k: facts_of(dest / str(r["run_dir"])) for k, r in by_key.items()
+             if r.get("status") == "ok" and r.get("run_dir")}  # fmt: skip
+    verdicts = {k: f.verdict for k, f in facts.items() if f is not None}
     rows = []
     for p in preds:
         meas = measured.get(p.lever) or (by_key.get(points[p.lever].key) if p.lever in points
@@ -191,6 +193,8 @@ def advise(
         meas = measured.get("combination") or by_key.get(cpoint.key)
         rows.append(TB.row(combo, "combination", meas, base, base_pred,
                            (b.verdict, verdicts.get(cpoint.key))))  # fmt: skip
+    if base is not None:
+        TB.add_slower_why(rows, facts.get(str(base.get("key"))), facts)
     table = TB.rank(pd.DataFrame(rows, columns=list(TB.COLUMNS)), opts.objective)
     combination = _combination(chosen, dropped, gains, combo, table, opts.objective)
     if found is not None:
