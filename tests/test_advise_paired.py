@@ -182,3 +182,56 @@ def test_interval_text_says_how_many_rounds_it_rests_on() -> None:
         text = interval(r(iv.lo, iv.hi, iv.rounds))
         lo, hi = text.lstrip("=").split(" ")[0].split("-")
         assert lo != hi, text
+
+
+def test_search_measurer_times_a_combination_against_the_best_so_far(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each search step is a worker timing the combination (other) against the best so far
+    (base); its ratio comes back as an Interval (a cost ratio with per_token); the search's
+    budget is shared out and, once spent, the answer is BUDGET."""
+    import json
+
+    import tracekit.advise.levers as L
+    from tracekit.advise.search import BUDGET, Interval
+    from tracekit.collectors.config import config_from_dict
+
+    run = Path(__file__).resolve().parents[1] / "fixtures" / "cpu-tiny-fp32-naive"
+    base_cfg = json.loads((run / "manifest.json").read_text())["config"]
+    specs: list[dict[str, object]] = []
+    ratios = iter([[0.9, 0.92, 0.88], [1.1]])
+
+    def worker(spec: Path, res: Path) -> list[str]:
+        specs.append(json.loads(spec.read_text()))
+        from tracekit.collectors.paired_stats import ratio_interval
+
+        iv = ratio_interval(next(ratios)).to_dict()
+        doc = json.dumps({"status": "ok", "interval": iv})
+        return [sys.executable, "-c", f"open({str(res)!r}, 'w').write({doc!r})"]
+
+    monkeypatch.setattr(MP, "worker_command", worker)
+
+    def config(names: tuple[str, ...]) -> dict[str, object]:
+        return L.combine([L.LEVERS[n] for n in names], base_cfg, 2)
+
+    def tokens(names: tuple[str, ...]) -> float:
+        return float(int(config(names)["batch"]))  # type: ignore[call-overload]
+
+    now = [0.0]
+    opts = MP.PairedOptions(budget_s=100.0)  # the search: 50 s
+    m = MP.SearchMeasurer(config, tokens, tmp_path, opts, 2, per_token=True, clock=lambda: now[0])
+    got = m(("sdpa",), ("sdpa", "batch"))
+    assert isinstance(got, Interval) and got.rounds == 3 and got.has_interval
+    # a cost ratio: the step ratio over the tokens-per-step ratio (batch x2)
+    assert got.ratio == pytest.approx(0.8997 / 2, abs=1e-4)
+    spec = specs[0]
+    assert spec["base"] == config(("sdpa",)) and spec["other"] == config(("sdpa", "batch"))
+    assert spec["rounds"]["budget_s"] == pytest.approx(25.0)  # type: ignore[index]
+    assert (tmp_path / "paired" / "search-sdpa+batch.json").is_file()
+    config_from_dict(spec["other"])  # type: ignore[arg-type]  # the worker can build it
+    now[0] = 30.0
+    one = m(("sdpa",), ("sdpa", "adamw-fused"))  # one round: no interval
+    assert isinstance(one, Interval) and one.rounds == 1 and not one.has_interval
+    assert specs[1]["rounds"]["budget_s"] == pytest.approx(20.0)  # type: ignore[index]
+    now[0] = 50.0
+    assert m(("sdpa",), ("sdpa", "compile")) == BUDGET and len(specs) == 2
