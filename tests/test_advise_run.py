@@ -232,6 +232,7 @@ def test_a_combination_slower_than_the_best_single_lever_is_not_recommended(
     a = advise(RUN, tmp_path / "o", dataclasses.replace(OPTS, levers=("sdpa", "adamw-fused")))
     combo = a.doc["combination"]
     assert combo["levers"] == ["sdpa"] and len(fake.calls) == 1  # no combination collected
+    assert combo["result"] == "sdpa alone: no other lever gained on top of it (nothing more gains)"
     assert combo["search"]["best_vs_baseline"]["ratio"] == pytest.approx(0.84)
     assert not combo["search"]["steps"][0]["kept"]
     (note,) = combo["search"]["interactions"]

@@ -200,6 +200,9 @@ def advise(
     if found is not None:
         combination["method"] = SEARCH_METHOD
         combination["search"] = CB.search_block(found, opts.objective)
+        if len(found.best) == 1 and len(found.order) > 1:
+            combination["result"] = (f"{found.best[0]} alone: no other lever gained on top of "
+                                     f"it ({found.stopped})")  # fmt: skip
     doc = TB.document(run=str(run), objective=opts.objective, table=table,
                       baseline=baseline_block(b, base), combination=combination, notes=notes,
                       predicted_only=False)  # fmt: skip
