@@ -133,20 +133,41 @@ def _cells(r: Mapping[str, Any], pred: bool) -> list[str]:
 
 LEGEND = (
     "ms: step time; x: against the re-measured baseline, from paired rounds; 90 %: its "
-    "interval (=: no measurable difference, 1 sample: one collect); Δ MiB: peak memory "
-    "change; pred x: predicted; err %, mem %: (predicted - measured) / measured step time, peak"
+    "interval and (n) the rounds it rests on (=: no measurable difference; 1 collect: no "
+    "paired rounds); tok/s: tokens/s; Δ MiB: peak memory change; pred: predicted x; err %, "
+    "mem %: (predicted - measured) / measured step time, peak"
 )
 
 PRED_LEGEND = "pred ms, x: predicted step time and ratio; Δ MiB: predicted peak memory change"
 
 
-def interval(r: Mapping[str, Any]) -> str:
-    """The step ratio's 90 % interval over paired rounds ('=' marks one holding 1.0)."""
-    lo, hi = r.get("ratio_lo"), r.get("ratio_hi")
-    if not (_ok(lo) and _ok(hi)):
-        return "1 sample" if r.get("status") == "ok" else fmt.DASH
+def bounds(lo: float, hi: float) -> str:
+    """``lo-hi`` at two decimals, or as many more (up to six) as tell its ends apart."""
+    for d in range(2, 7):
+        a, b = f"{lo:.{d}f}", f"{hi:.{d}f}"
+        if a != b:
+            break
+    return f"{a}-{b}"
+
+
+def interval(r: Mapping[str, Any], long: bool = False) -> str:
+    """The step ratio's 90 % interval over paired rounds and how many rounds it rests on
+    ('=' marks one holding 1.0): ``0.66-0.72 (12)`` (``long``: ``(12 rounds)``). One round
+    has no interval and says so; identical rounds show no spread rather than a zero-width
+    interval; a row without paired rounds is one collect."""
+    lo, hi, n = r.get("ratio_lo"), r.get("ratio_hi"), r.get("rounds")
+    rounds = int(n) if _ok(n) else 0
+    if r.get("status") != "ok":
+        return fmt.DASH
+    if rounds == 0:
+        return "1 collect, no interval"
+    if rounds == 1 or not (_ok(lo) and _ok(hi)):
+        return "1 round, no interval"
+    if float(lo) == float(hi):
+        return f"{rounds} rounds, no spread"
     mark = "=" if float(lo) <= 1.0 <= float(hi) else ""
-    return f"{mark}{float(lo):.2f}-{float(hi):.2f}"
+    tail = f" ({rounds} rounds)" if long else f" ({rounds})"
+    return f"{mark}{bounds(float(lo), float(hi))}{tail}"
 
 
 def ranked(doc: Mapping[str, Any], table: pd.DataFrame) -> RenderableType:
@@ -157,14 +178,16 @@ def ranked(doc: Mapping[str, Any], table: pd.DataFrame) -> RenderableType:
     if pred:
         cols += [("pred ms", "right"), ("x", "right"), ("tokens/s", "right"), ("Δ MiB", "right")]
     else:
-        cols += [("ms", "right"), ("x", "right"), ("90 %", "right"), ("tokens/s", "right"),
+        cols += [("ms", "right"), ("x", "right"), ("90 %", "right"), ("tok/s", "right"),
                  ("Δ MiB", "right"),
-                 ("pred x", "right"), ("err %", "right"), ("mem %", "right")]  # fmt: skip
+                 ("pred", "right"), ("err %", "right"), ("mem %", "right")]  # fmt: skip
     t = _table(f"levers ranked by {doc['objective']}", cols)
     why: list[Text] = []
     for r in table.to_dict(orient="records"):
         name = "combination" if r["kind"] == "combination" else str(r["lever"])
         t.add_row(_rank(r["rank"]), Text(name, no_wrap=True, overflow="ellipsis"), *_cells(r, pred))
+        if isinstance(r.get("slower_why"), str):
+            why.append(Text(f"  {r['slower_why']}", style="yellow"))
         if r["status"] not in ("ok", "not run"):
             why.append(Text(f"  {name}: {r['status']}: {r.get('error') or ''}", style="yellow"))
         elif not _ok(r["pred_step_ratio"]):
@@ -190,11 +213,47 @@ def why(table: pd.DataFrame) -> Table:
     return t
 
 
+def _iv_text(iv: Mapping[str, Any] | None) -> str:
+    """An interval block of ``advise.json`` (``ratio``, ``lo``, ``hi``, ``rounds``)."""
+    if not iv:
+        return fmt.DASH
+    r = {"status": "ok", "ratio_lo": iv.get("lo"), "ratio_hi": iv.get("hi"),
+         "rounds": iv.get("rounds")}  # fmt: skip
+    return f"{ratio(iv.get('ratio'))} [{interval(r)}]"
+
+
+def search_table(search: Mapping[str, Any]) -> RenderableType:
+    """Each step of the measured search: the combination tried, its ratio against the best
+    so far (paired rounds between the two), chained to the baseline, kept or why not."""
+    t = _table("search steps (x vs best: paired rounds against the best so far)",
+               [("tried", "left"), ("x vs best [90 % (rounds)]", "right"),
+                ("x vs baseline", "right")])  # fmt: skip
+    t.add_column("", overflow="fold")
+    for st in search.get("steps") or []:
+        mark = "kept" if st["kept"] else st["why"]
+        t.add_row(Text("+".join(st["levers"]), no_wrap=True, overflow="ellipsis"),
+                  _iv_text(st.get("vs_best")), ratio((st.get("vs_baseline") or {}).get("ratio")),
+                  Text(mark))  # fmt: skip
+    return t
+
+
 def combination(doc: Mapping[str, Any], table: pd.DataFrame) -> RenderableType:
     c = doc.get("combination")
     if not c:
         return Text("")
-    lines = [Text("best combination (greedy on measured gains)", style="bold")]
+    search = c.get("search")
+    title = "recommended: the best configuration measured" if search else \
+        "best combination (greedy on measured gains)"  # fmt: skip
+    lines: list[RenderableType] = [Text(title, style="bold")]
+    if search:
+        order = ", ".join(search["order"]) or "none"
+        best = "+".join(search["best"]) or "the baseline"
+        lines.append(Text(f"  {best}: x{_iv_text(search.get('best_vs_baseline'))} against the "
+                          f"baseline; levers that gained alone, tried in this order: {order}; "
+                          f"stopped: {search['stopped']}"))  # fmt: skip
+        if search.get("steps"):
+            lines.append(search_table(search))
+        lines += [Text(f"  interaction: {x}", style="yellow") for x in search["interactions"]]
     r = table[table["kind"] == "combination"]
     if len(r):
         x = r.iloc[0]
@@ -205,7 +264,7 @@ def combination(doc: Mapping[str, Any], table: pd.DataFrame) -> RenderableType:
         ))  # fmt: skip
         if x["status"] != "ok":
             lines.append(Text(f"  {x['status']}: {x.get('error') or ''}", style="yellow"))
-    else:
+    elif not search:
         lines.append(Text(f"  {c['result']}"))
     return Group(*lines)
 
@@ -248,6 +307,8 @@ _COLS: list[tuple[str, str, str, Callable[[Any], str]]] = [
     ("time error %", "", "step_error_pct", signed),
     ("predicted peak Δ MiB", "", "pred_peak_delta_bytes", mib),
     ("peak error %", "", "peak_error_pct", signed),
+    ("why it slows the step", "l", "slower_why",
+     lambda v: v if isinstance(v, str) else fmt.DASH),
     ("why the time prediction misses", "l", "prediction_note",
      lambda v: v if isinstance(v, str) else fmt.DASH),
     ("addresses", "l", "addresses", str),
@@ -281,6 +342,20 @@ def render_html(doc: Mapping[str, Any], table: pd.DataFrame) -> str:
         for r in table.to_dict(orient="records")
     )
     combo = doc.get("combination") or {}
+    search = combo.get("search") or {}
+    steps = "".join(
+        f"<li>{e('+'.join(st['levers']))}: x vs best {e(_iv_text(st.get('vs_best')))}; "
+        f"{e('kept' if st['kept'] else st['why'])}</li>"
+        for st in search.get("steps") or []
+    )
+    found = (
+        f"<p>recommended: {e('+'.join(search['best']) or 'the baseline')}, "
+        f"x{e(_iv_text(search.get('best_vs_baseline')))} against the baseline; stopped: "
+        f"{e(search['stopped'])}</p><ul>{steps}</ul>"
+        + "".join(f'<div class="warn">interaction: {e(x)}</div>' for x in search["interactions"])
+        if search
+        else ""
+    )
     notes = "".join(f'<div class="warn">{e(n)}</div>' for n in doc.get("notes") or [])
     return (
         f"<!doctype html><html><head><meta charset='utf-8'>"
@@ -291,13 +366,13 @@ def render_html(doc: Mapping[str, Any], table: pd.DataFrame) -> str:
         f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody>"
         f"</table></div>"
         f"<h2>Best combination</h2><p>{e(combo.get('result', 'not measured (predictions only)'))}"
-        f"</p><p class='note'>{e(combo.get('method', ''))}</p>"
+        f"</p>{found}<p class='note'>{e(combo.get('method', ''))}</p>"
         f"<h2>How each prediction was made</h2><ul>{ev}</ul>{notes}</body></html>"
     )
 
 
 def _with_interval(table: pd.DataFrame) -> list[dict[str, Any]]:
-    return [{**r, "interval": interval(r)} for r in table.to_dict(orient="records")]
+    return [{**r, "interval": interval(r, long=True)} for r in table.to_dict(orient="records")]
 
 
 def markdown(table: pd.DataFrame) -> str:

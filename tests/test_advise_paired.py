@@ -88,6 +88,12 @@ def test_overlay_puts_the_paired_ratio_on_the_remeasured_baseline() -> None:
     assert kept["step_time_ms"] == 48.0 and math.isnan(kept["ratio_hi"])
     assert kept["effect"] == "paired timing failed: CUDA out of memory"
     assert MP.overlay(row, base, None)["effect"] == "one sample (no paired rounds)"
+    # one round: the worker's t-interval is [0, inf]; the row says it has no interval
+    one = ratio_interval([0.84])
+    single = MP.overlay(row, base, {"status": "ok", "interval": one.to_dict()})
+    assert single["rounds"] == 1 and single["effect"] == MP.NO_INTERVAL
+    assert math.isnan(single["ratio_lo"]) and math.isnan(single["ratio_hi"])
+    assert single["step_time_ms"] == pytest.approx(50 * 0.84)
     rows = {"a": got, "b": {**got, "ratio_hi": 1.02}, "c": {**got, "ratio_hi": math.nan}}
     assert MP.sure_gains(rows, base, "time") == {"a"}
     assert MP.sure_gains(rows, base, "memory") == {"a", "b", "c"}
@@ -152,3 +158,80 @@ def test_resume_keeps_a_finished_timing_of_the_same_spec(
     # an error is never kept
     assert MP.run_one("bad", base, other, tmp_path, 12.0, opts)["status"] == "error"
     assert MP.run_one("bad", base, other, tmp_path, 12.0, opts, resume=True)["run"] == 6
+
+
+def test_interval_text_says_how_many_rounds_it_rests_on() -> None:
+    from tracekit.reports.advise import interval
+
+    def r(lo: float, hi: float, n: int, status: str = "ok") -> dict[str, object]:
+        return {"status": status, "ratio_lo": lo, "ratio_hi": hi, "rounds": n}
+
+    assert interval(r(0.66, 0.72, 12)) == "0.66-0.72 (12)"
+    assert interval(r(0.66, 0.72, 12), long=True) == "0.66-0.72 (12 rounds)"
+    assert interval(r(0.99, 1.02, 7)) == "=0.99-1.02 (7)"
+    # a tight interval is shown with the digits that tell its ends apart, never 0.84-0.84
+    assert interval(r(0.8384, 0.8431, 5)) == "0.838-0.843 (5)"
+    assert interval(r(0.84, 0.84, 5)) == "5 rounds, no spread"  # identical rounds
+    assert interval(r(math.nan, math.nan, 1)) == "1 round, no interval"
+    assert interval(r(0.0, math.inf, 1)) == "1 round, no interval"  # the worker's one round
+    assert interval(r(math.nan, math.nan, 0)) == "1 collect, no interval"  # --no-paired
+    assert interval(r(0.5, 0.6, 5, "oom")) == "–"
+    # every interval computed from >= 2 distinct rounds has a visible width
+    for rounds in ([0.84, 0.8401], [0.84, 0.8401, 0.8399], [1.0, 1.00001]):
+        iv = ratio_interval(rounds)
+        text = interval(r(iv.lo, iv.hi, iv.rounds))
+        lo, hi = text.lstrip("=").split(" ")[0].split("-")
+        assert lo != hi, text
+
+
+def test_search_measurer_times_a_combination_against_the_best_so_far(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each search step is a worker timing the combination (other) against the best so far
+    (base); its ratio comes back as an Interval (a cost ratio with per_token); the search's
+    budget is shared out and, once spent, the answer is BUDGET."""
+    import json
+
+    import tracekit.advise.levers as L
+    from tracekit.advise.search import BUDGET, Interval
+    from tracekit.collectors.config import config_from_dict
+
+    run = Path(__file__).resolve().parents[1] / "fixtures" / "cpu-tiny-fp32-naive"
+    base_cfg = json.loads((run / "manifest.json").read_text())["config"]
+    specs: list[dict[str, object]] = []
+    ratios = iter([[0.9, 0.92, 0.88], [1.1]])
+
+    def worker(spec: Path, res: Path) -> list[str]:
+        specs.append(json.loads(spec.read_text()))
+        from tracekit.collectors.paired_stats import ratio_interval
+
+        iv = ratio_interval(next(ratios)).to_dict()
+        doc = json.dumps({"status": "ok", "interval": iv})
+        return [sys.executable, "-c", f"open({str(res)!r}, 'w').write({doc!r})"]
+
+    monkeypatch.setattr(MP, "worker_command", worker)
+
+    def config(names: tuple[str, ...]) -> dict[str, object]:
+        return L.combine([L.LEVERS[n] for n in names], base_cfg, 2)
+
+    def tokens(names: tuple[str, ...]) -> float:
+        return float(int(config(names)["batch"]))  # type: ignore[call-overload]
+
+    now = [0.0]
+    opts = MP.PairedOptions(budget_s=100.0)  # the search: 50 s
+    m = MP.SearchMeasurer(config, tokens, tmp_path, opts, 2, per_token=True, clock=lambda: now[0])
+    got = m(("sdpa",), ("sdpa", "batch"))
+    assert isinstance(got, Interval) and got.rounds == 3 and got.has_interval
+    # a cost ratio: the step ratio over the tokens-per-step ratio (batch x2)
+    assert got.ratio == pytest.approx(0.8997 / 2, abs=1e-4)
+    spec = specs[0]
+    assert spec["base"] == config(("sdpa",)) and spec["other"] == config(("sdpa", "batch"))
+    assert spec["rounds"]["budget_s"] == pytest.approx(25.0)  # type: ignore[index]
+    assert (tmp_path / "paired" / "search-sdpa+batch.json").is_file()
+    config_from_dict(spec["other"])  # type: ignore[arg-type]  # the worker can build it
+    now[0] = 30.0
+    one = m(("sdpa",), ("sdpa", "adamw-fused"))  # one round: no interval
+    assert isinstance(one, Interval) and one.rounds == 1 and not one.has_interval
+    assert specs[1]["rounds"]["budget_s"] == pytest.approx(20.0)  # type: ignore[index]
+    now[0] = 50.0
+    assert m(("sdpa",), ("sdpa", "compile")) == BUDGET and len(specs) == 2

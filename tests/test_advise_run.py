@@ -168,30 +168,76 @@ class FakeSweep:
         return pd.DataFrame(rows)
 
 
-def test_best_combination_is_greedy_and_measured(
+def fake_search(script: Mapping[str, float], calls: list[tuple[str, str]]) -> Any:
+    """Stands in for a search step's paired worker: the combination's ratio against the
+    best so far from ``script`` (keyed by the combination, ``a+b``), +-1 %, 6 rounds."""
+
+    def run_one(name: str, base: Any, other: Any, *a: Any, **k: Any) -> dict[str, Any]:
+        tried = name.removeprefix("search-")
+        calls.append((tried, f"{base.get('attention')}/{other.get('attention')}"))
+        r = script[tried]
+        return {"status": "ok", "interval": {"ratio": r, "lo": r * 0.99, "hi": r * 1.01,
+                                             "rounds": 6, "effect": ""}}  # fmt: skip
+
+    return run_one
+
+
+def test_best_combination_is_searched_and_measured(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     fake = FakeSweep({"baseline": (100.0, 1e9), "sdpa": (80.0, 0.9e9), "adamw-fused": (90.0, 1e9),
                       "checkpoint": (130.0, 0.5e9), "grad-accum": (190.0, 1.1e9),
-                      "combination": (70.0, 0.9e9)})  # fmt: skip
+                      "combination": (71.0, 0.9e9)})  # fmt: skip
+    calls: list[tuple[str, str]] = []
     monkeypatch.setattr(MS, "run", fake)
     monkeypatch.setattr(MP, "run_all", fake_paired(fake))
+    monkeypatch.setattr(MP, "run_one", fake_search({"sdpa+adamw-fused": 0.875}, calls))
     opts = dataclasses.replace(OPTS, levers=("sdpa", "adamw-fused", "checkpoint", "grad-accum"))
     a = advise(RUN, tmp_path / "o", opts)
+    # the combination is timed against the best single lever (sdpa), in its own worker
+    assert calls == [("sdpa+adamw-fused", "sdpa/sdpa")]
     assert fake.calls == [["baseline", "sdpa", "adamw-fused", "checkpoint", "grad-accum"],
                           ["baseline", "sdpa", "adamw-fused", "checkpoint", "grad-accum",
                            "combination"]]  # fmt: skip
     combo = a.doc["combination"]
     assert combo["levers"] == ["sdpa", "adamw-fused"] and combo["result"] == "measured"
-    assert combo["gains"] == {"sdpa": 1.25, "adamw-fused": 100 / 90, "checkpoint": 100 / 130,
-                              "grad-accum": 100 / 190}  # fmt: skip
+    assert combo["method"].startswith("measured search")
+    search = combo["search"]
+    assert search["order"] == ["sdpa", "adamw-fused"] and search["stopped"] == "nothing more gains"
+    (step,) = search["steps"]
+    assert step["kept"] and step["vs_best"]["ratio"] == 0.875 and step["vs_best"]["rounds"] == 6
+    assert step["vs_baseline"]["ratio"] == pytest.approx(0.7)
     rows = _rows(a.table)
     c = rows["sdpa+adamw-fused"]
-    assert (c["kind"], c["rank"], c["step_ms"], c["step_ratio"]) == ("combination", 1, 70.0, 0.7)
+    # the chained ratio (sdpa's against the baseline x the step's), not the single collect's
+    assert (c["kind"], c["rank"]) == ("combination", 1)
+    assert (c["step_ms"], c["step_ratio"]) == pytest.approx((70.0, 0.7))
+    assert c["ratio_lo"] < 0.7 < c["ratio_hi"] and c["rounds"] == 5 and c["effect"] == "faster"
     assert c["pred_step_ratio"] < rows["sdpa"]["pred_step_ratio"]
     assert a.table["lever"].tolist()[:3] == ["sdpa+adamw-fused", "sdpa", "adamw-fused"]
     mem = advise(RUN, tmp_path / "m", dataclasses.replace(opts, objective="memory"))
     assert mem.doc["combination"]["levers"] == ["checkpoint", "sdpa"]  # peak: 0.5 and 0.9 GB
+
+
+def test_a_combination_slower_than_the_best_single_lever_is_not_recommended(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # the issue's case: compile 0.69 alone, sdpa 0.84 alone, sdpa on top of compile slower
+    fake = FakeSweep({"baseline": (100.0, 1e9), "sdpa": (84.0, 0.9e9),
+                      "adamw-fused": (95.0, 1e9)})  # fmt: skip
+    calls: list[tuple[str, str]] = []
+    monkeypatch.setattr(MS, "run", fake)
+    monkeypatch.setattr(MP, "run_all", fake_paired(fake))
+    monkeypatch.setattr(MP, "run_one", fake_search({"sdpa+adamw-fused": 1.1}, calls))
+    a = advise(RUN, tmp_path / "o", dataclasses.replace(OPTS, levers=("sdpa", "adamw-fused")))
+    combo = a.doc["combination"]
+    assert combo["levers"] == ["sdpa"] and len(fake.calls) == 1  # no combination collected
+    assert combo["result"] == "sdpa alone: no other lever gained on top of it (nothing more gains)"
+    assert combo["search"]["best_vs_baseline"]["ratio"] == pytest.approx(0.84)
+    assert not combo["search"]["steps"][0]["kept"]
+    (note,) = combo["search"]["interactions"]
+    assert note.startswith("adamw-fused on top of sdpa: ×1.10 [1.09–1.11, 6 rounds]")
+    assert a.table["lever"].tolist()[0] == "sdpa"
 
 
 def test_interrupt_exits_130(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -221,5 +267,5 @@ def test_a_lever_without_a_measurable_difference_stays_out(
     assert rows["sdpa"]["effect"] == "faster" and rows["sdpa"]["rank"] == 1
     from tracekit.reports.advise import interval
 
-    assert interval(rows["adamw-fused"]) == "=0.90-1.10"
-    assert interval(rows["sdpa"]) == "0.79-0.81"
+    assert interval(rows["adamw-fused"]) == "=0.90-1.10 (5)"
+    assert interval(rows["sdpa"]) == "0.79-0.81 (5)"

@@ -27,9 +27,11 @@ LEAVES_OUT: dict[str, str] = {
         "the host gaps between the GPU's kernels that a graph removes are not seen"
     ),
     "batch": (
-        "the model repeats each forward/backward kernel's time above a fixed per-kernel cost; "
-        "larger GEMMs running closer to the roof and the host's per-step work spread over "
-        "more tokens are not modelled"
+        "the model takes each GEMM at the larger size to run at the best rate the device has "
+        "shown for its pipe (the measured matmul ceiling, or a faster GEMM of the trace) unless "
+        "that is quicker than its time now, and every other kernel's time above a fixed cost "
+        "to scale; the GEMMs' real efficiency at the larger size (tiles, waves, split-K) and "
+        "the host's per-step work spread over more tokens are not modelled"
     ),
     "grad-accum": (
         "the model repeats the forward and backward (kernels and host time) per micro-batch "

@@ -1,6 +1,7 @@
-"""Measure the levers: the baseline again, each lever alone, then the best combination,
-each a row of one sweep (``tracekit.sweep``: a ``tracekit collect`` subprocess per row,
-resume, OOM rows, Ctrl-C keeps the finished rows)."""
+"""Measure the levers: the baseline again, each lever alone, then the recommended
+combination (``tracekit.advise.search``; the greedy :func:`choose` for the memory objective
+and without paired rounds), each a row of one sweep (``tracekit.sweep``: a ``tracekit
+collect`` subprocess per row, resume, OOM rows, Ctrl-C keeps the finished rows)."""
 
 from __future__ import annotations
 

@@ -151,10 +151,51 @@ def _scaled(d: np.ndarray, factor: int) -> tuple[np.ndarray, float]:
     return np.where(d > 0, new / np.where(d > 0, d, 1.0), 1.0), t0
 
 
+PIPE_PRECISION = {"simt_fp32": "fp32", "tensor_tf32": "tf32", "tensor_bf16": "bf16",
+                  "tensor_fp16": "fp16"}  # fmt: skip
+
+
+def gemm_rates(b: Baseline) -> dict[str, float]:
+    """Per pipe, the best GEMM rate this device has shown: the run's measured matmul
+    ceiling (``collect``'s 8192³ ``torch.mm``) or, where a GEMM of the trace beat it, that
+    GEMM's rate (FLOP/s)."""
+    k = b.kernels
+    ceil = (b.manifest.get("ceilings") or {}).get("matmul_flops") or {}
+    gemm = (k["class"] == "gemm").to_numpy(bool)
+    pipe = k["pipe"].to_numpy(object)
+    rate = k["flops"].to_numpy(float) / np.where(k["dur"] > 0, k["dur"], np.nan) * 1e9
+    out: dict[str, float] = {}
+    for p in {str(x) for x in pipe[gemm] if isinstance(x, str)}:
+        seen = rate[gemm & (pipe == p)]
+        best = float(np.nanmax(seen)) if np.isfinite(seen).any() else math.nan
+        c = ceil.get(PIPE_PRECISION.get(p, ""))
+        r = max(float(c) if c else 0.0, best if best == best else 0.0)
+        if r > 0:
+            out[p] = r
+    return out
+
+
+def gemm_scaled(b: Baseline, rows: np.ndarray, factor: int) -> np.ndarray:
+    """Multipliers for the GEMM kernels ``rows`` doing ``factor`` times the work: each takes
+    the longer of its time now (a GEMM too small to fill the GPU keeps its time) and
+    ``factor`` times its FLOPs at its pipe's best rate (:func:`gemm_rates`: a larger GEMM
+    runs at the roof the device has shown), never more than ``factor`` times its time;
+    NaN where the kernel has no FLOPs or its pipe no rate."""
+    k = b.kernels.iloc[rows]
+    rates = gemm_rates(b)
+    r = np.array([rates.get(str(p), math.nan) for p in k["pipe"].to_numpy(object)], float)
+    dur = k["dur"].to_numpy(float)
+    at_roof = factor * k["flops"].to_numpy(float) / r * 1e9
+    mult: np.ndarray = np.clip(at_roof / np.where(dur > 0, dur, np.nan), 1.0, float(factor))
+    return mult
+
+
 def batch(b: Baseline, factor: int) -> tuple[Effect, str]:
-    """``factor`` times the tokens per kernel: each forward/backward kernel's time above a
-    fixed cost scales; the host launches the same kernels (a CPU run's operators are its
-    work: the same rule per operator)."""
+    """``factor`` times the tokens per kernel. A GEMM with FLOPs takes the longer of its
+    time now and ``factor`` times its FLOPs at its pipe's best rate (:func:`gemm_scaled`);
+    every other forward/backward kernel's time above a fixed cost scales; the host launches
+    the same kernels (a CPU run's operators are its work: the fixed-cost rule per
+    operator)."""
     r = R.compute_region(b.trace)
     eff = Effect.none(len(b.trace.kernels))
     rows = r.kernel_rows()
@@ -163,7 +204,17 @@ def batch(b: Baseline, factor: int) -> tuple[Effect, str]:
     host: tuple[tuple[R.Region, float], ...] = ()
     if len(rows):
         mult[rows], t0 = _scaled(dur[rows], factor)
-        words = f"forward/backward kernels x{factor} above a {t0 / 1e3:.1f} µs fixed cost"
+        gemm = rows[(b.kernels["class"].to_numpy(object)[rows] == "gemm")]
+        g = gemm_scaled(b, gemm, factor)
+        ok = np.isfinite(g)
+        mult[gemm[ok]] = g[ok]
+        before = dur[gemm[ok]].sum()
+        words = (
+            f"{ok.sum() / b.n_steps:.0f} GEMMs {_ms(_per_step(b, before))} -> "
+            f"{_ms(_per_step(b, (dur[gemm[ok]] * g[ok]).sum()))} (x{factor} FLOPs at "
+            f"{_rates_words(b)}, none faster than now); the other forward/backward kernels "
+            f"x{factor} above a {t0 / 1e3:.1f} µs fixed cost"
+        )
     else:
         o = R.analysed_ops(b.trace)
         top = o[(o["category"] == "cpu_op") & (o["depth"] <= 1) & ~o["name"].str.startswith("Opt")]
@@ -173,6 +224,11 @@ def batch(b: Baseline, factor: int) -> tuple[Effect, str]:
         host = ((r, f),)
         words = f"host operators x{factor} above a {t0 / 1e3:.1f} µs fixed cost (x{f:.2f})"
     return Effect(mult, eff.removed, eff.merged, host), words
+
+
+def _rates_words(b: Baseline) -> str:
+    rates = gemm_rates(b)
+    return ", ".join(f"{p} {v / 1e12:.1f} TFLOP/s" for p, v in sorted(rates.items())) or "no rate"
 
 
 def cuda_graphs(b: Baseline) -> tuple[Effect, str]:

@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tracekit.advise.search import BUDGET, Interval
 from tracekit.io import atomic_write_json
 from tracekit.sweep.runner import DONE
 
+NO_INTERVAL = "1 round, no interval"
 PAIRED = "paired"  # folder of the specs and results, in advise's output folder
 MIN_LEVER_S = 10.0  # a lever's rounds get at least this much of the budget
 START_S = 300.0  # allowance for a lever's build and warm-up (torch.compile) beyond its rounds
@@ -35,6 +37,7 @@ class PairedOptions:
     max_rounds: int = 30
     half_width: float = 0.05  # stop once the 90 % interval is within +-5 %
     budget_s: float = 240.0  # seconds of rounds for all levers together
+    search_s: float | None = None  # seconds of rounds for the search (None: budget_s / 2)
     window: int = 5  # steps per window
     warmup: int = 3
 
@@ -47,6 +50,12 @@ class PairedOptions:
         if not 0 < self.half_width < 1 or not self.budget_s > 0 or self.window < 1:
             raise UsageError("--half-width must be in (0, 1) and --budget positive, got "
                              f"{self.half_width} and {self.budget_s}")  # fmt: skip
+        if self.search_s is not None and self.search_s < 0:
+            raise UsageError(f"the search's budget must be >= 0 s, got {self.search_s}")
+
+    @property
+    def search_budget_s(self) -> float:
+        return self.budget_s / 2 if self.search_s is None else self.search_s
 
 
 Progress = Callable[[str, str], None]  # (lever, what it is doing)
@@ -232,9 +241,13 @@ def overlay(
     b_ms = float(base["step_time_ms"])
     ms = b_ms * float(iv["ratio"])
     tokens = float(measured["tokens_per_s"]) * float(measured["step_time_ms"]) / 1e3
-    row.update(step_time_ms=ms, tokens_per_s=tokens / (ms / 1e3), ratio_lo=float(iv["lo"]),
-               ratio_hi=float(iv["hi"]), rounds=int(iv["rounds"]),
-               effect=str(iv["effect"]))  # fmt: skip
+    n = int(iv["rounds"])
+    lo, hi = float(iv["lo"]), float(iv["hi"])
+    effect = str(iv["effect"])
+    if n < 2 or not (math.isfinite(lo) and math.isfinite(hi)):  # one round: no interval
+        lo, hi, effect = math.nan, math.nan, NO_INTERVAL
+    row.update(step_time_ms=ms, tokens_per_s=tokens / (ms / 1e3), ratio_lo=lo, ratio_hi=hi,
+               rounds=n, effect=effect)  # fmt: skip
     return row
 
 
@@ -256,3 +269,56 @@ def sure_gains(
         ):
             out.add(name)
     return out
+
+
+def interval_of(doc: Mapping[str, Any] | None) -> Interval | str:
+    """A worker's result as an :class:`~tracekit.advise.search.Interval`, or why there is
+    none. One round gives no interval (NaN bounds), whatever the worker computed."""
+    if doc is None:
+        return "not timed"
+    if doc.get("status") != "ok":
+        return str(doc.get("error") or doc.get("status"))
+    iv = doc["interval"]
+    n = int(iv["rounds"])
+    lo, hi = (float(iv["lo"]), float(iv["hi"])) if n >= 2 else (math.nan, math.nan)
+    return Interval(float(iv["ratio"]), lo, hi, n)
+
+
+class SearchMeasurer:
+    """The search's measurer (``tracekit.advise.search.Measurer``): a combination timed
+    against the best so far in a worker, as a cost ratio (``per_token``: over the
+    tokens-per-step ratio). The search's budget is shared out as it goes, a step getting
+    at least ``MIN_LEVER_S``; once it is spent the answer is ``BUDGET``."""
+
+    def __init__(
+        self,
+        config: Callable[[tuple[str, ...]], dict[str, Any]],
+        tokens: Callable[[tuple[str, ...]], float],
+        out: Path,
+        opts: PairedOptions,
+        steps_left: int,
+        *,
+        per_token: bool = False,
+        env: Mapping[str, str] | None = None,
+        progress: Progress | None = None,
+        resume: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config, self.tokens, self.out, self.opts = config, tokens, out, opts
+        self.steps_left, self.per_token = max(1, steps_left), per_token
+        self.env, self.progress, self.resume, self.clock = env, progress, resume, clock
+        self.t0 = clock()
+
+    def __call__(self, best: tuple[str, ...], tried: tuple[str, ...]) -> Interval | str:
+        left = self.opts.search_budget_s - (self.clock() - self.t0)
+        if left <= 0:
+            return BUDGET
+        share = max(MIN_LEVER_S, left / self.steps_left)
+        self.steps_left = max(1, self.steps_left - 1)
+        name = "search-" + "+".join(tried)
+        doc = run_one(name, self.config(best), self.config(tried), self.out / PAIRED, share,
+                      self.opts, self.env, self.progress, self.resume)  # fmt: skip
+        got = interval_of(doc)
+        if isinstance(got, str) or not self.per_token:
+            return got
+        return got.scaled(self.tokens(best) / self.tokens(tried))

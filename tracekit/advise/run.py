@@ -13,10 +13,13 @@ from typing import Any
 
 import pandas as pd
 
+import tracekit.advise.combine as CB
 import tracekit.advise.levers as L
 import tracekit.advise.measure as MS
 import tracekit.advise.paired as MP
+import tracekit.advise.search as S
 import tracekit.advise.table as TB
+import tracekit.advise.why as W
 import tracekit.summary.cpanchor as CPA
 from tracekit.advise.baseline import Baseline, analyse
 from tracekit.advise.predict import Prediction, predict, predict_all
@@ -25,6 +28,11 @@ from tracekit.io import atomic_write_bytes, atomic_write_json
 from tracekit.sweep.plan import Point
 
 JSON, CSV = "advise.json", "advise.csv"
+SEARCH_METHOD = (
+    "measured search: from the best single lever, the next lever (in order of its measured "
+    "gain alone, predictions breaking ties) is added only when the combination beats the "
+    "best so far in paired rounds against it, by its 90 % interval"
+)
 
 
 @dataclass(frozen=True)
@@ -68,18 +76,18 @@ def default_out(run: Path) -> Path:
     return run.parent / f"{run.name}-advise"
 
 
-def verdict_of(run_dir: Path) -> str | None:
-    """The verdict of a measured row's run (None where there is none: a CPU run)."""
+def facts_of(run_dir: Path) -> W.RunFacts | None:
+    """What a measured row's run says about its step: its verdict and host work (None
+    where the run cannot be read)."""
     from tracekit.classify import classify
     from tracekit.parse import load
     from tracekit.summary import summarize
 
     try:
         t = load(run_dir)
-        sm = summarize(t, classify(t, manifest=t.manifest))
+        return W.facts(t, summarize(t, classify(t, manifest=t.manifest)))
     except Exception:  # a run we cannot read has no verdict
         return None
-    return None if sm.verdict is None else str(sm.verdict.verdict)
 
 
 def baseline_block(b: Baseline, measured: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -148,8 +156,13 @@ def advise(
         else {}
     )
     gains = {n: MS.gain(r, base, opts.objective) for n, r in measured.items() if base}
-    sure = MP.sure_gains(measured, base, opts.objective) if opts.paired and base else None
-    chosen, dropped = MS.choose(gains, sure=sure)
+    found: S.Search | None = None
+    if opts.paired and base is not None and opts.objective != "memory":
+        found = _search(b, measured, float(base["step_time_ms"]), preds, dest, opts)
+        chosen, dropped = list(found.best), list[tuple[str, str, str]]()
+    else:
+        sure = MP.sure_gains(measured, base, opts.objective) if opts.paired and base else None
+        chosen, dropped = MS.choose(gains, sure=sure)
     notes += [f"{d} left out of the combination: {why} ({k} gained more)" for k, d, why in dropped]
     combo: Prediction | None = None
     if len(chosen) >= 2:
@@ -159,11 +172,17 @@ def advise(
         sweep = MS.run(b, {**points, "combination": cpoint}, dest, mopts, resume=True,
                        quiet=opts.quiet, env=env)  # fmt: skip
         by_key = _by_key(sweep)
-        if base is not None and by_key.get(cpoint.key, {}).get("status") == "ok":
+        row = by_key.get(cpoint.key, {})
+        if base is not None and row.get("status") == "ok" and found is not None:
+            assert found.ratio is not None  # two levers: a measured search
+            k = CB.tokens_of(ccfg) / CB.tokens_of(b.config) if opts.objective != "time" else 1
+            measured["combination"] = MP.overlay(row, base, CB.paired_doc(found.ratio.scaled(k)))
+        elif base is not None and row.get("status") == "ok":
             measured.update(_paired(b, {"combination": ccfg}, by_key,
                                     {"combination": cpoint}, base, dest, opts))  # fmt: skip
-    verdicts = {k: verdict_of(dest / str(r["run_dir"])) for k, r in by_key.items()
-                if r.get("status") == "ok" and r.get("run_dir")}  # fmt: skip
+    facts = {k: facts_of(dest / str(r["run_dir"])) for k, r in by_key.items()
+             if r.get("status") == "ok" and r.get("run_dir")}  # fmt: skip
+    verdicts = {k: f.verdict for k, f in facts.items() if f is not None}
     rows = []
     for p in preds:
         meas = measured.get(p.lever) or (by_key.get(points[p.lever].key) if p.lever in points
@@ -174,8 +193,16 @@ def advise(
         meas = measured.get("combination") or by_key.get(cpoint.key)
         rows.append(TB.row(combo, "combination", meas, base, base_pred,
                            (b.verdict, verdicts.get(cpoint.key))))  # fmt: skip
+    if base is not None:
+        TB.add_slower_why(rows, facts.get(str(base.get("key"))), facts)
     table = TB.rank(pd.DataFrame(rows, columns=list(TB.COLUMNS)), opts.objective)
     combination = _combination(chosen, dropped, gains, combo, table, opts.objective)
+    if found is not None:
+        combination["method"] = SEARCH_METHOD
+        combination["search"] = CB.search_block(found, opts.objective)
+        if len(found.best) == 1 and len(found.order) > 1:
+            combination["result"] = (f"{found.best[0]} alone: no other lever gained on top of "
+                                     f"it ({found.stopped})")  # fmt: skip
     doc = TB.document(run=str(run), objective=opts.objective, table=table,
                       baseline=baseline_block(b, base), combination=combination, notes=notes,
                       predicted_only=False)  # fmt: skip
@@ -208,6 +235,28 @@ def _paired(
             configs, b.config, dest, opts.rounds, MP.subprocess_env(), bar, resume=opts.resume
         )
     return {n: MP.overlay(r, base, results.get(n)) for n, r in rows.items()}
+
+
+def _search(
+    b: Baseline,
+    measured: Mapping[str, Mapping[str, Any]],
+    base_ms: float,
+    preds: list[Prediction],
+    dest: Path,
+    opts: AdviseOptions,
+) -> S.Search:
+    """The measured search over the levers measured alone (``tracekit.advise.search``)."""
+
+    def config(names: tuple[str, ...]) -> dict[str, Any]:
+        return L.combine([L.LEVERS[n] for n in names], b.config, opts.factor)
+
+    def tokens(names: tuple[str, ...]) -> float:
+        return CB.tokens_of(config(names))
+
+    per_token = opts.objective == "tokens-per-s"
+    cands = CB.candidates(measured, base_ms, preds, tokens, per_token)
+    return CB.run_search(cands, config, tokens, opts.rounds, dest, per_token=per_token,
+                         quiet=opts.quiet, resume=opts.resume)  # fmt: skip
 
 
 def _by_key(sweep: pd.DataFrame) -> dict[str, dict[str, Any]]:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+import tracekit.advise.why as W
 from tracekit.advise.limits import prediction_note
 from tracekit.advise.predict import Prediction
 
@@ -22,7 +23,7 @@ COLUMNS = (
     "pred_step_ms", "pred_step_ratio", "step_error_pct", "pred_tokens_per_s",
     "pred_peak_bytes", "pred_peak_delta_bytes", "peak_error_pct",
     "addresses", "targets_verdict", "verdict_before", "verdict_after",
-    "time_evidence", "memory_evidence", "prediction_note", "key", "run_dir",
+    "time_evidence", "memory_evidence", "prediction_note", "slower_why", "key", "run_dir",
 )  # fmt: skip
 TIERS = {"faster": 0, "no measurable difference": 1, "slower": 2}
 # objective -> (measured column, predicted column, ascending)
@@ -95,6 +96,35 @@ def row(
         out["peak_error_pct"] = _pct(out["pred_peak_bytes"], out["peak_bytes"])
     out["prediction_note"] = prediction_note(p.lever, out["step_error_pct"])
     return out
+
+
+def interval_text(r: Mapping[str, Any]) -> str:
+    """A row's 90 % interval and its rounds, for a sentence."""
+    lo, hi, n = _f(r.get("ratio_lo")), _f(r.get("ratio_hi")), _f(r.get("rounds"))
+    rounds = int(n) if n == n else 0
+    if rounds == 0:
+        return "1 collect, no interval"
+    if rounds < 2 or lo != lo or hi != hi:
+        return "1 round, no interval"
+    return f"90 % interval {lo:.2f}-{hi:.2f}, {rounds} rounds"
+
+
+def add_slower_why(
+    rows: Sequence[dict[str, Any]],
+    base: W.RunFacts | None,
+    facts: Mapping[str, W.RunFacts | None],
+) -> None:
+    """Each measured row that slowed the step (its interval says slower; without an
+    interval, its ratio is above 1) gets ``slower_why``: one line from its run's analysis
+    against the re-measured baseline's (``tracekit.advise.why``)."""
+    for r in rows:
+        ratio = _f(r.get("step_ratio"))
+        sure = r.get("effect") == "slower" or (math.isnan(_f(r.get("ratio_hi"))) and ratio > 1.0)
+        if r.get("status") != "ok" or not sure:
+            continue
+        name = str(r["lever"])
+        r["slower_why"] = W.slower_line(name, ratio, interval_text(r), base,
+                                        facts.get(str(r.get("key"))))  # fmt: skip
 
 
 def rank(df: pd.DataFrame, objective: str, measured: bool = True) -> pd.DataFrame:
