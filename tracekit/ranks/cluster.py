@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tracekit.errors import UsageError
-from tracekit.ranks.tasks import Task, died, raise_failure, remove_leftovers
+from tracekit.ranks.tasks import Task, died, remove_leftovers
 
 CONNECT_TIMEOUT_S = 10.0
 _ADDRESS = re.compile(r"^(tcp|tls|ucx|inproc|ws|wss)://\S+$")
@@ -88,9 +88,10 @@ def dask_task(task: Task) -> dict[str, Any]:
 def run_dask(
     tasks: Sequence[Task], scheduler: Any, on_done: Callable[[Task, dict[str, Any]], None]
 ) -> None:
-    """Submit every task; report each outcome as it completes. The first failure cancels
-    the others (a task already running finishes in its worker thread, atomically, and its
-    result is dropped) and is raised as the local pool raises it."""
+    """Submit every task; report each outcome (ok or not) as it completes. When ``on_done``
+    raises (a failure the caller does not tolerate) the others are cancelled (a task
+    already running finishes in its worker thread, atomically, and its result is
+    dropped)."""
     distributed = _distributed()
     run = uuid.uuid4().hex
     with client_for(scheduler) as client:
@@ -105,8 +106,6 @@ def run_dask(
                     outcome = fut.result()
                 except Exception as e:  # the Dask worker died, or the task was lost
                     outcome = {"status": "died", "message": f"Dask: {type(e).__name__}: {e}"}
-                if outcome["status"] != "ok":
-                    raise_failure(task, outcome)
                 on_done(task, outcome)
         finally:
             client.cancel([f for f in futures if not f.done()])
