@@ -20,6 +20,9 @@ The ranks are simulated together, step by step, as a synchronous data-parallel j
 * the GPU work after the last all-reduce (the optimizer) waits for it; the next step begins
   when both the host and the GPU are done (the loss read back each step).
 
+A collective's transfer is its message at ``busbw_gbs`` of bus bandwidth (the nodes' network,
+nccl-tests' convention), never shorter than the real pair's over NVLink.
+
 Faults (each a rank or a node, or None): ``straggler`` (compute ``straggler_pct`` % slower),
 ``slow_node`` (its ranks' inter-node collectives ``slow_factor`` x slower: every collective
 of the world group spans nodes), ``stall`` (a rank whose input takes ``stall_pct`` % of a
@@ -55,6 +58,7 @@ LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 LOADER_US = 150.0  # a normal rank's input per step
 GAP_US = 5.0  # between a collective's end and the GPU work that waits for it
 SIZES = ("small", "full", "large")
+ITEMSIZE = {"Float": 4, "BFloat16": 2, "Half": 2, "Bool": 1, "Byte": 1, "Long": 8, "Int": 4}
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ class Spec:
     slow_factor: float = 2.0
     stall: int | None = -1
     stall_pct: float = 20.0
+    busbw_gbs: float = 45.0  # the inter-node links' bus bandwidth (a 400 Gb/s NIC per GPU)
     truncated: int | None = -1
     missing: int | None = -1
 
@@ -111,6 +116,8 @@ class Template:
     events: list[dict[str, Any]]  # ph X, ts relative
     comm: list[int]  # indices into events of the NCCL kernels, in order
     transfer_us: list[float]  # per collective: the pair's shorter kernel
+    message_bytes: list[float]  # per collective
+    kinds: list[str]  # per collective: Kineto's "Collective name"
     step_us: float  # the step's host span
     tail_us: float  # GPU work at or after this (relative) waits for the last collective
 
@@ -192,6 +199,11 @@ def template(size: str, source: Path = SOURCE) -> Template:
     comm1 = _nccl([e for e in other["traceEvents"] if e.get("ph") == "X"])[-len(comm0) :]
     transfer = [min(float(a["dur"]), float(b["dur"])) for a, b in zip(comm0, comm1, strict=True)]
     tail = float(comm0[-1]["ts"]) + float(comm0[-1]["dur"]) - t0
+    sizes = [
+        float(e["args"]["In msg nelems"]) * ITEMSIZE.get(str(e["args"].get("dtype")), 4)
+        for e in comm0
+    ]
+    kinds = [str(e["args"].get("Collective name")) for e in comm0]
     kept = copy.deepcopy(_select(events, size))
     for e in kept:
         e["ts"] = float(e["ts"]) - t0
@@ -201,7 +213,7 @@ def template(size: str, source: Path = SOURCE) -> Template:
     comm = [by_corr[e["args"]["correlation"]] for e in comm0]
     header = {k: v for k, v in main.items() if k != "traceEvents"}
     meta = [e for e in main["traceEvents"] if e.get("ph") == "M"]
-    return Template(header, meta, kept, comm, transfer, step_us, tail)
+    return Template(header, meta, kept, comm, transfer, sizes, kinds, step_us, tail)
 
 
 # ---------------------------------------------------------------------------- simulation
@@ -255,7 +267,7 @@ def simulate(spec: Spec, tpl: Template, faults: dict[str, int | None]) -> Timing
         lo = faults["slow_node"] * spec.per_node
         factor[lo : lo + spec.per_node] = spec.slow_factor
     launch = np.array([float(tpl.events[i]["ts"]) for i in tpl.comm])
-    transfer = np.array(tpl.transfer_us)
+    transfer = np.array(transfers_us(tpl, n, spec.busbw_gbs))
     start = np.zeros((n, steps))
     cs, ce = np.zeros((n, steps, k)), np.zeros((n, steps, k))
     shift = np.zeros((n, steps))
@@ -274,6 +286,17 @@ def simulate(spec: Spec, tpl: Template, faults: dict[str, int | None]) -> Timing
         gpu_end = natural + shift[:, s] + stretch[:, s] * (_gpu_end(tpl) - tpl.tail_us)
         now = np.maximum(local + stretch[:, s] * tpl.step_us, gpu_end) + GAP_US
     return Timing(start, stretch, loader, cs, ce, shift)
+
+
+def transfers_us(tpl: Template, ranks: int, busbw_gbs: float) -> list[float]:
+    """Each collective's transfer on ``ranks`` ranks at ``busbw_gbs`` of bus bandwidth
+    (nccl-tests: an all-reduce moves 2(n-1)/n of its message per rank, a broadcast 1), never
+    shorter than the real pair's."""
+    out = []
+    for real, size, kind in zip(tpl.transfer_us, tpl.message_bytes, tpl.kinds, strict=True):
+        factor = 2.0 * (ranks - 1) / ranks if kind in ("allreduce", "all_reduce") else 1.0
+        out.append(max(real, 1e6 * size * factor / (busbw_gbs * 1e9)))
+    return out
 
 
 def _gpu_end(tpl: Template) -> float:
