@@ -111,8 +111,17 @@ def _n(v: Any) -> str:
     return f"{x:.1f}" if abs(x) >= 100 else f"{x:.2f}" if abs(x) >= 1 else f"{x:.3f}"
 
 
+SHORT = {  # the terminal's names of the parts (robust.PARTS has the full words)
+    "step_time_ms": "step",
+    "compute_ms": "compute",
+    "exposed_comm_ms": "exposed comm",
+    "arrival_wait_ms": "wait for others",
+    "input_ms": "input wait",
+    "idle_ms": "GPU idle",
+    "internode_transfer_ms": "own transfer",
+}
 DISTRIBUTION: list[Col] = [
-    ("part", "words", str),
+    ("part", "part", lambda v: SHORT.get(str(v), str(v))),
     ("median", "median", _n),
     ("p90", "p90", _n),
     ("p99", "p99", _n),
@@ -156,6 +165,21 @@ SHOWN_WORDS = "the full table: ranks.parquet"
 NODE_ROWS = 8
 
 
+def terminal_ranks(rs: RanksSummary) -> list[int]:
+    """The per-rank rows of a large job's terminal: the first rank, each finding's rank
+    (a node's first two), and the median rank of the step."""
+    job = rs.job
+    want = [rs.ranks[0]] if rs.ranks else []
+    if job is not None:
+        for f in job.findings:
+            if f.kind not in ("damaged", "missing"):
+                want.extend(f.ranks[:2])
+        fig = job.figures.sort_values("step_time_ms")
+        if len(fig):
+            want.append(int(fig["rank"].iloc[len(fig) // 2]))
+    return sorted(set(want) & set(rs.ranks))
+
+
 def distribution_rows(rs: RanksSummary) -> pd.DataFrame:
     job = rs.job
     rows = [d.__dict__ for d in job.distributions] if job is not None else []
@@ -182,9 +206,9 @@ def node_rows(rs: RanksSummary) -> tuple[pd.DataFrame, str]:
         return top, ""
     rest = (
         f"the other {len(others)} of {len(nd)} nodes: step "
-        f"{fmt.ms(others['step_time_ms'].min())} to {fmt.ms(others['step_time_ms'].max())}, "
-        f"own transfer {fmt.ms(others['internode_transfer_ms'].min())} to "
-        f"{fmt.ms(others['internode_transfer_ms'].max())} (rank_nodes.parquet)"
+        f"{_n(others['step_time_ms'].min())} to {_n(others['step_time_ms'].max())} ms, "
+        f"own transfer {_n(others['internode_transfer_ms'].min())} to "
+        f"{_n(others['internode_transfer_ms'].max())} ms (rank_nodes.parquet)"
     )
     return top, rest
 
@@ -412,8 +436,10 @@ def _terminal_at_scale(rs: RanksSummary) -> list[RenderableType]:
             out.append(Text(f"  {rest}"))
     if len(job.collectives):
         out.append(_rich_table(JOB_COLL_TITLE, job.collectives.head(16), JOB_COLLECTIVES))
-    shown = rs.per_rank[rs.per_rank["rank"].isin(rs.shown)]
-    title = f"Ranks named above, the step's tail and the median rank ({SHOWN_WORDS})"
+    shown = rs.per_rank[rs.per_rank["rank"].isin(terminal_ranks(rs))]
+    title = (
+        f"Ranks named above (a node: its first two), the first and the median rank ({SHOWN_WORDS})"
+    )
     cols = [c for c in PER_RANK[:8] if c[1] in shown and shown[c[1]].notna().any()]
     out.append(_rich_table(title, shown, [*cols, ("finding", "finding", str)]))
     return out
