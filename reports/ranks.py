@@ -254,7 +254,7 @@ def lines(rs: RanksSummary) -> list[str]:
         f"{len(rs.steps)} step(s) compared{detail} (--rank R for another); clock: "
         f"{rs.clock.reason}"
     ]
-    if rs.job is not None:
+    if rs.job is not None and len(rs.ranks) >= MIN_RANKS:
         out.extend(rs.job.verdict)
     if rs.measured is not None:
         out.extend(rs.measured.statements)

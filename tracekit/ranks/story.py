@@ -168,7 +168,8 @@ def verdict(v: JobView, total: int) -> list[str]:
     out = []
     if st is not None:
         out.append(
-            f"job: {v.ranks} of {v.world_size} ranks analysed on {v.hosts} node(s); step "
+            f"job: {v.ranks} of {v.world_size} ranks analysed on "
+            f"{f'{v.hosts} node(s)' if v.hosts else 'unknown hosts'}; step "
             f"{_ms(st.median)} (median over ranks; p99 {_ms(st.p99)}, max {_ms(st.max)} "
             f"at rank {st.tail[0][0]})"
         )

@@ -16,6 +16,7 @@ stdin, the outcome as the last line of stdout.
 from __future__ import annotations
 
 import ctypes
+import importlib
 import json
 import os
 import signal
@@ -66,7 +67,9 @@ def serve() -> None:
     """See the module: one Task line in, one outcome line out, until stdin ends."""
     if sys.platform == "linux":  # end with the Dask worker that started this server
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)
-    import tracekit.preload  # noqa: F401  (the imports every rank's process starts with)
+    from tracekit.ranks.engine import PRELOAD
+
+    importlib.import_module(PRELOAD)  # what every rank's process starts with, as the pool's
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for line in sys.stdin:
