@@ -370,6 +370,7 @@ class Job:
     scheduler: str | None
     workers: int | None
     summary: Any = None
+    chosen: bool = False  # --rank given: no other rank stands in for a damaged one
 
     @property
     def trace(self) -> Path:
@@ -380,7 +381,17 @@ class Job:
         return f"{len(self.ranks.traces)} ranks{backend}"
 
     def load(self) -> Trace:
-        t = load(self.trace)
+        """The detailed rank's trace; a damaged default rank gives way to the next."""
+        order = [r for r in self.ranks.ranks if r >= self.rank and not self.chosen]
+        for r in order or [self.rank]:
+            try:
+                t = load(self.ranks.traces[r].path)
+            except TraceError:
+                if self.chosen or r == (order or [self.rank])[-1]:
+                    raise
+                continue
+            self.rank = r
+            break
         t.manifest, t.run_dir = self.ranks.manifest, Path(self.ranks.folder)
         return t
 
@@ -406,7 +417,9 @@ def _job(path: Path, rank: int | None, scheduler: str | None, workers: int | Non
         return None
     if rank is not None and rank not in ranks.traces:
         raise UsageError(f"--rank {rank}: no trace of that rank (ranks {ranks.ranks})")
-    return Job(ranks, rank if rank is not None else min(ranks.traces), scheduler, workers)
+    chosen = rank is not None
+    return Job(ranks, rank if rank is not None else min(ranks.traces), scheduler, workers,
+               chosen=chosen)  # fmt: skip
 
 
 def _rank_of(trace: Trace) -> int | None:
