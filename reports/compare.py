@@ -28,8 +28,7 @@ import tracekit.reports.markdown as markdown
 import tracekit.reports.plots as plots
 import tracekit.reports.terminal as term
 from tracekit.compare import Comparison, compare
-from tracekit.errors import UsageError
-from tracekit.io import atomic_dir, atomic_write_json, atomic_write_text
+from tracekit.io import atomic_dir, atomic_write_json, atomic_write_text, readable_input
 from tracekit.parse import load
 
 from .run import _stem, classify_trace
@@ -487,9 +486,7 @@ def default_out(a: Path, b: Path) -> Path:
 def run_compare(a: Path | str, b: Path | str, out: Path | str | None = None) -> CompareResult:
     """Load, classify and compare two runs, then write every output atomically."""
     pa, pb = Path(a), Path(b)
-    for p in (pa, pb):
-        if not p.exists():
-            raise UsageError(f"{p}: no such file or folder")
+    readable_input(pa, pb)
     dest = Path(out) if out is not None else default_out(pa, pb)
     (ta, ra), (tb_, rb) = (_run_of(p, dest, side) for p, side in ((pa, "a"), (pb, "b")))
     c = compare(

@@ -27,7 +27,7 @@ import tracekit.reports.plots as plots
 import tracekit.reports.ranks as ranks_view
 import tracekit.reports.tbtrace as tbtrace
 from tracekit.errors import TraceError, UsageError
-from tracekit.io import atomic_dir, atomic_write_json, atomic_write_text
+from tracekit.io import atomic_dir, atomic_write_json, atomic_write_text, readable_input
 from tracekit.parse import TRACE_SUFFIXES, Trace, find_trace, load
 from tracekit.summary import Summary, TraceFacts, summarize, trace_facts
 from tracekit.summary.timeline import MODES as TIMELINE_MODES
@@ -188,8 +188,7 @@ def report(
     ``timeline``: where the idle, launch and overlap figures come from
     (``tracekit.summary.timeline.for_report``: auto, light or full)."""
     path = Path(path)
-    if not path.exists():
-        raise UsageError(f"{path}: no such file or folder")
+    readable_input(path)
     if tensorboard is not None and no_tensorboard:
         raise UsageError("--tensorboard and --no-tensorboard exclude each other")
     if timeline not in TIMELINE_MODES:

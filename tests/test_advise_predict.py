@@ -320,7 +320,7 @@ def test_dry_run_prints_and_writes_nothing(
     (None, ["--levers", "flash"], "--levers: 'flash' is not one of"),
     (None, ["--objective", "speed"], "--objective must be one of"),
     (None, ["--factor", "1"], "--factor must be an integer >= 2"),
-    ("missing", [], "not a run folder"),
+    ("missing", [], "no such file or folder"),
     ("empty", [], "no manifest.json"),
     ("script", [], "a `tracekit run` of a script"),
     ("other", [], "not a `tracekit collect` run"),

@@ -85,7 +85,7 @@ def test_bad_input_is_a_one_line_error(
 ) -> None:
     assert main(["classify", str(tmp_path / "missing.json")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("tracekit: error: no such trace file") and err.count("\n") == 1
+    assert err.endswith("missing.json: no such file or folder\n") and err.count("\n") == 1
     trace = tmp_path / "t.json"
     trace.write_text("{}")
     assert main(["classify", str(trace), "--peak-tflops", "-5"]) == 2

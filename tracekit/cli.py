@@ -33,7 +33,7 @@ from tracekit.cli_options import (
 from tracekit.cli_run import RUN_METAVAR, ScriptCommand, run_script_cmd
 from tracekit.cli_xspace import export_xspace_of
 from tracekit.errors import TracekitError, UsageError
-from tracekit.io import freeze_before_exit, keep_freed_memory
+from tracekit.io import freeze_before_exit, keep_freed_memory, readable_input
 
 app = typer.Typer(
     name="tracekit",
@@ -68,6 +68,7 @@ def parse(
 ) -> None:
     """Parse a trace into Parquet tables (kernels, ops, memory, steps, runtime, comms) +
     meta.json."""
+    readable_input(trace)  # before the heavy imports: a bad path fails at once
     # This process only parses, then exits: tuned as dedicate_process() says, and no cyclic
     # GC (the parse makes no cycles; the collector would rescan the imports' objects).
     gc.disable()
@@ -297,6 +298,7 @@ def export_xspace_cmd(
     ] = None,
 ) -> None:
     """Write the trace as XSpace for TensorBoard's PROFILE tab (xprof)."""
+    readable_input(trace)
     export_xspace_of(trace, logdir, run, host)
 
 
@@ -441,6 +443,7 @@ def advise(
     from the run's critical path and memory model, then measure it (each lever's collect for
     its peak and trace; its step time against the baseline's in interleaved rounds, with a
     90 % interval; the best combination the same way)."""
+    readable_input(run)
     if format not in ("text", "json"):
         raise UsageError(f"--format must be 'text' or 'json', not {format!r}")
     from tracekit.advise.levers import parse_levers
@@ -498,6 +501,7 @@ def classify(
     ] = None,
 ) -> None:
     """Class every kernel and operator and place it on the device roofline."""
+    readable_input(trace)
     from tracekit.classify.output import classify_path
     from tracekit.ranks.commands import classify_ranks
     from tracekit.summary.memory_model import manifest_traffic
@@ -573,8 +577,7 @@ def report(
     plots, Parquet and TensorBoard. On a folder of a job's rank traces: every rank's
     communication, exposed communication, stragglers and collectives (bus bandwidth), and
     one rank in detail."""
-    from tracekit.errors import UsageError
-
+    readable_input(trace)
     if format not in ("text", "json"):
         raise UsageError(f"--format must be 'text' or 'json', not {format!r}")
     dedicate_process()
@@ -642,8 +645,7 @@ def compare(
     ] = "text",
 ) -> None:
     """What changed from run A to run B, per step: time, classes, operators, kernels."""
-    from tracekit.errors import UsageError
-
+    readable_input(a, b)
     if format not in ("text", "json"):
         raise UsageError(f"--format must be 'text' or 'json', not {format!r}")
     from tracekit.reports import compare as cmp

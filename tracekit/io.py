@@ -1,21 +1,26 @@
 """Atomic output: a failure never leaves half-written files or folders behind; the gzip
-level of what tracekit writes; and the memory and exit policy of short-lived processes that
-only produce output (:func:`keep_freed_memory`, :func:`freeze_before_exit`).
+level of what tracekit writes; the memory and exit policy of short-lived processes that
+only produce output (:func:`keep_freed_memory`, :func:`freeze_before_exit`); and the one
+check of an input path that every command makes first (:func:`readable_input`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import gc
 import gzip
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from tracekit.errors import UsageError
 
 
 def _umask() -> int:
@@ -164,3 +169,27 @@ def return_freed_memory() -> None:
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8  # glibc <malloc.h>
+
+
+def readable_input(*paths: Path) -> None:
+    """Refuse an input path that cannot be read, in one wording for every command: ``PATH:
+    no such file or folder`` (also a dangling symbolic link) or ``PATH: cannot read
+    (REASON)`` (a symbolic-link loop, no permission, ...). The CLI calls it before the
+    heavy imports (pandas, pyarrow, torch), so a bad path fails at once. A regular file or
+    a folder is opened and closed; other kinds (a FIFO) are left to the reader, which says
+    what it takes."""
+    for path in paths:
+        _readable(path)
+
+
+def _readable(path: Path) -> None:
+    try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISDIR(mode):
+            os.scandir(path).close()
+        elif stat.S_ISREG(mode):
+            os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise UsageError(f"{path}: no such file or folder") from None
+        raise UsageError(f"{path}: cannot read ({e.strerror or e})") from None

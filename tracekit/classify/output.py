@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from tracekit.classify.manifest import NOT_GIVEN, AnalyticTraffic
 from tracekit.classify.result import Classification, in_scope
 from tracekit.classify.schema import ARROW
-from tracekit.io import atomic_dir, atomic_write_json
+from tracekit.io import atomic_dir, atomic_write_json, readable_input
 
 FILES = {
     "op_roofline": "op_roofline.parquet",
@@ -123,8 +123,7 @@ def classify_path(
     from tracekit.parse import load
 
     path = Path(path)
-    if not path.exists():
-        raise UsageError(f"no such trace file or folder: {path}")
+    readable_input(path)
     if counters is not None and not Path(counters).is_file():
         raise UsageError(f"no such counters file: {counters}")
     trace = load(str(path))
