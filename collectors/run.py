@@ -576,6 +576,13 @@ def collect(cfg: CollectConfig) -> Path:
     raise failure  # anything else is a bug: keep its traceback
 
 
+# a run without CUDA allocator statistics (CPU): why collect's summary has no peak
+NO_CPU_PEAK = (
+    "peak allocated not measured while collecting (no CUDA allocator statistics); the "
+    "report reads it from the trace's allocator events"
+)
+
+
 def _bytes(n: float | None) -> str:
     return "n/a" if n is None else f"{n / 2**30:.2f} GiB"
 
@@ -606,7 +613,10 @@ def _generate_lines(m: dict[str, Any]) -> list[str]:
         f"({overhead_words(met, 3)})",
         f"memory: peak allocated {_bytes(met['peak_allocated_bytes'])} = weights "
         f"{_bytes(mem['weights_bytes'])} + KV cache {_bytes(mem['kv_cache_bytes'])} "
-        f"(formula {_bytes(g['kv_cache_bytes'])}) + other {_bytes(mem['other_bytes'])}",
+        f"(formula {_bytes(g['kv_cache_bytes'])}) + other {_bytes(mem['other_bytes'])}"
+        if met["peak_allocated_bytes"] is not None
+        else f"memory: {NO_CPU_PEAK}; weights {_bytes(mem['weights_bytes'])}, KV cache "
+        f"{_bytes(mem['kv_cache_bytes'])} (formula {_bytes(g['kv_cache_bytes'])})",
     ]
 
 
@@ -675,6 +685,8 @@ def summary(run_dir: Path) -> str:
             f"memory: peak allocated {_bytes(met['peak_allocated_bytes'])}, peak reserved "
             f"{_bytes(met['peak_reserved_bytes'])}, average allocated "
             f"{_bytes(met['avg_allocated_bytes'])}"
+            if met.get("peak_allocated_bytes") is not None
+            else f"memory: {NO_CPU_PEAK}"
         )
     c = m.get("ceilings")
     if c:

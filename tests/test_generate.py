@@ -180,6 +180,7 @@ def test_cpu_generate_summary_and_report_tell_one_story(
     prof = next(x for x in said.splitlines() if x.startswith("profiled decode step"))
     tpot = json.loads((run / "manifest.json").read_text())["metrics"]["tpot_ms"]["median"]
     assert f"the unprofiled {tpot:.3f} ms median" in prof, prof
+    assert "n/a" not in said and f"memory: {run_mod.NO_CPU_PEAK}" in said  # the report has it
     capsys.readouterr()
     assert main(["report", str(run), "-o", str(tmp_path / "rep"), "--no-tensorboard"]) == 0
     text = " ".join(capsys.readouterr().out.split())
