@@ -576,8 +576,26 @@ def collect(cfg: CollectConfig) -> Path:
     raise failure  # anything else is a bug: keep its traceback
 
 
+# a run without CUDA allocator statistics (CPU): why collect's summary has no peak
+NO_CPU_PEAK = (
+    "peak allocated not measured while collecting (no CUDA allocator statistics); the "
+    "report reads it from the trace's allocator events"
+)
+
+
 def _bytes(n: float | None) -> str:
     return "n/a" if n is None else f"{n / 2**30:.2f} GiB"
+
+
+def overhead_words(met: dict[str, Any], digits: int) -> str:
+    """The profiler's overhead against the unprofiled median it is measured from, named:
+    a percentage up to doubling, a factor past it (a tiny CPU step profiled with shapes
+    takes many times its own length; "+18718.9 %" read as a contradiction)."""
+    base = met["step_time_ms"]["median"]
+    pct = met["profiler_overhead_pct"]
+    if pct >= 100:
+        return f"{1 + pct / 100:.1f}× the unprofiled {base:.{digits}f} ms median"
+    return f"profiler overhead {pct:+.1f} % over the unprofiled {base:.{digits}f} ms median"
 
 
 def _generate_lines(m: dict[str, Any]) -> list[str]:
@@ -591,11 +609,14 @@ def _generate_lines(m: dict[str, Any]) -> list[str]:
         f"time per output token: {tp['median']:.3f} ms median (p10 {tp['p10']:.3f}, "
         f"p90 {tp['p90']:.3f}, n={tp['n']}); {met['tokens_per_s']:,.0f} tokens/s decoding, "
         f"{met['generated_tokens_per_s']:,.0f} tokens/s end to end",
-        f"profiled decode step: {met['profiled_step_time_ms']:.3f} ms "
-        f"(profiler overhead {met['profiler_overhead_pct']:+.1f} %)",
+        f"profiled decode step: {met['profiled_step_time_ms']:.3f} ms timed around the step "
+        f"({overhead_words(met, 3)})",
         f"memory: peak allocated {_bytes(met['peak_allocated_bytes'])} = weights "
         f"{_bytes(mem['weights_bytes'])} + KV cache {_bytes(mem['kv_cache_bytes'])} "
-        f"(formula {_bytes(g['kv_cache_bytes'])}) + other {_bytes(mem['other_bytes'])}",
+        f"(formula {_bytes(g['kv_cache_bytes'])}) + other {_bytes(mem['other_bytes'])}"
+        if met["peak_allocated_bytes"] is not None
+        else f"memory: {NO_CPU_PEAK}; weights {_bytes(mem['weights_bytes'])}, KV cache "
+        f"{_bytes(mem['kv_cache_bytes'])} (formula {_bytes(g['kv_cache_bytes'])})",
     ]
 
 
@@ -653,8 +674,7 @@ def summary(run_dir: Path) -> str:
         )
         if met.get("profiled_step_time_ms") is not None:
             lines.append(
-                f"profiled step: {met['profiled_step_time_ms']:.2f} ms "
-                f"(profiler overhead {met['profiler_overhead_pct']:+.1f} %)"
+                f"profiled step: {met['profiled_step_time_ms']:.2f} ms ({overhead_words(met, 2)})"
             )
         if (line := light_line(met)) is not None:
             lines.append(line)
@@ -665,6 +685,8 @@ def summary(run_dir: Path) -> str:
             f"memory: peak allocated {_bytes(met['peak_allocated_bytes'])}, peak reserved "
             f"{_bytes(met['peak_reserved_bytes'])}, average allocated "
             f"{_bytes(met['avg_allocated_bytes'])}"
+            if met.get("peak_allocated_bytes") is not None
+            else f"memory: {NO_CPU_PEAK}"
         )
     c = m.get("ceilings")
     if c:
@@ -683,7 +705,10 @@ def summary(run_dir: Path) -> str:
     for key in ("timeline_trace", "memory_timeline", "memory_snapshot"):
         if key not in arts:  # a manifest from before the light timeline pass
             continue
-        what = arts[key] or "none (" + str(arts.get(key + "_absent")) + ")"
+        why = arts.get(key + "_absent")
+        if not arts[key] and not why:
+            continue  # a pass this kind of run does not have: absent, not "none (None)"
+        what = arts[key] or f"none ({why})"
         if key == "memory_timeline" and arts[key] and arts.get("memory_timeline_pass"):
             what += f", from the {arts['memory_timeline_pass']}"
         lines.append(f"{key.replace('_', ' ')}: {what}")

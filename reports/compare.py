@@ -93,6 +93,12 @@ def header(c: Comparison) -> RenderableType:
     return Group(*parts)
 
 
+# the per-step figures of GPU activity: absent from a comparison of two CPU runs
+GPU_METRICS = frozenset(("gpu_busy_ms", "gpu_time_ms", "gpu_idle_pct", "gpu_idle_unprofiled_pct",
+                         "kernels_per_step", "flops_per_step", "memory_bound_pct",
+                         "compute_bound_pct", "peak_reserved_bytes"))  # fmt: skip
+
+
 def metrics(c: Comparison) -> RenderableType:
     t = term._table(
         "Per analysed step",
@@ -118,6 +124,8 @@ def metrics(c: Comparison) -> RenderableType:
     for r in c.metrics.to_dict("records"):
         if r["a"] is None and r["b"] is None:
             continue
+        if not c.per_class and r["metric"] in GPU_METRICS:
+            continue  # a CPU pair: no GPU figure, absent rather than 0
         u = r["unit"]
         t.add_row(
             term._t(labels.get(r["metric"], r["metric"])),
@@ -254,7 +262,8 @@ def fused(c: Comparison, n: int = 10) -> RenderableType:
 
 def render(c: Comparison, console: Console, outputs: Iterable[str] = ()) -> None:
     """Print every section to ``console``."""
-    for part in (header(c), metrics(c), classes(c), operators(c), kernels(c), fused(c)):
+    per_class = (classes(c), operators(c), kernels(c), fused(c)) if c.per_class else ()
+    for part in (header(c), metrics(c), *per_class):
         console.print(part)
         console.print()
     for o in outputs:

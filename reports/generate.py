@@ -77,7 +77,8 @@ def _per_token(g: GenerateFacts) -> str:
     tpot = g.mean("tpot_ms")
     flops = g.mean("model_flops")
     return (
-        f"{fmt.ms(tpot)} per decode step ({g.basis}) for {m.batch} sequences = "
+        f"{fmt.ms(tpot)} per decode step ({g.basis}, mean of the {len(g.steps)} recorded "
+        f"steps) for {m.batch} sequences = "
         f"{fmt.us(1e3 * tpot / m.batch if tpot else None)} per token; the decode model "
         f"reads {fmt.si(t.total / m.batch, 'B')} and does "
         f"{fmt.si(flops / m.batch if flops else None, 'FLOP')} per token"

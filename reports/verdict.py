@@ -72,6 +72,8 @@ def step_time_text(sm: Summary) -> str:
         st = f"{fmt.ms(h.step_time_ms)} in the trace (profiled)"
     if h.measured_step_time_ms is not None:
         st += f", {fmt.ms(h.measured_step_time_ms)} measured without profiler"
+        if sm.generate is not None:  # one basis, two statistics: name which (issue 35)
+            st += " (median of every timed decode step)"
     return st
 
 
@@ -117,6 +119,15 @@ def verdict_line(sm: Summary) -> str:
     return f"{v.verdict} ({_verdict_step(sm)})"
 
 
+def _unknown(sm: Summary, label: str, what: str) -> list[tuple[str, str]]:
+    """Why a step rate is unknown: no line where no kernel ran (absent, not unknown), the
+    profiler option only where it was off."""
+    if not len(sm.kernels):
+        return []
+    off = "" if sm.header.options.get("record_shapes") else " (record_shapes off)"
+    return [(label, f"unknown: no kernel has {what}{off}")]
+
+
 def figures(sm: Summary) -> list[tuple[str, str]]:
     """(label, text) of the step summary: bandwidth, compute, intensity, traffic, memory."""
     ss = sm.step_summary
@@ -145,7 +156,7 @@ def figures(sm: Summary) -> list[tuple[str, str]]:
             line += f"; {per}/step, modelled from shapes"
         out.append(("bandwidth", line))
     else:
-        out.append(("bandwidth", "unknown: no kernel has a byte count (record_shapes off?)"))
+        out += _unknown(sm, "bandwidth", "a byte count")
     if _ok(doc.get("flops_per_s")):
         line = f"{fmt.si(doc['flops_per_s'], 'FLOP/s')}"
         if _ok(doc.get("compute_roof")):
@@ -156,7 +167,7 @@ def figures(sm: Summary) -> list[tuple[str, str]]:
             )
         out.append(("compute", line))
     else:
-        out.append(("compute", "unknown: no kernel has a FLOP count (record_shapes off?)"))
+        out += _unknown(sm, "compute", "a FLOP count")
     if _ok(doc.get("arithmetic_intensity")):
         line = f"{fmt.intensity(doc['arithmetic_intensity'])} FLOP/B"
         if _ok(doc.get("ridge_point")):

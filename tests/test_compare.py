@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 from tracekit.cli import main
+from tracekit.compare import build as B
 from tracekit.compare import compare
 from tracekit.compare import diff as D
 from tracekit.reports import compare as R
@@ -208,3 +209,20 @@ def test_bad_input_is_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixtu
     err = capsys.readouterr().err
     assert err.startswith("tracekit: error:") and err.count("\n") == 1
     assert main(["compare", str(_fx("bf16-sdpa")), str(_fx("bf16-sdpa")), "--format", "x"]) == 2
+
+
+def test_two_cpu_runs_say_in_one_line_they_are_not_compared_per_class(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 35: two CPU runs printed "0 FLOP", an empty class table and "0 matched" with
+    no word why; now one note says what is compared, GPU rows and sections are absent."""
+    cpu = FIX / "cpu-tiny-fp32-naive"
+    assert main(["compare", str(cpu), str(cpu), "-o", str(tmp_path / "cmp")]) == 0
+    out = capsys.readouterr().out
+    text = " ".join(out.split())
+    assert " ".join(f"note: {B.NO_GPU_NOTE}".split()) in text
+    for gone in ("0 FLOP", "GPU time per class", "matched", "GPU busy", "Kernels by name"):
+        assert gone not in out, gone
+    assert "step time (unprofiled)" in out and "peak allocated" in out
+    doc = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert doc["notes"][0] == B.NO_GPU_NOTE

@@ -168,6 +168,29 @@ def test_report_of_a_cpu_generate_run(run: Path, tmp_path: Path) -> None:
     assert [w for w in doc["warnings"] if w.startswith("report invariant broken")] == []
 
 
+def test_cpu_generate_summary_and_report_tell_one_story(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 35: collect's summary has no "none (None)" (a generate run has no light pass)
+    and names the overhead's basis; the report asks about record_shapes only where it was
+    off, gives no rate line where no kernel ran, and names the statistic of each
+    unprofiled decode-step time (median of every timed step, mean of the recorded ones)."""
+    said = run_mod.summary(run)
+    assert "(None)" not in said and "timeline trace" not in said
+    prof = next(x for x in said.splitlines() if x.startswith("profiled decode step"))
+    tpot = json.loads((run / "manifest.json").read_text())["metrics"]["tpot_ms"]["median"]
+    assert f"the unprofiled {tpot:.3f} ms median" in prof, prof
+    assert "n/a" not in said and f"memory: {run_mod.NO_CPU_PEAK}" in said  # the report has it
+    capsys.readouterr()
+    assert main(["report", str(run), "-o", str(tmp_path / "rep"), "--no-tensorboard"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "record_shapes✓" in text and "record_shapes off" not in text
+    assert "no kernel has" not in text  # a CPU generate run has no kernel: no rate line
+    assert "measured without profiler (median of every timed decode step)" in text
+    assert "per decode step (unprofiled, mean of the 4 recorded steps)" in text
+    assert "ms per step (mean of the 4 recorded steps)" in text
+
+
 @pytest.mark.filterwarnings("ignore:Profiler won.t be using warmup")
 def test_cli_profiles_every_decode_step_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[CollectConfig] = []

@@ -190,3 +190,12 @@ def test_a_sweep_whose_rows_all_failed_still_reports(tmp_path: Path) -> None:
     ]
     assert len(fit_table(t)) == 0
     assert "<section" in render_section(t, tmp_path)
+
+
+def test_plateau_without_bandwidth_names_no_placeholder() -> None:
+    """Issue 35: a row without byte counts said "bandwidth utilisation unknown until the
+    classify stage fills it"; a figure that is absent is left out."""
+    row = pd.Series({"gpu_idle_pct": 5.0, "model_flops_util_pct": 10.0})
+    kind, why = plateau_kind(row)
+    assert kind == "undetermined" and why == "GPU idle 5 %, model FLOP rate 10 % of the matmul roof"
+    assert plateau_kind(pd.Series(dtype=float)) == ("undetermined", "no utilisation data")

@@ -43,6 +43,12 @@ METRICS: dict[str, tuple[str, str]] = {
 }
 
 
+NO_GPU_NOTE = (
+    "CPU runs (no GPU activity in either): compared by step time, throughput and memory "
+    "only, not per class, operator or kernel (`tracekit report` gives each run's CPU view)"
+)
+
+
 @dataclass
 class Comparison:
     a: Summary
@@ -62,6 +68,7 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     doc: dict[str, Any] = field(default_factory=dict)
     scaling: dict[str, Any] | None = None  # runs on different GPU counts (tracekit.ranks.scaling)
+    per_class: bool = True  # False: neither run has GPU activity, nothing compared per class
 
 
 def _n(v: Any) -> float | None:
@@ -169,6 +176,9 @@ def compare(
             notes.append(f"{lab}: no run manifest, so its configuration is unknown")
     if n_a != n_b:
         notes.append(f"{n_a} vs {n_b} analysed steps: every figure is per step")
+    per_class = bool(len(cls_a.kernels) or len(cls_b.kernels))
+    if not per_class:
+        notes.insert(0, NO_GPU_NOTE)
     sc = SC.scaling(SC.side_of(la, sa, ranks_a, man_a), SC.side_of(lb, sb, ranks_b, man_b))
     if sc is not None:
         notes.insert(0, SC.sentence(sc))
@@ -189,6 +199,7 @@ def compare(
         same_device=same,
         notes=notes,
         scaling=sc,
+        per_class=per_class,
     )
     cmp.doc = compare_json(cmp, top=top)
     return cmp

@@ -50,8 +50,9 @@ def bandwidth_words(g: GenerateFacts) -> str:
     text = (
         f"a decode step reads {_si(t.total, 'B')} by the decode model (weights "
         f"{_si(t.weights, 'B')} + KV cache {_si(t.kv_cache_read, 'B')} at {span} cached "
-        f"tokens); over the {basis} {g.mean('tpot_ms') or math.nan:.3f} ms per step that is "
-        f"{_si(g.mean('model_bw'), 'B/s')} = {_pct(g.mean('model_bw_pct'))} of the "
+        f"tokens); over the {basis} {g.mean('tpot_ms') or math.nan:.3f} ms per step (mean of the "
+        f"{len(g.steps)} recorded steps) that is {_si(g.mean('model_bw'), 'B/s')} = "
+        f"{_pct(g.mean('model_bw_pct'))} of the "
         f"{_si(g.bandwidth, 'B/s')} bandwidth roof"
     )
     if _ok(g.mean("kernel_bw")):

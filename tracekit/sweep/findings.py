@@ -80,8 +80,7 @@ def plateau_kind(row: pd.Series) -> tuple[str, str]:
         bits.append(f"GPU idle {idle:.0f} %")
     if not math.isnan(fl):
         bits.append(f"model FLOP rate {fl:.0f} % of the matmul roof")
-    if math.isnan(bw) and math.isnan(mb):
-        bits.append("bandwidth utilisation unknown until the classify stage fills it")
+    # no bandwidth figure (no byte counts, a CPU row): absent, not "unknown until ..."
     return "undetermined", ", ".join(bits) or "no utilisation data"
 
 
