@@ -107,18 +107,6 @@ def per_rank_title(rs: RanksSummary) -> str:
     )
 
 
-def verdict_comm(rs: RanksSummary | None, rank: int | None) -> tuple[float, str] | None:
-    """The communication (ms per unprofiled step) and its words that the verdict of the
-    report detailing ``rank`` takes from the ranks: that rank's measured cost, or its
-    exposed communication less a sync wait that is the profiler's
-    (:mod:`tracekit.ranks.measured`); None: the trace's figures stand."""
-    m = rs.measured if rs is not None else None
-    if m is None or m.comm_source is None or not m.comm_by_rank:
-        return None
-    r = rank if rank in m.comm_by_rank else min(m.comm_by_rank)
-    return m.comm_by_rank[r], f"rank {r}'s {m.comm_source}"
-
-
 def lines(rs: RanksSummary) -> list[str]:
     """The section's sentences: who, the clock, exposed communication, the straggler, the
     bus bandwidth against the ceiling."""

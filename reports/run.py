@@ -26,10 +26,11 @@ import tracekit.reports.markdown as markdown
 import tracekit.reports.plots as plots
 import tracekit.reports.ranks as ranks_view
 import tracekit.reports.tbtrace as tbtrace
+from tracekit.analyse import Options, analyse, generates, load_run
 from tracekit.errors import TraceError, UsageError
 from tracekit.io import atomic_dir, atomic_write_json, atomic_write_text
-from tracekit.parse import TRACE_SUFFIXES, Trace, find_trace, load
-from tracekit.summary import Summary, TraceFacts, summarize, trace_facts
+from tracekit.parse import TRACE_SUFFIXES, Trace, find_trace
+from tracekit.summary import Summary, TraceFacts
 from tracekit.summary.timeline import MODES as TIMELINE_MODES
 
 REPORT_DIR = "report"
@@ -103,17 +104,6 @@ def _tb_target(
     if logdir is None:
         return None
     return logdir / _stem(path), path
-
-
-def classify_trace(trace: Trace, peak_tflops: float | None, bandwidth_gbs: float | None) -> Any:
-    """Run the classify stage (``tracekit.classify``) on a parsed trace."""
-    from tracekit.classify import classify
-    from tracekit.summary.memory_model import manifest_traffic
-
-    return classify(
-        trace, manifest=trace.manifest, peak_tflops=peak_tflops, bandwidth_gbs=bandwidth_gbs,
-        traffic=manifest_traffic(trace.manifest),
-    )  # fmt: skip
 
 
 def _parquet(df: pd.DataFrame, path: Path) -> None:
@@ -243,16 +233,16 @@ def _run(
     timeline: str = "auto",
 ) -> ReportResult:
     t = time.perf_counter()
-    trace = load(path) if job is None else job.load()
+    # a trace without GPU activity is its CPU view (a generate run has its prefill, and
+    # its decode steps' report says what CPU runs lack)
+    trace = load_run(path) if job is None else job.load()
     timings["parse"] = time.perf_counter() - t
-    if len(trace.kernels) == 0 and not _generates(trace):  # a generate run has its prefill,
-        if job is not None:
-            raise TraceError(
-                f"{path}: CPU-only traces ({job.describe()}): no kernel, memcpy or memset "
-                "events: a multi-rank report needs GPU activity; `tracekit parse` writes "
-                "every rank's CPU tables"
-            )
-        trace = _cpu_run(trace)  # and its decode steps' report says what CPU runs lack
+    if job is not None and len(trace.kernels) == 0 and not generates(trace):
+        raise TraceError(
+            f"{path}: CPU-only traces ({job.describe()}): no kernel, memcpy or memset "
+            "events: a multi-rank report needs GPU activity; `tracekit parse` writes "
+            "every rank's CPU tables"
+        )
     if job is not None:
         t = time.perf_counter()
         job.analyse(dest)
@@ -267,18 +257,6 @@ def _run(
         )  # fmt: skip
 
 
-def _cpu_run(trace: Trace) -> Trace:
-    """A trace without GPU activity: a CPU run's view, its work operators as the kernels
-    (docs/report.md, "CPU runs"), or a one-line error saying why it is not one."""
-    from tracekit.parse.cpuview import cpu_view, not_cpu_run
-
-    why = not_cpu_run(trace)
-    if why is not None:
-        raise TraceError(f"{trace.path}: {why}; `tracekit parse` writes its CPU tables")
-    cpu: Trace = cpu_view(trace)
-    return cpu
-
-
 def _analyse(
     trace: Trace,
     dest: Path,
@@ -291,35 +269,20 @@ def _analyse(
     ranks: Any = None,
     timeline: str = "auto",
 ) -> ReportResult:
-    t = time.perf_counter()
-    facts = trace_facts(trace, timeline)  # all the memory timeline needs: drawn meanwhile
-    if worker is not None:
-        worker.submit("memory_timeline", plots.memory_timeline_data(facts))
-    timings["summarize"] = time.perf_counter() - t
-    t = time.perf_counter()
-    cls = (
-        classification
-        if classification is not None
-        else classify_trace(trace, peak_tflops, bandwidth_gbs)
-    )
-    timings["classify"] = time.perf_counter() - t
-    t = time.perf_counter()
-    sm = summarize(
-        trace,
-        cls,
-        comm_ms=ranks_view.verdict_comm(ranks, _rank_of(trace)),
-        facts=facts,
-        on_table=None if worker is None else _drawing(worker, facts),
-        exposed_comm_pct=ranks.rank_exposed_comm_pct(_rank_of(trace)) if ranks else None,
-        union_shares=ranks is not None,
-    )
-    if ranks is not None:
-        from tracekit.ranks.document import ranks_json
+    from tracekit.ranks.document import ranks_json
 
-        ranks.detail_rank = _rank_of(trace)
-        sm.ranks = ranks
-        sm.summary["ranks"] = ranks_json(ranks)
-    timings["summarize"] += time.perf_counter() - t
+    def on_facts(facts: TraceFacts) -> Callable[[str, Any], None] | None:
+        if worker is None:
+            return None
+        worker.submit("memory_timeline", plots.memory_timeline_data(facts))
+        return _drawing(worker, facts)  # the memory timeline is drawn meanwhile
+
+    opts = Options(
+        peak_tflops=peak_tflops, bandwidth_gbs=bandwidth_gbs, classification=classification,
+        timeline=timeline, on_facts=on_facts, timings=timings,
+    )  # fmt: skip
+    sm = analyse(trace, opts, ranks=ranks, ranks_doc=ranks_json).summary
+    assert sm is not None
     t = time.perf_counter()
     pngs: dict[str, bytes] = plots.all_plots(sm) if worker is None else {}
     pngs.update(ranks_view.plots(sm))
@@ -354,12 +317,6 @@ def _analyse(
     return result
 
 
-def _generates(trace: Trace) -> bool:
-    """A ``collect --workload generate`` run (its report has the generate section)."""
-    man = trace.manifest if isinstance(trace.manifest, dict) else {}
-    return (man.get("config") or {}).get("workload") == "generate"
-
-
 @dataclass
 class Job:
     """A multi-rank folder being reported: its ranks, the rank reported in detail, and
@@ -380,7 +337,7 @@ class Job:
         return f"{len(self.ranks.traces)} ranks{backend}"
 
     def load(self) -> Trace:
-        t = load(self.trace)
+        t = load_run(self.trace, cpu=False)
         t.manifest, t.run_dir = self.ranks.manifest, Path(self.ranks.folder)
         return t
 
@@ -407,12 +364,6 @@ def _job(path: Path, rank: int | None, scheduler: str | None, workers: int | Non
     if rank is not None and rank not in ranks.traces:
         raise UsageError(f"--rank {rank}: no trace of that rank (ranks {ranks.ranks})")
     return Job(ranks, rank if rank is not None else min(ranks.traces), scheduler, workers)
-
-
-def _rank_of(trace: Trace) -> int | None:
-    info = trace.meta.get("distributed_info")
-    rank = info.get("rank") if isinstance(info, dict) else None
-    return rank if isinstance(rank, int) else None
 
 
 def _cores() -> int:
