@@ -14,6 +14,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 import tracekit.reports.fmt as fmt
+import tracekit.reports.parts as RP
 from tracekit.ranks.reduce import RanksSummary
 from tracekit.summary import Summary
 
@@ -226,7 +227,7 @@ def union_note(sm: Summary) -> str | None:
 
 
 def _rich_table(title: str, df: pd.DataFrame, cols: list[Col]) -> RenderableType:
-    from tracekit.reports.terminal import _table
+    _table = RP.rich_table
 
     t = _table(title, [(h, "left" if i == 0 else "right") for i, (h, _, _) in enumerate(cols)])
     for rec in df.to_dict("records"):
@@ -264,7 +265,7 @@ def html(sm: Summary, plots: Mapping[str, bytes]) -> str:
     rs: RanksSummary | None = sm.ranks
     if rs is None:
         return ""
-    from tracekit.reports.html import _img, _table, esc
+    _img, _table, esc = RP.img, RP.html_table, RP.esc
 
     def table(df: pd.DataFrame, cols: list[Col]) -> str:
         return _table(df, [(h, "l" if i == 0 else "", f) for i, (h, _, f) in enumerate(cols)],

@@ -48,9 +48,6 @@ KNOWN_FUNCTION_LEVEL_CYCLES = {
     ("tracekit.collectors.run", "tracekit.collectors.dist_manifest"),
     ("tracekit.collectors.run", "tracekit.collectors.distributed"),
     ("tracekit.collectors.run", "tracekit.collectors.rank"),
-    ("tracekit.reports.ranks", "tracekit.reports.html"),
-    ("tracekit.reports.ranks", "tracekit.reports.terminal"),
-    ("tracekit.reports.sweep", "tracekit.reports.sweepgen"),
 }
 
 
