@@ -31,8 +31,7 @@ from tracekit.compare import Comparison, compare
 from tracekit.compare.build import analyse_run
 from tracekit.errors import UsageError
 from tracekit.io import atomic_dir, atomic_write_json, atomic_write_text
-
-from .run import _stem
+from tracekit.reports.run import _stem
 
 # ----------------------------------------------------------------------------- values
 
@@ -446,7 +445,7 @@ def markdown_tables(c: Comparison) -> dict[str, str]:
 
 
 def write_tensorboard(c: Comparison, pngs: Mapping[str, bytes], run_dir: Path) -> Path:
-    from . import tensorboard as tb
+    import tracekit.reports.tensorboard as tb
 
     tables, t = markdown_tables(c), time.time()
 

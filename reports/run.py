@@ -307,7 +307,7 @@ def _analyse(
     timings["plots"] += waited[0]  # the wait for the worker
     result = ReportResult(summary=sm, out=dest, files=files, timings=timings)
     if target is not None:
-        from . import tensorboard as tb  # imported only when needed (~0.2 s)
+        import tracekit.reports.tensorboard as tb  # imported only when needed (~0.2 s)
 
         t = time.perf_counter()
         tables = {**markdown.all_tables(sm), **ranks_view.markdown(sm)}

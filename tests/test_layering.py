@@ -127,3 +127,19 @@ def test_analysis_stages_never_load_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert out.stdout.strip() == "False"
+
+
+def test_no_relative_import() -> None:
+    """A module imports another by its absolute name (docs/architecture.md): the stage check
+    above reads absolute names only, and ``from . import x`` goes through the package's
+    ``__init__``."""
+    found = [
+        f"{f.relative_to(ROOT)}:{node.lineno}"
+        for folder in ("tracekit", "collectors", "reports")
+        for f in sorted((ROOT / folder).rglob("*.py"))
+        for node in ast.walk(ast.parse(f.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.level > 0
+    ]
+    assert not found, "relative imports (import the module by its tracekit.* name):\n" + (
+        "\n".join(f"  {x}" for x in found)
+    )
