@@ -29,6 +29,7 @@ import tracekit.reports.tbtrace as tbtrace
 from tracekit.analyse import Options, analyse, generates, load_run
 from tracekit.errors import TraceError, UsageError
 from tracekit.io import atomic_dir, atomic_write_json, atomic_write_text
+from tracekit.jobs import Job, job_of
 from tracekit.parse import TRACE_SUFFIXES, Trace, find_trace
 from tracekit.summary import Summary, TraceFacts
 from tracekit.summary.timeline import MODES as TIMELINE_MODES
@@ -185,7 +186,7 @@ def report(
     if timeline not in TIMELINE_MODES:
         raise UsageError(f"--timeline must be one of {', '.join(TIMELINE_MODES)}, not {timeline!r}")
     dest = Path(out) if out is not None else default_out(path)
-    job = _job(path, rank, scheduler, workers)
+    job = job_of(path, rank, scheduler, workers)
     target = _tb_target(
         path,
         Path(tensorboard) if tensorboard is not None else None,
@@ -245,7 +246,7 @@ def _run(
         )
     if job is not None:
         t = time.perf_counter()
-        job.analyse(dest)
+        job.analyse(dest.with_name(dest.name + ".ranks"))
         timings["ranks"] = time.perf_counter() - t
     if plot_worker is None:  # (on one core a worker would only add its own start)
         plot_worker = len(trace.kernels) + len(trace.ops) >= WORKER_ROWS and _cores() > 1
@@ -315,55 +316,6 @@ def _analyse(
         ranks_view.write_tensorboard(sm, target[0])
         timings["tensorboard"] = time.perf_counter() - t
     return result
-
-
-@dataclass
-class Job:
-    """A multi-rank folder being reported: its ranks, the rank reported in detail, and
-    (after :meth:`analyse`) the multi-rank summary."""
-
-    ranks: Any  # tracekit.ranks.discover.RankSet
-    rank: int
-    scheduler: str | None
-    workers: int | None
-    summary: Any = None
-
-    @property
-    def trace(self) -> Path:
-        return Path(self.ranks.traces[self.rank].path)
-
-    def describe(self) -> str:
-        backend = f", {self.ranks.backend}" if self.ranks.backend else ""
-        return f"{len(self.ranks.traces)} ranks{backend}"
-
-    def load(self) -> Trace:
-        t = load_run(self.trace, cpu=False)
-        t.manifest, t.run_dir = self.ranks.manifest, Path(self.ranks.folder)
-        return t
-
-    def analyse(self, dest: Path) -> None:
-        from tracekit.ranks.run import analyse_ranks
-
-        cache = dest.with_name(dest.name + ".ranks")
-        self.summary = analyse_ranks(
-            self.ranks, cache, scheduler=self.scheduler, workers=self.workers
-        )
-
-
-def _job(path: Path, rank: int | None, scheduler: str | None, workers: int | None) -> Job | None:
-    """The multi-rank job in ``path``, or None for a single trace (then the multi-rank
-    options must not be given)."""
-    from tracekit.ranks.discover import discover
-
-    ranks = discover(path) if path.is_dir() else None
-    if ranks is None:
-        for name, v in (("--rank", rank), ("--scheduler", scheduler), ("--workers", workers)):
-            if v is not None:
-                raise UsageError(f"{name} is for a folder of several ranks' traces")
-        return None
-    if rank is not None and rank not in ranks.traces:
-        raise UsageError(f"--rank {rank}: no trace of that rank (ranks {ranks.ranks})")
-    return Job(ranks, rank if rank is not None else min(ranks.traces), scheduler, workers)
 
 
 def _cores() -> int:

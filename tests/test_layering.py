@@ -28,6 +28,17 @@ STAGES: dict[str, tuple[str, set[str]]] = {
         "tracekit.ranks",
         {"tracekit.parse", "tracekit.classify", "tracekit.summary", "tracekit.analyse"},
     ),
+    # a folder of one job's rank traces: the pipeline on one rank, the ranks stage on all
+    "tracekit/jobs.py": (
+        "tracekit.jobs",
+        {
+            "tracekit.parse",
+            "tracekit.classify",
+            "tracekit.summary",
+            "tracekit.analyse",
+            "tracekit.ranks",
+        },
+    ),
     # sweep reads the analytic memory model, which the report shares (tracekit.summary)
     "tracekit/sweep": (
         "tracekit.sweep",
@@ -52,6 +63,7 @@ STAGES: dict[str, tuple[str, set[str]]] = {
             "tracekit.summary",
             "tracekit.analyse",
             "tracekit.ranks",
+            "tracekit.jobs",
         },
     ),
     "reports": (
@@ -62,6 +74,7 @@ STAGES: dict[str, tuple[str, set[str]]] = {
             "tracekit.summary",
             "tracekit.analyse",
             "tracekit.ranks",
+            "tracekit.jobs",
             "tracekit.sweep",
             "tracekit.compare",
             "tracekit.advise",

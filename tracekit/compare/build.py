@@ -16,7 +16,7 @@ import pandas as pd
 
 import tracekit.compare.diff as D
 import tracekit.ranks.scaling as SC
-from tracekit.analyse import Analysis, analyse, load_run
+from tracekit.analyse import Analysis, analyse
 from tracekit.summary import Summary
 from tracekit.summary.build import _clean
 from tracekit.summary.classes import in_steps
@@ -126,16 +126,14 @@ def analyse_run(path: Path, cache: Path) -> Analysis:
     """One side of a comparison, through the pipeline (:func:`tracekit.analyse.analyse`):
     a trace or run folder, or a multi-rank folder's lowest rank (with the folder's
     manifest) and its multi-rank analysis (per-rank results in ``cache``)."""
-    from tracekit.ranks.discover import discover
-    from tracekit.ranks.run import analyse_ranks
+    from tracekit.jobs import job_of
 
-    ranks = discover(path) if path.is_dir() else None
-    if ranks is None:
+    job = job_of(path, None, None, None)
+    if job is None:
         return analyse(path)
-    t = load_run(ranks.traces[min(ranks.traces)].path, cpu=False)
-    t.manifest, t.run_dir = ranks.manifest, path
-    a = analyse(t)
-    a.ranks = analyse_ranks(ranks, cache)
+    a = analyse(job.load())
+    job.analyse(cache)
+    a.ranks = job.summary
     return a
 
 
