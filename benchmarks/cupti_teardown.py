@@ -5,6 +5,7 @@ step (bf16 autocast, fused AdamW) timed in a window of unprofiled steps *before*
 profiler ran, then one profiler pass over a few steps, then windows of unprofiled steps
 *after* it; the ratio after/before is the residual the pass left. Variants:
 
+* ``none``: no pass (3 plain steps): the spread the host's drift alone gives the ratio;
 * ``kineto``: ``torch.profiler`` CPU+CUDA over 3 steps, ``TEARDOWN_CUPTI`` unset (Kineto
   leaves CUPTI attached);
 * ``kineto-teardown``: the same with ``TEARDOWN_CUPTI=1`` (Kineto calls cuptiFinalize);
@@ -32,7 +33,7 @@ import subprocess
 import sys
 from typing import Any
 
-VARIANTS = ("kineto", "kineto-teardown", "cupti", "cupti-finalize", "sequence")
+VARIANTS = ("none", "kineto", "kineto-teardown", "cupti", "cupti-finalize", "sequence")
 
 
 def _child(variant: str, batch: int, window_steps: int) -> dict[str, Any]:
@@ -113,7 +114,10 @@ def _child(variant: str, batch: int, window_steps: int) -> dict[str, Any]:
         step()
     before = [window(), window()]
     recorded: dict[str, int] = {}
-    if variant in ("kineto", "kineto-teardown"):
+    if variant == "none":  # the null: what the host's drift alone does to after/before
+        for _ in range(3):
+            step()
+    elif variant in ("kineto", "kineto-teardown"):
         recorded["kineto"] = kineto()
     elif variant in ("cupti", "cupti-finalize"):
         recorded["cupti"] = cupti_pass(variant == "cupti-finalize")

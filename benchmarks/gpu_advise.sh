@@ -58,7 +58,7 @@ s = c.get("search") or {}
 best = s.get("best_vs_baseline") or {}
 rec = "+".join(s.get("best") or []) or "the baseline"
 if best:
-    rec += f" x{best['ratio']:.3f} [{best['lo']}-{best['hi']}, {best['rounds']} rounds]"
+    rec += f" x{best['ratio']:.3f} [{best['lo']:.3f}-{best['hi']:.3f}, {best['rounds']} rounds]"
 print(f"  recommended: {rec}; search stopped: {s.get('stopped')}; "
       f"steps: {len(s.get('steps') or [])}")
 for x in s.get("interactions") or []:
@@ -66,7 +66,7 @@ for x in s.get("interactions") or []:
 if rows:
     fast = min(rows, key=lambda r: r["step_ratio"])
     print(f"  fastest row measured: {fast['lever']} x{fast['step_ratio']:.3f} "
-          f"[{fast['ratio_lo']}-{fast['ratio_hi']}]")
+          f"[{fast['ratio_lo']:.3f}-{fast['ratio_hi']:.3f}]")
 err = [r["step_error_pct"] for r in rows if r["step_error_pct"] is not None]
 print(f"  predictions within +-15 %: {sum(abs(e) <= 15 for e in err)} of {len(err)}")
 EOF

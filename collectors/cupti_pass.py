@@ -244,12 +244,19 @@ class KernelRecorder:
         self.enabled.clear()
 
     def stop(self) -> list[dict[str, Any]]:
-        """Disable the kinds, flush CUPTI's buffers; the events recorded since :meth:`start`."""
+        """Disable the kinds, flush CUPTI's buffers, detach CUPTI (``cuptiFinalize``: with
+        the kinds merely disabled, a host-bound step ran x1.16 [1.02-1.25] slower after the
+        pass on an H200, x0.95 finalized, ``benchmarks/cupti_teardown.py``; :meth:`start`
+        attaches it again); the events recorded since :meth:`start`."""
         self._disable()
         try:
             self.cupti.activity_flush_all(FLUSH_FORCED)
         except Exception as e:
             self.errors.append(f"flush: {_one_line(e)}")
+        try:
+            self.cupti.finalize()
+        except Exception as e:
+            self.errors.append(f"finalize: {_one_line(e)}")
         events, self.events = self.events, []
         return events
 

@@ -170,7 +170,10 @@ class Residual:
             f"after against {self.n_before} before any pass{steps}"
         )
         if self.beyond:
-            return f"{head}: beyond 3 %: the steps after the passes ran slower"
+            return (
+                f"{head}: beyond 3 %: the steps after the passes ran slower (the interval holds "
+                "the steps' spread, not the host's drift between the two windows)"
+            )
         return f"{head}: within 3 % or within the noise"
 
     def to_dict(self) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from rich.text import Text
 import tracekit.reports.fmt as fmt
 import tracekit.reports.parts as RP
 from tracekit.ranks.reduce import RanksSummary
+from tracekit.ranks.robust import MIN_RANKS
 from tracekit.summary import Summary
 
 PARQUET = {  # file -> RanksSummary attribute
@@ -25,7 +26,9 @@ PARQUET = {  # file -> RanksSummary attribute
     "collectives.parquet": "collectives",
     "collective_table.parquet": "collective_table",
 }
-PLOTS = ("ranks_timeline", "busbw")
+PLOTS = ("ranks_timeline", "busbw", "rank_step_heatmap", "rank_wait_heatmap")
+LARGE = 16  # above this many ranks: the job at scale, no row per rank in the terminal
+CAUSES = ("compute", "input", "node")
 Col = tuple[str, str, Callable[[Any], str]]
 
 
@@ -90,6 +93,127 @@ COLLECTIVES: list[tuple[str, str, Callable[[Any], str]]] = [
     ("at this size", "measured_at_size_Bps", _gbs),
     ("arrives last", "last_rank", _rank),
 ]
+
+
+def _tail(v: Any) -> str:
+    return ", ".join(str(r) for r, _ in v) if v else ""
+
+
+def _span(v: Any) -> str:
+    a, b = v
+    return str(a) if a == b else f"{a}-{b}"
+
+
+def _n(v: Any) -> str:
+    """A figure in ms, the unit in the table's title."""
+    if v is None or v != v:
+        return fmt.DASH
+    x = float(v)
+    return f"{x:.1f}" if abs(x) >= 100 else f"{x:.2f}" if abs(x) >= 1 else f"{x:.3f}"
+
+
+SHORT = {  # the terminal's names of the parts (robust.PARTS has the full words)
+    "step_time_ms": "step",
+    "compute_ms": "compute",
+    "exposed_comm_ms": "exposed comm",
+    "arrival_wait_ms": "wait for others",
+    "input_ms": "input wait",
+    "idle_ms": "GPU idle",
+    "internode_transfer_ms": "own transfer",
+}
+DISTRIBUTION: list[Col] = [
+    ("part", "part", lambda v: SHORT.get(str(v), str(v))),
+    ("median", "median", _n),
+    ("p90", "p90", _n),
+    ("p99", "p99", _n),
+    ("max", "max", _n),
+    ("tail ranks", "tail", _tail),
+]
+NODES: list[Col] = [
+    ("node", "host", str),
+    ("ranks", "span", _span),
+    ("step", "step_time_ms", _n),
+    ("compute", "compute_ms", _n),
+    ("input", "input_ms", _n),
+    ("waits", "arrival_wait_ms", _n),
+    ("own transfer", "internode_transfer_ms", _n),
+    ("named", "flagged", fmt.count),
+]
+JOB_COLLECTIVES: list[Col] = [
+    ("#", "index", _rank),
+    ("kind", "kind", str),
+    ("size", "message_bytes", _bytes),
+    ("transfer", "transfer_ms", _n),
+    ("wait mean", "wait_mean_ms", _n),
+    ("wait p99", "wait_p99_ms", _n),
+    ("last", "last_rank", _rank),
+    ("of steps", "last_pct", lambda v: fmt.pct(v, 0)),
+]
+DIST_TITLE = (
+    "The step's parts over the ranks, ms per step (each rank: median over the compared "
+    "steps; wait for others: from a rank's arrival at a collective to the last rank's; own "
+    "transfer: from then to its own end, in collectives across nodes; tail: largest first)"
+)
+NODES_TITLE = (
+    "Nodes, ms per step (medians over their ranks; waits: for others in collectives): the "
+    "nodes named, then the farthest from the job"
+)
+JOB_COLL_TITLE = (
+    "Collectives of a step, ms (transfer: median over the steps; wait: over ranks and "
+    "steps; last: the rank most often last to arrive)"
+)
+SHOWN_WORDS = "the full table: ranks.parquet"
+NODE_ROWS = 8
+
+
+def terminal_ranks(rs: RanksSummary) -> list[int]:
+    """The per-rank rows of a large job's terminal: the first rank, each finding's rank
+    (a node's first two), and the median rank of the step."""
+    job = rs.job
+    want = [rs.ranks[0]] if rs.ranks else []
+    if job is not None:
+        for f in job.findings:
+            if f.kind not in ("damaged", "missing"):
+                want.extend(f.ranks[:2])
+        fig = job.figures.sort_values("step_time_ms")
+        if len(fig):
+            want.append(int(fig["rank"].iloc[len(fig) // 2]))
+    return sorted(set(want) & set(rs.ranks))
+
+
+def distribution_rows(rs: RanksSummary) -> pd.DataFrame:
+    job = rs.job
+    rows = [d.__dict__ for d in job.distributions] if job is not None else []
+    return pd.DataFrame(rows)
+
+
+def node_rows(rs: RanksSummary) -> tuple[pd.DataFrame, str]:
+    """The nodes a finding names, then those farthest from the job's medians (step, own
+    transfer), at most :data:`NODE_ROWS`; and a line about the others."""
+    job = rs.job
+    nd = job.nodes if job is not None else pd.DataFrame()
+    if not len(nd):
+        return nd, ""
+    nd = nd.assign(span=list(zip(nd["first_rank"], nd["last_rank"], strict=True)))
+    far = pd.Series(0.0, index=nd.index)
+    for c in ("step_time_ms", "internode_transfer_ms", "compute_ms", "input_ms"):
+        med = float(nd[c].median())
+        if med > 0:
+            far = far.combine((nd[c] - med).abs() / med, max)
+    order = (nd["flagged"] * 1e6 + far).sort_values(ascending=False).index
+    top = nd.loc[order[:NODE_ROWS]].sort_values("first_rank")
+    others = nd.drop(index=top.index)
+    if not len(others):
+        return top, ""
+    rest = (
+        f"the other {len(others)} of {len(nd)} nodes: step "
+        f"{_n(others['step_time_ms'].min())} to {_n(others['step_time_ms'].max())} ms, "
+        f"own transfer {_n(others['internode_transfer_ms'].min())} to "
+        f"{_n(others['internode_transfer_ms'].max())} ms (rank_nodes.parquet)"
+    )
+    return top, rest
+
+
 TERMINAL_COLUMNS = {"per_rank": 7, "stragglers": 7, "collectives": 7}
 PER_RANK_TITLE = (
     "Per rank (per step; unprofiled, comm cost: measured without the profiler; the rest: "
@@ -119,6 +243,8 @@ def lines(rs: RanksSummary) -> list[str]:
         f"{len(rs.steps)} step(s) compared{detail} (--rank R for another); clock: "
         f"{rs.clock.reason}"
     ]
+    if rs.job is not None and len(rs.ranks) >= MIN_RANKS:
+        out.extend(rs.job.verdict)
     if rs.measured is not None:
         out.extend(rs.measured.statements)
     pr = rs.per_rank
@@ -128,7 +254,7 @@ def lines(rs: RanksSummary) -> list[str]:
         )
         out.append(
             f"exposed communication {fmt.pct(rs.exposed_comm_pct)} of the step, mean over ranks "
-            f"({each}{', …' if len(pr) > 8 else ''}), {rs.timeline_words or 'profiled pass'}; "
+            f"({each}{', …' if len(pr) > 8 else ''}), {_words(rs)}; "
             "in its collectives, transfer "
             f"{fmt.ms(_transfer_ms(rs))} and sync wait {fmt.ms(float(pr['sync_wait_ms'].mean()))}"
             " per step, mean over ranks (profiled window)"
@@ -159,8 +285,26 @@ def _transfer_ms(rs: RanksSummary) -> float:
     return float((pr["comm_kernel_sum_ms"] - pr["sync_wait_ms"]).clip(lower=0).mean())
 
 
+def _words(rs: RanksSummary) -> str:
+    """Which pass the ranks' figures come from (shortened where the ranks differ)."""
+    w = rs.timeline_words or "profiled pass"
+    return w if len(w) <= 160 else f"{w[:157]}…"
+
+
+def _job_straggler(rs: RanksSummary) -> str:
+    """The job's story in one phrase: the causes the robust analysis names."""
+    job = rs.job
+    causes = [f for f in job.findings if f.kind in CAUSES] if job is not None else []
+    if not causes:
+        return "no rank or node stands out by robust statistics (median/MAD)"
+    return "; ".join(f.text for f in causes)
+
+
 def _profiled_straggler(rs: RanksSummary) -> str:
-    """The profiled window's straggler: the rank that works longest between collectives."""
+    """The profiled window's straggler: the rank that works longest between collectives
+    (enough ranks for robust statistics: the ranks and node that stand out)."""
+    if rs.job is not None and len(rs.ranks) >= MIN_RANKS:
+        return _job_straggler(rs)
     st = rs.stragglers
     worker = int(st["most_work_rank"].mode().iloc[0])
     lead = float(st.loc[st["most_work_rank"] == worker, "own_work_lead_ms"].mean())
@@ -184,6 +328,8 @@ def straggler_line(rs: RanksSummary) -> str | None:
     if not len(rs.stragglers) or len(rs.per_rank) < 2:
         return None
     m = rs.measured
+    if (m is None or m.basis == "profiled window") and len(rs.ranks) >= MIN_RANKS:
+        return None  # the job's verdict and its findings say it
     if m is None or m.basis == "profiled window":
         return f"straggler (profiled window): {_profiled_straggler(rs)}"
     if m.own_spread_ms is not None:
@@ -243,6 +389,12 @@ def terminal(sm: Summary) -> list[RenderableType]:
         Text("Ranks", style="bold"),
         Group(*(Text(f"  {line}") for line in lines(rs))),
     ]
+    if rs.job is not None and rs.job.findings:
+        out.append(Group(*(Text(f"  ! {f.text}") for f in rs.job.findings)))
+    if len(rs.ranks) > LARGE and rs.job is not None:
+        out.extend(_terminal_at_scale(rs))
+        out.extend(Text(f"note: {x}", style="dim") for x in rs.notes)
+        return out
     n = TERMINAL_COLUMNS
     out.append(_rich_table(per_rank_title(rs), rs.per_rank.head(32), PER_RANK[: n["per_rank"]]))
     if len(rs.stragglers) and len(rs.ranks) > 1:
@@ -255,6 +407,30 @@ def terminal(sm: Summary) -> list[RenderableType]:
             _rich_table(title, rs.collective_table.head(12), COLLECTIVES[: n["collectives"]])
         )
     out.extend(Text(f"note: {x}", style="dim") for x in rs.notes)
+    return out
+
+
+def _terminal_at_scale(rs: RanksSummary) -> list[RenderableType]:
+    """A large job: distributions, a per-node summary, the collectives of a step and the
+    named ranks, never a row per rank."""
+    job = rs.job
+    assert job is not None
+    out: list[RenderableType] = [
+        _rich_table(DIST_TITLE, distribution_rows(rs), DISTRIBUTION),
+    ]
+    nodes, rest = node_rows(rs)
+    if len(nodes):
+        out.append(_rich_table(NODES_TITLE, nodes, NODES))
+        if rest:
+            out.append(Text(f"  {rest}"))
+    if len(job.collectives):
+        out.append(_rich_table(JOB_COLL_TITLE, job.collectives.head(16), JOB_COLLECTIVES))
+    shown = rs.per_rank[rs.per_rank["rank"].isin(terminal_ranks(rs))]
+    title = (
+        f"Ranks named above (a node: its first two), the first and the median rank ({SHOWN_WORDS})"
+    )
+    cols = [c for c in PER_RANK[:8] if c[1] in shown and shown[c[1]].notna().any()]
+    out.append(_rich_table(title, shown, [*cols, ("finding", "finding", str)]))
     return out
 
 
@@ -271,13 +447,39 @@ def html(sm: Summary, plots: Mapping[str, bytes]) -> str:
         return _table(df, [(h, "l" if i == 0 else "", f) for i, (h, _, f) in enumerate(cols)],
                       [k for _, k, _ in cols])  # fmt: skip
 
-    parts = [
-        "<h2>Ranks</h2><ul>" + "".join(f"<li>{esc(x)}</li>" for x in lines(rs)) + "</ul>",
-        f"<h3>{esc(per_rank_title(rs))}</h3>" + table(rs.per_rank, PER_RANK),
-    ]
+    parts = ["<h2>Ranks</h2><ul>" + "".join(f"<li>{esc(x)}</li>" for x in lines(rs)) + "</ul>"]
+    if rs.job is not None and rs.job.findings:
+        parts.append(
+            "<h3>Named</h3><ul>"
+            + "".join(f"<li>{esc(f.text)}</li>" for f in rs.job.findings)
+            + "</ul>"
+        )
+    large = len(rs.ranks) > LARGE and rs.job is not None
+    if large and rs.job is not None:
+        parts.append(f"<h3>{esc(DIST_TITLE)}</h3>" + table(distribution_rows(rs), DISTRIBUTION))
+        for name, alt in HEATMAPS.items():
+            if name in plots:
+                parts.append(_img(plots[name], alt))
+        nodes = rs.job.nodes.assign(
+            span=list(zip(rs.job.nodes["first_rank"], rs.job.nodes["last_rank"], strict=True))
+        )
+        parts.append("<h3>Nodes (medians over their ranks)</h3>" + table(nodes, NODES))
+        if len(rs.job.collectives):
+            parts.append(
+                f"<h3>{esc(JOB_COLL_TITLE)}</h3>" + table(rs.job.collectives, JOB_COLLECTIVES)
+            )
+        shown = rs.per_rank[rs.per_rank["rank"].isin(rs.shown)]
+        parts.append(
+            f"<h3>{esc(per_rank_title(rs))}: the ranks named, the tail and the median rank</h3>"
+            f"<p>Every rank: <a href='ranks.parquet' download>ranks.parquet</a> "
+            f"({len(rs.per_rank)} rows; per step: rank_steps.parquet)</p>"
+            + table(shown, [*PER_RANK, ("finding", "finding", str)])
+        )
+    else:
+        parts.append(f"<h3>{esc(per_rank_title(rs))}</h3>" + table(rs.per_rank, PER_RANK))
     if "ranks_timeline" in plots:
         parts.append(_img(plots["ranks_timeline"], "ranks x time: compute, communication, idle"))
-    if len(rs.stragglers):
+    if len(rs.stragglers) and not large:
         parts.append("<h3>Straggler per step</h3>" + table(rs.stragglers, STRAGGLERS))
     if len(rs.class_shares):
         cols: list[Col] = [
@@ -304,10 +506,12 @@ def markdown(sm: Summary) -> dict[str, str]:
     def md(df: pd.DataFrame, cols: list[Col]) -> str:
         return table(df, cols)
 
+    pr = rs.per_rank if len(rs.ranks) <= LARGE else rs.per_rank[rs.per_rank["rank"].isin(rs.shown)]
+    found = [f.text for f in rs.job.findings] if rs.job is not None else []
     return {
-        "ranks": "\n".join(f"* {x}" for x in lines(rs))
+        "ranks": "\n".join(f"* {x}" for x in lines(rs) + found)
         + f"\n\n{per_rank_title(rs)}\n\n"
-        + md(rs.per_rank, PER_RANK),
+        + md(pr, PER_RANK),
         "collectives": md(rs.collective_table.head(50), COLLECTIVES),
     }
 
@@ -317,12 +521,14 @@ def markdown(sm: Summary) -> dict[str, str]:
 
 def timeline_data(rs: RanksSummary) -> dict[str, Any]:
     la = rs.lanes
-    steps = rs.rank_steps
+    shown = rs.shown or rs.ranks
+    steps = rs.rank_steps[rs.rank_steps["rank"].isin(shown)]
+    some = f"{len(shown)} of {len(rs.ranks)}" if len(shown) < len(rs.ranks) else f"{len(shown)}"
     return {
-        "title": f"{len(rs.ranks)} ranks x time ({len(rs.steps)} step(s), common time base"
+        "title": f"{some} ranks x time ({len(rs.steps)} step(s), common time base"
         + (", the light pass's" if rs.timeline_source == "light" else "")
         + ")",
-        "ranks": [int(r) for r in rs.ranks],
+        "ranks": [int(r) for r in shown],
         "lanes": {
             what: [
                 (int(r.rank), float(r.start_ms), float(r.end_ms - r.start_ms))
@@ -363,6 +569,43 @@ def plots(sm: Summary) -> dict[str, bytes]:
     out = {"ranks_timeline": D.timeline(timeline_data(rs))}
     if len(rs.collectives):
         out["busbw"] = D.busbw(busbw_data(rs))
+    if len(rs.ranks) > LARGE and rs.job is not None:
+        out.update({name: D.heatmap(d) for name, d in heatmap_data(rs).items()})
+    return out
+
+
+HEATMAPS = {
+    "rank_step_heatmap": "ranks x steps: work per step over the step's median",
+    "rank_wait_heatmap": "ranks x collectives: wait for the last rank",
+}
+
+
+def heatmap_data(rs: RanksSummary) -> dict[str, dict[str, Any]]:
+    """The two heatmaps' matrices (rows: ranks), with the named ranks marked."""
+    job = rs.job
+    if job is None:
+        return {}
+    marks = {r: f.kind for f in job.findings for r in f.ranks if f.kind in CAUSES}
+    out = {}
+    specs = (
+        ("rank_step_heatmap", job.heat_steps, "step", "% over the step's median",
+         "Work per step (step less its wait for others), % over the step's median rank", True),
+        ("rank_wait_heatmap", job.heat_waits, "collective of the step (#)", "ms",
+         "Wait for the last rank at each collective (ms, mean over steps)", False),
+    )  # fmt: skip
+    for name, m, xlabel, unit, title, diverging in specs:
+        if not len(m):
+            continue
+        out[name] = {
+            "title": title,
+            "rows": [int(r) for r in m.index],
+            "cols": [str(c) for c in m.columns],
+            "matrix": m.to_numpy(dtype=float).tolist(),
+            "xlabel": xlabel,
+            "unit": unit,
+            "diverging": diverging,
+            "marks": marks,
+        }
     return out
 
 
@@ -379,6 +622,10 @@ def write_files(sm: Summary, out: Path) -> None:
     for name, attr in PARQUET.items():
         df: pd.DataFrame = getattr(rs, attr)
         df.reset_index(drop=True).to_parquet(out / name, index=False, compression="snappy")
+    if rs.job is not None:
+        for name, df in (("rank_nodes.parquet", rs.job.nodes),
+                         ("rank_collectives.parquet", rs.job.collectives)):  # fmt: skip
+            df.reset_index(drop=True).to_parquet(out / name, index=False, compression="snappy")
     hosts = {int(r): h for r, h in zip(rs.per_rank["rank"], rs.per_rank["host"], strict=True)}
     write_merged(rs, out / NAME, hosts)
 
@@ -399,7 +646,10 @@ def write_tensorboard(sm: Summary, run_dir: Path) -> list[Path]:
 
     t = time.time()
     paths = []
-    for rank, g in rs.rank_steps.groupby("rank", sort=True):
+    steps = rs.rank_steps
+    if len(rs.ranks) > LARGE:  # the ranks of interest: a logdir of 1,024 runs is unreadable
+        steps = steps[steps["rank"].isin(rs.shown)]
+    for rank, g in steps.groupby("rank", sort=True):
 
         def fill(w: Any, g: pd.DataFrame = g) -> None:
             for r in g.to_dict("records"):

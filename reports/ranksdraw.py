@@ -77,3 +77,43 @@ def busbw(d: dict[str, Any]) -> bytes:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return png(fig)
+
+
+MARK_COLORS = {"compute": "#d9412b", "input": "#8e5ac8", "node": "#2e9e5b"}
+
+
+def heatmap(d: dict[str, Any]) -> bytes:
+    """``matrix`` (rows: ``rows`` ranks, columns: ``cols``), ``title``, ``xlabel``, ``unit``,
+    ``diverging`` (centred on 0), ``marks`` (rank -> finding kind: ticked on the left)."""
+    ranks = d["rows"]
+    fig = Figure(figsize=(11, 7))
+    fig.subplots_adjust(left=0.1, right=0.93, top=0.93, bottom=0.1)
+    if not ranks:
+        return message(fig, d["title"], "no ranks")
+    m = np.asarray(d["matrix"], dtype=float)
+    ax = fig.add_subplot()
+    finite = m[np.isfinite(m)]
+    if d["diverging"]:
+        lim = float(np.percentile(np.abs(finite), 99.5)) if finite.size else 1.0
+        lim = max(lim, float(np.abs(finite).max()) if finite.size else 1.0, 1e-9)
+        im = ax.imshow(m, aspect="auto", cmap="RdBu_r", vmin=-lim, vmax=lim,
+                       interpolation="nearest")  # fmt: skip
+    else:
+        im = ax.imshow(m, aspect="auto", cmap="magma_r", interpolation="nearest")
+    cols = d["cols"]
+    step = max(1, len(cols) // 20)
+    ax.set_xticks(range(0, len(cols), step), cols[::step])
+    marks = {int(r): k for r, k in d["marks"].items()}
+    row = {r: i for i, r in enumerate(ranks)}
+    ticks = sorted({0, len(ranks) - 1} | {row[r] for r in marks if r in row})
+    ax.set_yticks(ticks, [f"rank {ranks[i]}" for i in ticks], fontsize=7)
+    for label, i in zip(ax.get_yticklabels(), ticks, strict=True):
+        kind = marks.get(ranks[i])
+        if kind:
+            label.set_color(MARK_COLORS.get(kind, "black"))
+            label.set_fontweight("bold")
+    ax.set_xlabel(d["xlabel"])
+    ax.set_ylabel(f"{len(ranks)} ranks (named ranks ticked)")
+    ax.set_title(plain(d["title"]), fontsize=10)
+    fig.colorbar(im, ax=ax, label=d["unit"], fraction=0.04)
+    return png(fig)

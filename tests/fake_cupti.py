@@ -55,6 +55,7 @@ class FakeCupti(types.ModuleType):
         self.callbacks: tuple[Any, Any] | None = None
         self.registrations = 0
         self.flushes = 0
+        self.finalizes = 0
         self.pending: list[Any] = []
         self.corr = 0
 
@@ -80,6 +81,15 @@ class FakeCupti(types.ModuleType):
         assert size > 0
         records, self.pending = self.pending, []
         completed(records)
+
+    def finalize(self) -> None:
+        """cuptiFinalize: CUPTI detached: callbacks and kinds gone until the next call."""
+        self.finalizes += 1
+        self.callbacks = None
+        self.enabled.clear()
+
+    def attached(self) -> bool:
+        return self.callbacks is not None or bool(self.enabled)
 
     def get_timestamp(self) -> int:
         return time.time_ns() + CLOCK_OFFSET_NS

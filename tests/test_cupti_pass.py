@@ -221,6 +221,8 @@ def test_each_cycle_registers_again_and_writes_its_trace(
             fake.step_work()
             rec.step()
     assert fake.registrations == 2 and len(rec.timelines) == 2
+    # each cycle detaches CUPTI when it ends (cuptiFinalize): nothing stays attached
+    assert fake.finalizes == 2 and not fake.attached()
     for path in rec.timelines:  # the warm-up step's work is left out
         t = PT.with_light_steps(load(path))
         assert t.steps["kernel_count"].tolist() == [5]

@@ -101,7 +101,7 @@ def test_residual_is_the_ratio_of_medians_with_an_interval() -> None:
     assert r.lo > 1.15 and r.beyond and r.n_before == 20 and r.n_after == 10
     assert r.sentence().startswith("residual after the profiler passes +2")
     assert "(steps 33-42 against 2-21)" in r.sentence()
-    assert r.sentence().endswith("beyond 3 %: the steps after the passes ran slower")
+    assert "beyond 3 %: the steps after the passes ran slower (the interval" in r.sentence()
     same = O.residual(before, before[::-1][:10])
     assert same is not None and same.lo < 1.0 < same.hi and not same.beyond
     assert same.sentence().endswith("within 3 % or within the noise")
@@ -128,3 +128,24 @@ def test_the_summary_warns_about_a_residual_and_what_was_left() -> None:
     ranked = observer_lines({"rank": 1, "residual": None, "residual_absent": "too few"})
     assert ranked == ["rank 1: residual not checked: too few"]
     assert observer_lines(None) == []
+
+
+def test_a_multi_rank_run_states_its_largest_residual() -> None:
+    """A rank whose timing carries a residual skews the communication cost and the
+    straggler: the run's observer block is that rank's, with every rank's figure."""
+    from tracekit.collectors.dist_manifest import worst_residual
+
+    small = O.residual([10.0] * 5, [10.1] * 5)
+    big = O.residual([10.0] * 5, [12.0] * 5)
+    assert small is not None and big is not None
+    ranks = [
+        {"rank": 0, "observer": {"residual": small.to_dict(), "left_behind": []}},
+        {"rank": 1, "observer": {"residual": big.to_dict(), "left_behind": ["profiler enabled"]}},
+        {"rank": 2, "observer": None},
+    ]
+    got = worst_residual(ranks)
+    assert got is not None and got["rank"] == 1 and got["residual"]["pct"] == pytest.approx(20)
+    assert got["left_behind"] == ["profiler enabled"]
+    assert got["residual_pct_by_rank"] == {"0": pytest.approx(1.0), "1": pytest.approx(20.0)}
+    assert worst_residual([{"rank": 0, "observer": None}]) is None
+    assert observer_lines(got)[0].startswith("warning: rank 1: residual after the profiler")

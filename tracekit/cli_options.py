@@ -60,7 +60,11 @@ HalfWidthOption = Annotated[
     typer.Option(help="A lever's rounds stop once its ratio's 90 % interval is within +-this."),
 ]
 BudgetOption = Annotated[
-    float, typer.Option(help="Seconds of paired rounds for all levers together.")
+    float,
+    typer.Option(
+        help="Seconds of paired rounds for all levers together; the search for the best "
+        "combination gets half as many seconds of wall time, its collects included."
+    ),
 ]
 PairedOption = Annotated[
     bool,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.analyse import load_run
-from tracekit.errors import UsageError
+from tracekit.errors import TraceError, UsageError
 from tracekit.parse import Trace
 from tracekit.ranks.discover import discover
 from tracekit.ranks.run import analyse_ranks
@@ -26,6 +26,7 @@ class Job:
     scheduler: str | None
     workers: int | None
     summary: Any = None
+    chosen: bool = False  # --rank given: no other rank stands in for a damaged one
 
     @property
     def trace(self) -> Path:
@@ -36,7 +37,17 @@ class Job:
         return f"{len(self.ranks.traces)} ranks{backend}"
 
     def load(self) -> Trace:
-        t = load_run(self.trace, cpu=False)
+        """The detailed rank's trace; a damaged default rank gives way to the next."""
+        order = [r for r in self.ranks.ranks if r >= self.rank and not self.chosen]
+        for r in order or [self.rank]:
+            try:
+                t = load_run(self.ranks.traces[r].path, cpu=False)
+            except TraceError:
+                if self.chosen or r == (order or [self.rank])[-1]:
+                    raise
+                continue
+            self.rank = r
+            break
         t.manifest, t.run_dir = self.ranks.manifest, Path(self.ranks.folder)
         return t
 
@@ -58,4 +69,6 @@ def job_of(path: Path, rank: int | None, scheduler: str | None, workers: int | N
         return None
     if rank is not None and rank not in ranks.traces:
         raise UsageError(f"--rank {rank}: no trace of that rank (ranks {ranks.ranks})")
-    return Job(ranks, rank if rank is not None else min(ranks.traces), scheduler, workers)
+    chosen = rank is not None
+    return Job(ranks, rank if rank is not None else min(ranks.traces), scheduler, workers,
+               chosen=chosen)  # fmt: skip

@@ -24,6 +24,10 @@ A collective cannot finish on any rank before its last rank has arrived, so
 * **transfer** = earliest end − latest start (across the ranks): the time the data moved
   while every rank was in the collective;
 * **sync wait** of a rank = its kernel time − transfer: it had arrived and was waiting;
+* **arrival wait** of a rank = from its arrival (its kernel's start) to the last rank's
+  arrival, at most its kernel time; **own transfer** = from the last rank's arrival to its
+  own end: the two add up to its kernel time, and a rank whose link is slow, which ends
+  after the others, has the longer own transfer, not a longer wait;
 * **algbw** = message bytes / transfer, **busbw** = algbw × the nccl-tests factor of its
   kind on the group's size (:data:`tracekit.classify.families.communication.COLLECTIVES`).
 """
@@ -365,7 +369,9 @@ def match(inst: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     ``ts``/``end`` on the common time base). Returns (one row per collective,
     :data:`MATCH_COLUMNS`; ``inst`` with ``key``, ``transfer_ns`` and ``wait_ns`` added)."""
     if not len(inst):
-        return pd.DataFrame(columns=MATCH_COLUMNS), inst.assign(key=[], transfer_ns=[], wait_ns=[])
+        return pd.DataFrame(columns=MATCH_COLUMNS), inst.assign(
+            key=[], transfer_ns=[], wait_ns=[], arrival_wait_ns=[], own_transfer_ns=[]
+        )
     inst = inst.copy()
     inst["key"] = assign_keys(inst)
     inst = inst[inst["key"] >= 0]
@@ -375,6 +381,9 @@ def match(inst: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     transfer = (earliest - latest).clip(lower=0)
     inst["transfer_ns"] = inst["key"].map(transfer).astype(np.int64)
     inst["wait_ns"] = (inst["dur"] - inst["transfer_ns"]).clip(lower=0)
+    arrived = inst["key"].map(latest).astype(np.int64)
+    inst["arrival_wait_ns"] = np.minimum(inst["dur"], (arrived - inst["ts"]).clip(lower=0))
+    inst["own_transfer_ns"] = (inst["end"] - arrived).clip(lower=0).astype(np.int64)
     first = g.first()
     n_ranks = g["rank"].nunique()
     size = first["group_size"].astype("Float64").fillna(n_ranks.astype("Float64"))

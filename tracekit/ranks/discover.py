@@ -63,6 +63,7 @@ class RankSet:
     backend: str | None
     manifest: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    damaged: dict[int, str] = field(default_factory=dict)  # rank -> why its trace is unread
 
     @property
     def ranks(self) -> list[int]:
@@ -70,7 +71,7 @@ class RankSet:
 
     @property
     def missing(self) -> list[int]:
-        return [r for r in range(self.world_size) if r not in self.traces]
+        return [r for r in range(self.world_size) if r not in self.traces | self.damaged]
 
     def inputs(self) -> dict[int, Path]:
         """rank -> trace path (what the per-rank work runs over)."""
@@ -134,20 +135,29 @@ def read_rank(path: Path, *, strict: bool = True) -> RankTrace | None:
     )
 
 
-def _scan(files: list[Path]) -> tuple[list[RankTrace], list[Path]]:
-    """(rank traces, traces that name no rank) among ``files``; non-traces are skipped."""
+def _scan(files: list[Path]) -> tuple[list[RankTrace], list[Path], dict[int, str]]:
+    """(rank traces, traces that name no rank, damaged: rank -> one line) among ``files``;
+    non-traces are skipped. A trace whose header cannot be read but whose name spells a
+    rank is that rank, damaged."""
     found: list[RankTrace] = []
     unranked: list[Path] = []
+    damaged: dict[int, str] = {}
     for p in files:
         try:
             t = read_rank(p, strict=False)
         except NotATrace:
             continue
+        except TraceError as e:
+            rank = rank_from_name(p.name)
+            if rank is None:
+                raise
+            damaged[rank] = f"rank {rank} ({p}): {e}" if str(p) not in str(e) else str(e)
+            continue
         if t is None:
             unranked.append(p)
         else:
             found.append(t)
-    return found, unranked
+    return found, unranked, damaged
 
 
 def _manifest(folder: Path) -> dict[str, Any] | None:
@@ -240,13 +250,14 @@ def discover(path: Path) -> RankSet | None:
     manifest = _manifest(folder)
     notes: list[str] = []
     listed = _from_manifest(folder, manifest) if manifest else None
+    damaged: dict[int, str] = {}
     if listed is not None:
         found = listed
         repeat = manifest.get("config", {}).get("profiler", {}) if manifest else {}
         if isinstance(repeat, dict) and (_int(repeat.get("repeat")) or 1) > 1:
             notes.append("the run has several profiling cycles per rank: the first is analysed")
     else:
-        found, unranked = _scan(candidates(folder))
+        found, unranked, damaged = _scan(candidates(folder))
         if len(found) >= 2 and unranked:
             raise TracekitError(
                 f"{folder}: {unranked[0].name} names no rank (no distributedInfo, no rank in "
@@ -255,11 +266,15 @@ def discover(path: Path) -> RankSet | None:
     if len(found) < 2:
         return None
     found = _one_job(folder, found)
-    return _rank_set(folder, found, manifest, notes)
+    return _rank_set(folder, found, manifest, notes, damaged)
 
 
 def _rank_set(
-    folder: Path, found: list[RankTrace], manifest: dict[str, Any] | None, notes: list[str]
+    folder: Path,
+    found: list[RankTrace],
+    manifest: dict[str, Any] | None,
+    notes: list[str],
+    damaged: dict[int, str],
 ) -> RankSet:
     traces = {t.rank: t for t in sorted(found, key=lambda t: t.rank)}
     sizes = [t.world_size for t in found if t.world_size is not None]
@@ -288,6 +303,7 @@ def _rank_set(
         backend=next((t.backend for t in found if t.backend), None),
         manifest=manifest,
         notes=notes,
+        damaged={r: d for r, d in damaged.items() if r not in traces and r < world},
     )
     if rs.missing:
         notes.append(

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.ranks.reduce import RanksSummary
+from tracekit.ranks.story import to_json as job_json
 
 FORMAT = "tracekit.ranks"
 VERSION = 1
@@ -69,6 +70,7 @@ def ranks_json(s: RanksSummary) -> dict[str, Any]:
             "world_size": s.world_size,
             "ranks": s.ranks,
             "missing_ranks": s.missing,
+            "damaged_ranks": {str(r): why for r, why in sorted(s.damaged.items())},
             "backend": s.backend,
             "on": s.on,
             "detail_rank": s.detail_rank,
@@ -94,6 +96,8 @@ def ranks_json(s: RanksSummary) -> dict[str, Any]:
             "ceiling": s.ceiling.to_json() if s.ceiling is not None else None,
             "measured": s.measured.to_json() if s.measured is not None else None,
             "notes": s.notes,
+            "job": job_json(s.job) if s.job is not None else None,
+            "shown_ranks": s.shown,
         }
     )
     return doc

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 import tracekit
 from tracekit.errors import TracekitError, UsageError
 from tracekit.io import atomic_dir, atomic_write_json, freeze_before_exit, keep_freed_memory
-from tracekit.ranks.tasks import Task, died, raise_failure, remove_leftovers
+from tracekit.ranks.tasks import Task, died, failure_message, raise_failure, remove_leftovers
 from tracekit.schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -353,7 +353,8 @@ def pool_context(ranks: int, workers: int) -> Any:
 def run_local(
     tasks: Sequence[Task], workers: int, on_done: Callable[[Task, dict[str, Any]], None]
 ) -> None:
-    """Run ``tasks`` on at most ``workers`` processes, one process per task."""
+    """Run ``tasks`` on at most ``workers`` processes, one process per task; ``on_done``
+    gets every outcome (when it raises, the other workers are stopped)."""
     ctx = pool_context(len(tasks), workers)
     pending = deque(tasks)
     running: dict[Connection, _Running] = {}
@@ -378,8 +379,6 @@ def run_local(
                     remove_leftovers(r.task)
                 conn.close()
                 r.proc.join()
-                if outcome["status"] != "ok":
-                    raise_failure(r.task, outcome)
                 on_done(r.task, outcome)
     finally:
         _stop(running)
@@ -399,6 +398,7 @@ def map_ranks(
     version: str = "",
     force: bool = False,
     on_result: Callable[[RankResult], None] | None = None,
+    on_failure: Callable[[int, str], None] | None = None,
 ) -> list[RankResult]:
     """Run ``fn(trace, folder)`` for every ``rank: trace`` of ``inputs`` into
     ``out_dir/rank<R>/`` and return the results by rank (see the module's docstring).
@@ -408,7 +408,10 @@ def map_ranks(
     (default :func:`default_workers`, with ``memory_per_worker`` bytes each if given).
     ``version``: the per-rank function's own version, part of the cache key (change it
     when its output changes). ``force``: ignore cached results. ``on_result``: called with
-    each result as it is ready (cached ones first)."""
+    each result as it is ready (cached ones first). ``on_failure``: when given, a rank whose
+    ``fn`` raised a TracekitError or whose worker died is not an error of the run: it is
+    called with the rank and one line saying what went wrong, and the other ranks go on (a
+    bug in ``fn`` still ends the run); without it, the first such rank ends the run."""
     name = function_name(fn)
     out = Path(out_dir)
     traces = {int(r): Path(p) for r, p in inputs.items()}
@@ -423,6 +426,12 @@ def map_ranks(
     results: dict[int, RankResult] = {}
 
     def done(task: Task, outcome: dict[str, Any]) -> None:
+        if outcome["status"] != "ok":
+            if on_failure is None or outcome["status"] == "bug":
+                raise_failure(task, outcome)
+            else:
+                on_failure(task.rank, failure_message(task, outcome))
+            return
         res = _result(task, outcome["record"], cached=False)
         results[task.rank] = res
         if on_result is not None:

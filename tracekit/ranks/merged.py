@@ -84,7 +84,12 @@ def _flows(s: RanksSummary, zero: int) -> Iterator[str]:
 
 def write_merged(s: RanksSummary, path: Path, hosts: dict[int, str | None] | None = None) -> int:
     """Write the merged trace to ``path`` (gzip, atomically); returns the events written."""
-    frames = {r: pd.read_parquet(Path(d) / "timeline.parquet") for r, d in sorted(s.dirs.items())}
+    drawn = set(s.shown or s.dirs)
+    frames = {
+        r: pd.read_parquet(Path(d) / "timeline.parquet")
+        for r, d in sorted(s.dirs.items())
+        if r in drawn
+    }
     shifts = {r: s.bases.get(r, 0) + s.clock.offsets_ns.get(r, 0) for r in frames}
     starts = [int(tl["ts"].min()) + shifts[r] for r, tl in frames.items() if len(tl)]
     zero = min(starts) if starts else 0

@@ -24,7 +24,9 @@ Definitions (per step, over the GPU activities launched in it; every figure is a
 a union of intervals, never a sum over streams): **busy** = all GPU activity; **compute** =
 every activity that is not communication (kernels, copies, memsets); **communication** =
 the communication kernels; **exposed communication** = communication not overlapped by
-compute; **idle** = step time − busy. The step time is the report's
+compute; **idle** = step time − busy; **input** = the host's input spans (DataLoader
+``__next__``, operators that copy host to device: :func:`tracekit.summary.verdict.input_spans`)
+with no GPU activity beside them (of the full pass). The step time is the report's
 (``max(cpu span, gpu span)``, :func:`tracekit.summary.steps.step_table`) of the pass the
 figures come from; ``full_step_time_ns`` is the full pass's (its collectives' sync wait is
 set against it). Classes, collectives, the CPU figures and the merged-trace events are
@@ -47,7 +49,7 @@ from tracekit.ranks import lightpass as LP
 from tracekit.ranks import spans as SP
 from tracekit.ranks.collectives import rank_collectives
 
-VERSION = "2"  # of what analyse() writes (part of the engine's cache key)
+VERSION = "3"  # of what analyse() writes (part of the engine's cache key)
 RESULT = "perrank.json"
 LANE_POINTS = 4000  # lanes are coarsened to ~this many pixels across the analysed steps
 CLASS_COLUMNS = ["class", "kernel_ns", "union_ns", "count", "busy_ns"]
@@ -55,6 +57,7 @@ STEP_COLUMNS = [
     "step", "start_ns", "end_ns", "step_time_ns", "full_step_time_ns", "cpu_ns", "busy_ns",
     "compute_ns",
     "comm_ns", "comm_sum_ns", "exposed_comm_ns", "idle_ns", "kernels", "comm_kernels",
+    "input_ns",
 ]  # fmt: skip
 
 
@@ -101,9 +104,20 @@ def step_figures(bounds: pd.DataFrame, acts: LP.Activities, full: pd.DataFrame) 
                 "idle_ns": max(0, time - I.length(busy)),
                 "kernels": int(m.sum()),
                 "comm_kernels": int((m & comm).sum()),
+                "input_ns": 0,
             }
         )
     return cast(pd.DataFrame, pd.DataFrame(rows, columns=STEP_COLUMNS))
+
+
+def input_wait(trace: Any) -> dict[int, int]:
+    """Per step: input time with no GPU activity
+    (:func:`tracekit.summary.verdict.input_wait_ns`)."""
+    from tracekit.summary.verdict import input_spans, input_wait_ns
+
+    if not len(trace.ops):
+        return {}
+    return input_wait_ns(input_spans(trace.ops, trace.kernels), trace.kernels)
 
 
 def class_figures(trace: Any, classes: np.ndarray, steps: list[int]) -> pd.DataFrame:
@@ -248,6 +262,7 @@ def analyse(trace: Path, out: Path) -> dict[str, Any]:
     else:
         acts, bounds = LP.full_activities(t, classes), full
     steps = step_figures(bounds, acts, full)
+    steps["input_ns"] = steps["step"].map(input_wait(t)).fillna(0).astype(np.int64)
     info = {**rank_info(t, steps, coll), **LP.source_info(tl)}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

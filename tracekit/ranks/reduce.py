@@ -30,7 +30,9 @@ import pandas as pd
 from tracekit.ranks import bandwidth as BW
 from tracekit.ranks.collectives import COMMUNICATION, INSTANCE_COLUMNS, match
 from tracekit.ranks.measured import Measured, reconcile
+from tracekit.ranks.nodes import inter_node
 from tracekit.ranks.perrank import RESULT, STEP_COLUMNS
+from tracekit.ranks.story import JobView, job_view
 from tracekit.summary.timeline import FULL, LIGHT, RECORDER_WORDS
 
 ALIGN_TOLERANCE_NS = 5_000  # a first collective "impossible" by more than this: align
@@ -63,34 +65,54 @@ class Loaded:
     lanes: pd.DataFrame
 
 
-def load(dirs: dict[int, Path]) -> Loaded:
+def _table(path: Path, rank: int) -> Any:
+    """One per-rank Parquet file as an Arrow table with a leading ``rank`` column."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pq.ParquetFile(path).read()
+    return t.add_column(0, "rank", pa.array(np.full(t.num_rows, rank, dtype=np.int64)))
+
+
+def _concat(tables: list[Any], cols: list[str]) -> pd.DataFrame:
+    import pyarrow as pa
+
+    got = [t for t in tables if t.num_rows]
+    if not got:
+        return cast(pd.DataFrame, pd.DataFrame(columns=[*cols, "rank"]))
+    return cast(pd.DataFrame, pa.concat_tables(got, promote_options="default").to_pandas())
+
+
+def _absolute(df: pd.DataFrame, cols: list[str], bases: dict[int, int]) -> pd.DataFrame:
+    """``cols`` of ``df`` with each rank's time base added."""
+    if len(df):
+        off = df["rank"].map(bases).fillna(0).to_numpy(dtype=np.int64)
+        for c in cols:
+            df[c] = df[c].to_numpy(dtype=np.int64) + off
+    return df
+
+
+def load(dirs: dict[int, Path], lane_ranks: set[int] | None = None) -> Loaded:
+    """Every rank's results (Arrow, one concatenation per table); ``lanes`` only of
+    ``lane_ranks`` (None: every rank)."""
     info: dict[int, dict[str, Any]] = {}
-    frames: dict[str, list[pd.DataFrame]] = {"steps": [], "classes": [], "inst": [], "lanes": []}
+    parts: dict[str, list[Any]] = {"steps": [], "classes": [], "inst": [], "lanes": []}
     for rank, d in sorted(dirs.items()):
-        meta = json.loads((Path(d) / RESULT).read_text())
-        info[rank] = meta
-        base = int(meta.get("trace_start_ns") or 0)
-        st = pd.read_parquet(Path(d) / "steps.parquet").assign(rank=rank)
-        st[["start_ns", "end_ns"]] += base
-        co = pd.read_parquet(Path(d) / "collectives.parquet").assign(rank=rank)
-        co[["ts", "end"]] = co[["ts", "end"]].astype(np.int64) + base
-        la = pd.read_parquet(Path(d) / "lanes.parquet").assign(rank=rank)
-        la[["start_ns", "end_ns"]] += base
-        frames["steps"].append(st)
-        frames["classes"].append(pd.read_parquet(Path(d) / "classes.parquet").assign(rank=rank))
-        frames["inst"].append(co)
-        frames["lanes"].append(la)
-
-    def cat(name: str, cols: list[str]) -> pd.DataFrame:
-        got = [f for f in frames[name] if len(f)]
-        return pd.concat(got, ignore_index=True) if got else pd.DataFrame(columns=[*cols, "rank"])
-
+        info[rank] = json.loads((Path(d) / RESULT).read_text())
+        parts["steps"].append(_table(Path(d) / "steps.parquet", rank))
+        parts["classes"].append(_table(Path(d) / "classes.parquet", rank))
+        parts["inst"].append(_table(Path(d) / "collectives.parquet", rank))
+        if lane_ranks is None or rank in lane_ranks:
+            parts["lanes"].append(_table(Path(d) / "lanes.parquet", rank))
+    bases = {r: int(i.get("trace_start_ns") or 0) for r, i in info.items()}
     return Loaded(
         info=info,
-        steps=cat("steps", STEP_COLUMNS),
-        classes=cat("classes", ["class", "kernel_ns", "union_ns", "count", "busy_ns"]),
-        instances=cat("inst", INSTANCE_COLUMNS),
-        lanes=cat("lanes", ["what", "start_ns", "end_ns"]),
+        steps=_absolute(_concat(parts["steps"], STEP_COLUMNS), ["start_ns", "end_ns"], bases),
+        classes=_concat(parts["classes"], ["class", "kernel_ns", "union_ns", "count", "busy_ns"]),
+        instances=_absolute(_concat(parts["inst"], INSTANCE_COLUMNS), ["ts", "end"], bases),
+        lanes=_absolute(
+            _concat(parts["lanes"], ["what", "start_ns", "end_ns"]), ["start_ns", "end_ns"], bases
+        ),
     )
 
 
@@ -151,19 +173,36 @@ def _shift(df: pd.DataFrame, cols: list[str], offsets: dict[int, int]) -> pd.Dat
 
 def common_steps(steps: pd.DataFrame, ranks: list[int]) -> list[int]:
     """The steps every rank analysed."""
-    sets = [set(steps.loc[steps["rank"] == r, "step"].astype(int)) for r in ranks]
-    return sorted(set.intersection(*sets)) if sets else []
+    if not ranks:
+        return []
+    have = steps[steps["rank"].isin(ranks)].drop_duplicates(["rank", "step"])
+    n = have.groupby("step")["rank"].nunique()
+    return sorted(int(x) for x in n.index[n.to_numpy() == len(set(ranks))])
+
+
+def _per_rank_step(inst: pd.DataFrame, col: str, sel: pd.Series | None = None) -> pd.Series:
+    """``col`` of the instances summed per (rank, step)."""
+    if not len(inst) or col not in inst:
+        return pd.Series(dtype=float)
+    i = inst if sel is None else inst[sel]
+    return i.groupby(["rank", "step"])[col].sum()
+
+
+def _at(s: pd.DataFrame, by: pd.Series) -> np.ndarray:
+    """``by`` (indexed by (rank, step)) at every row of ``s`` (0 where absent)."""
+    idx = pd.MultiIndex.from_arrays([s["rank"], s["step"]])
+    return by.reindex(idx).fillna(0.0).to_numpy(dtype=float) if len(by) else np.zeros(len(s))
 
 
 def rank_step_table(steps: pd.DataFrame, inst: pd.DataFrame, t0: int) -> pd.DataFrame:
     """Per (rank, step): times in ms from ``t0``; sync wait of its collectives; own work
     (the full pass's step time minus that sync wait: both of the profiled window, whichever
-    pass the step's other figures come from)."""
-    wait = inst.groupby(["rank", "step"])["wait_ns"].sum() if len(inst) else pd.Series(dtype=float)
-    s = steps.copy()
-    s["sync_wait_ns"] = [
-        float(wait.get((r, st), 0.0)) for r, st in zip(s["rank"], s["step"], strict=True)
-    ]
+    pass the step's other figures come from); input wait; the wait for the last rank's
+    arrival (:mod:`tracekit.ranks.collectives`) and its own transfer in inter-node
+    collectives (``inst["inter_node"]``)."""
+    s = steps
+    sync = _at(s, _per_rank_step(inst, "wait_ns"))
+    inter = inst["inter_node"] if "inter_node" in inst.columns else None
     out = pd.DataFrame(
         {
             "rank": s["rank"].astype(np.int64),
@@ -176,8 +215,11 @@ def rank_step_table(steps: pd.DataFrame, inst: pd.DataFrame, t0: int) -> pd.Data
             "comm_sum_ms": s["comm_sum_ns"] / 1e6,
             "exposed_comm_ms": s["exposed_comm_ns"] / 1e6,
             "idle_ms": s["idle_ns"] / 1e6,
-            "sync_wait_ms": s["sync_wait_ns"] / 1e6,
-            "own_work_ms": (s["full_step_time_ns"] - s["sync_wait_ns"]).clip(lower=0) / 1e6,
+            "sync_wait_ms": sync / 1e6,
+            "own_work_ms": (s["full_step_time_ns"] - sync).clip(lower=0) / 1e6,
+            "input_ms": (s["input_ns"].fillna(0) if "input_ns" in s else 0 * s["idle_ns"]) / 1e6,
+            "arrival_wait_ms": _at(s, _per_rank_step(inst, "arrival_wait_ns")) / 1e6,
+            "internode_transfer_ms": _at(s, _per_rank_step(inst, "own_transfer_ns", inter)) / 1e6,
         }
     )
     return cast(pd.DataFrame, out.sort_values(["step", "rank"]).reset_index(drop=True))
@@ -278,6 +320,9 @@ class RanksSummary:
     t0_ns: int = 0
     instances: pd.DataFrame = field(default_factory=pd.DataFrame)
     detail_rank: int | None = None  # the rank a report details (set by the report)
+    damaged: dict[int, str] = field(default_factory=dict)  # rank -> why it is not analysed
+    job: JobView | None = None  # the job at scale: distributions, findings, nodes
+    shown: list[int] = field(default_factory=list)  # ranks drawn (timeline, merged trace)
     measured: Measured | None = None  # the trace beside the run's unprofiled measurements
 
     @property
@@ -310,53 +355,103 @@ def per_rank_table(
     hosts: dict[int, str | None],
 ) -> pd.DataFrame:
     """One row per rank: medians and per-step means over the common steps."""
-    rows = []
-    for rank, g in rs.groupby("rank", sort=True):
-        r = int(cast(Any, rank))
-        meta = info.get(r, {})
-        time = float(g["step_time_ms"].sum())
-        mean = g.mean(numeric_only=True)
-        last = (
-            int(((matched["last_rank"] == rank) & (matched["ranks"] >= 2)).sum())
-            if len(matched)
-            else 0
-        )
-        rows.append(
-            {
-                "rank": r,
-                "host": hosts.get(r),
-                "device": meta.get("device"),
-                "trace": Path(str(meta.get("trace", ""))).name,
-                "steps": len(g),
-                "step_time_ms": float(g["step_time_ms"].median()),
-                "gpu_busy_ms": float(mean["busy_ms"]),
-                "compute_ms": float(mean["compute_ms"]),
-                "comm_kernel_ms": float(mean["comm_ms"]),
-                "comm_kernel_sum_ms": float(mean["comm_sum_ms"]),
-                "exposed_comm_ms": float(mean["exposed_comm_ms"]),
-                "overlapped_comm_ms": float(mean["comm_ms"] - mean["exposed_comm_ms"]),
-                "gpu_idle_ms": float(mean["idle_ms"]),
-                "gpu_idle_pct": 100.0 * float(g["idle_ms"].sum()) / time if time else math.nan,
-                "exposed_comm_pct": 100.0 * float(g["exposed_comm_ms"].sum()) / time
-                if time
-                else math.nan,
-                "sync_wait_ms": float(mean["sync_wait_ms"]),
-                "own_work_ms": float(mean["own_work_ms"]),
-                "collectives_per_step": meta.get("collectives_per_step"),
-                "last_arrivals": last,
-                "peak_allocated_bytes": meta.get("peak_allocated_bytes"),
-                "peak_reserved_bytes": meta.get("peak_reserved_bytes"),
-                "clock_offset_ms": clock.offsets_ns.get(r, 0) / 1e6,
-                "timeline_source": meta.get("timeline_source") or FULL,
-                "timeline_reason": meta.get("timeline_reason"),
-                "timeline_recorder": meta.get("timeline_recorder"),
-            }
-        )
-    df = pd.DataFrame(rows)
+    if not len(rs):
+        return cast(pd.DataFrame, pd.DataFrame())
+    g = rs.groupby("rank", sort=True)
+    mean = g.mean(numeric_only=True)
+    total = g["step_time_ms"].sum()
+    ranks = [int(r) for r in mean.index]
+    seen = matched[matched["ranks"] >= 2] if len(matched) else matched
+    last = seen["last_rank"].value_counts() if len(seen) else pd.Series(dtype=np.int64)
+
+    def meta(key: str) -> list[Any]:
+        return [info.get(r, {}).get(key) for r in ranks]
+
+    pct = 100.0 / total.where(total > 0)
+    df = pd.DataFrame(
+        {
+            "rank": ranks,
+            "host": [hosts.get(r) for r in ranks],
+            "device": meta("device"),
+            "trace": [Path(str(t or "")).name for t in meta("trace")],
+            "steps": g.size().to_numpy(),
+            "step_time_ms": g["step_time_ms"].median().to_numpy(),
+            "gpu_busy_ms": mean["busy_ms"].to_numpy(),
+            "compute_ms": mean["compute_ms"].to_numpy(),
+            "comm_kernel_ms": mean["comm_ms"].to_numpy(),
+            "comm_kernel_sum_ms": mean["comm_sum_ms"].to_numpy(),
+            "exposed_comm_ms": mean["exposed_comm_ms"].to_numpy(),
+            "overlapped_comm_ms": (mean["comm_ms"] - mean["exposed_comm_ms"]).to_numpy(),
+            "gpu_idle_ms": mean["idle_ms"].to_numpy(),
+            "gpu_idle_pct": (g["idle_ms"].sum() * pct).to_numpy(),
+            "exposed_comm_pct": (g["exposed_comm_ms"].sum() * pct).to_numpy(),
+            "sync_wait_ms": mean["sync_wait_ms"].to_numpy(),
+            "own_work_ms": mean["own_work_ms"].to_numpy(),
+            "collectives_per_step": meta("collectives_per_step"),
+            "last_arrivals": [int(last.get(r, 0)) for r in ranks],
+            "peak_allocated_bytes": meta("peak_allocated_bytes"),
+            "peak_reserved_bytes": meta("peak_reserved_bytes"),
+            "clock_offset_ms": [clock.offsets_ns.get(r, 0) / 1e6 for r in ranks],
+            "timeline_source": [x or FULL for x in meta("timeline_source")],
+            "timeline_reason": meta("timeline_reason"),
+            "timeline_recorder": meta("timeline_recorder"),
+        }
+    )
     for c in ("peak_allocated_bytes", "peak_reserved_bytes"):
         df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
     df["collectives_per_step"] = pd.to_numeric(df["collectives_per_step"], errors="coerce")
     return cast(pd.DataFrame, df)
+
+
+SHOW_ALL = 32  # up to this many ranks, every rank is drawn; above, :func:`shown_ranks`
+SHOWN = 16
+
+
+def shown_ranks(job: JobView, ranks: list[int]) -> list[int]:
+    """The ranks the timeline and the merged trace show: every rank of a small job; of a
+    large one the first rank, the ranks the findings name, the step's tail and the median
+    rank, at most :data:`SHOWN`."""
+    if len(ranks) <= SHOW_ALL:
+        return list(ranks)
+    want = [ranks[0], *job.named_ranks]
+    step = next((d for d in job.distributions if d.part == "step_time_ms"), None)
+    if step is not None:
+        want += [r for r, _ in step.tail]
+        fig = job.figures.sort_values("step_time_ms")
+        want.append(int(fig["rank"].iloc[len(fig) // 2]))
+    out: list[int] = []
+    for r in want:
+        if r in ranks and r not in out and len(out) < SHOWN:
+            out.append(r)
+    return sorted(out)
+
+
+def _lanes_of(
+    dirs: dict[int, Path], ranks: list[int], info: dict[int, dict[str, Any]]
+) -> pd.DataFrame:
+    bases = {r: int(info[r].get("trace_start_ns") or 0) for r in ranks}
+    tables = [_table(Path(dirs[r]) / "lanes.parquet", r) for r in ranks]
+    return _absolute(_concat(tables, ["what", "start_ns", "end_ns"]), ["start_ns", "end_ns"], bases)
+
+
+JOB_COLUMNS = ("input_ms", "arrival_wait_ms", "internode_transfer_ms")
+
+
+def with_job_columns(per_rank: pd.DataFrame, job: JobView) -> pd.DataFrame:
+    """``per_rank`` with the job view's figures (medians over steps) and ``finding``: the
+    kind of the finding that names the rank (``""``: none)."""
+    if not len(per_rank):
+        return per_rank
+    fig = job.figures.set_index("rank")
+    out = per_rank.copy()
+    for c in JOB_COLUMNS:
+        out[c] = out["rank"].map(fig[c]) if c in fig else np.nan
+    kind: dict[int, str] = {}
+    for f in job.findings:
+        for r in f.ranks:
+            kind.setdefault(r, f.kind)
+    out["finding"] = out["rank"].map(lambda r: kind.get(int(r), ""))
+    return cast(pd.DataFrame, out)
 
 
 def timeline_words(per_rank: pd.DataFrame) -> str:
@@ -407,43 +502,9 @@ def _lanes_ms(lanes: pd.DataFrame, steps: list[int], rs: pd.DataFrame, t0: int) 
     )
 
 
-def reduce(
-    dirs: dict[int, Path],
-    *,
-    world_size: int,
-    backend: str | None = None,
-    hosts: dict[int, str | None] | None = None,
-    manifest: dict[str, Any] | None = None,
-    notes: list[str] | None = None,
-) -> RanksSummary:
-    """The cross-rank summary from the per-rank result folders ``dirs`` (rank -> folder)."""
-    L = load(dirs)
-    ranks = sorted(dirs)
-    hosts = hosts or {r: None for r in ranks}
-    notes = list(notes or [])
-    clock = align_clocks(L.instances, {r: hosts.get(r) for r in ranks})
-    if clock.aligned:
-        notes.append(f"clocks {clock.reason}: {clock.anchor}")
-    steps = _shift(L.steps, ["start_ns", "end_ns"], clock.offsets_ns)
-    inst = _shift(L.instances, ["ts", "end"], clock.offsets_ns)
-    lanes = _shift(L.lanes, ["start_ns", "end_ns"], clock.offsets_ns)
-    common = common_steps(steps, ranks)
-    if len(common) < steps["step"].nunique():
-        notes.append(
-            f"the ranks' traces cover different steps: the {len(common)} step(s) all have "
-            f"({', '.join(map(str, common)) or 'none'}) are compared"
-        )
-    steps = steps[steps["step"].isin(common)]
-    matched, inst = match(inst[inst["step"].isin(common)])
-    t0 = int(steps["start_ns"].min()) if len(steps) else 0
-    rs = rank_step_table(steps, inst, t0)
-    per_rank = per_rank_table(rs, L.info, matched, clock, hosts)
-    props: list[dict[str, Any]] = next(
-        (list(i["device_properties"]) for i in L.info.values() if i.get("device_properties")),
-        [],
-    )
-    ceil = BW.ceiling(manifest, props or [])
-    on = "gpu" if any(i.get("on") == "gpu" for i in L.info.values()) else "cpu"
+def match_notes(matched: pd.DataFrame) -> list[str]:
+    """What the matching says about the traces: partial, impossible, inconsistent, none."""
+    notes: list[str] = []
     incomplete = int((~matched["complete"]).sum()) if len(matched) else 0
     if incomplete:
         notes.append(
@@ -465,6 +526,54 @@ def reduce(
             f"{inconsistent} matched collectives differ in kind or size between ranks: the "
             "ranks' traces may start at different collectives"
         )
+    if len(matched) and not int((matched["ranks"] >= 2).sum()):
+        notes.append(
+            "no collective was seen on two ranks: are these traces of one job? (different "
+            "process groups, or traces of different runs with the same world size)"
+        )
+    return notes
+
+
+def reduce(
+    dirs: dict[int, Path],
+    *,
+    world_size: int,
+    backend: str | None = None,
+    hosts: dict[int, str | None] | None = None,
+    manifest: dict[str, Any] | None = None,
+    notes: list[str] | None = None,
+    damaged: dict[int, str] | None = None,
+) -> RanksSummary:
+    """The cross-rank summary from the per-rank result folders ``dirs`` (rank -> folder);
+    ``damaged``: ranks of the job that could not be analysed (rank -> one line)."""
+    ranks = sorted(dirs)
+    L = load(dirs, None if len(ranks) <= SHOW_ALL else set())
+    hosts = hosts or {r: None for r in ranks}
+    notes = list(notes or [])
+    clock = align_clocks(L.instances, {r: hosts.get(r) for r in ranks})
+    if clock.aligned:
+        notes.append(f"clocks {clock.reason}: {clock.anchor}")
+    steps = _shift(L.steps, ["start_ns", "end_ns"], clock.offsets_ns)
+    inst = _shift(L.instances, ["ts", "end"], clock.offsets_ns)
+    common = common_steps(steps, ranks)
+    if len(common) < steps["step"].nunique():
+        notes.append(
+            f"the ranks' traces cover different steps: the {len(common)} step(s) all have "
+            f"({', '.join(map(str, common)) or 'none'}) are compared"
+        )
+    steps = steps[steps["step"].isin(common)]
+    matched, inst = match(inst[inst["step"].isin(common)])
+    inst["inter_node"] = inter_node(inst, hosts)
+    t0 = int(steps["start_ns"].min()) if len(steps) else 0
+    rs = rank_step_table(steps, inst, t0)
+    per_rank = per_rank_table(rs, L.info, matched, clock, hosts)
+    props: list[dict[str, Any]] = next(
+        (list(i["device_properties"]) for i in L.info.values() if i.get("device_properties")),
+        [],
+    )
+    ceil = BW.ceiling(manifest, props or [])
+    on = "gpu" if any(i.get("on") == "gpu" for i in L.info.values()) else "cpu"
+    notes.extend(match_notes(matched))
     strag = stragglers(rs, matched)
     measured, per_rank = reconcile(manifest, per_rank, rs)
     exposed = per_rank["exposed_comm_pct"] if len(per_rank) else pd.Series(dtype=float)
@@ -474,15 +583,21 @@ def reduce(
         if len(matched)
         else pd.Series(dtype=np.int64)
     )
-    if len(matched) and not len(last):
-        notes.append(
-            "no collective was seen on two ranks: are these traces of one job? (different "
-            "process groups, or traces of different runs with the same world size)"
-        )
+    damaged = dict(damaged or {})
+    missing = [r for r in range(world_size) if r not in dirs and r not in damaged]
+    job = job_view(
+        rs, inst, matched, hosts, world_size=world_size, damaged=damaged, missing=missing
+    )
+    per_rank = with_job_columns(per_rank, job)
+    shown = shown_ranks(job, ranks)
+    lanes = L.lanes if len(ranks) <= SHOW_ALL else _lanes_of(dirs, shown, L.info)
+    lanes = _shift(lanes, ["start_ns", "end_ns"], clock.offsets_ns)
     return RanksSummary(
         world_size=world_size,
         ranks=ranks,
-        missing=[r for r in range(world_size) if r not in dirs],
+        missing=missing,
+        damaged=damaged,
+        job=job,
         backend=backend,
         on=on,
         steps=common,
@@ -494,6 +609,7 @@ def reduce(
         by_kind=BW.by_kind(matched, ceil),
         class_shares=class_shares(L.classes, rs),
         lanes=_lanes_ms(lanes, common, rs, t0),
+        shown=shown,
         clock=clock,
         ceiling=ceil,
         exposed_comm_pct=float(exposed.mean()) if on == "gpu" and len(exposed) else None,

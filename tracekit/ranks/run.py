@@ -1,7 +1,11 @@
 """Analyse every rank of a job: the per-rank work (:func:`tracekit.ranks.perrank.analyse`)
 over every trace on the ranks engine (:func:`tracekit.ranks.engine.map_ranks`: a bounded
 local process pool, or a Dask cluster with ``scheduler``), then the reduction
-(:func:`tracekit.ranks.reduce.reduce`) over the per-rank results it leaves on disk."""
+(:func:`tracekit.ranks.reduce.reduce`) over the per-rank results it leaves on disk.
+
+A damaged rank (a truncated or corrupt trace, a worker that died on it) costs only itself:
+it is named in one line (:attr:`RanksSummary.damaged`) and the others are analysed; only
+when no rank could be analysed is the first damage the error."""
 
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ def analyse_ranks(
 ) -> RanksSummary:
     """Every rank of ``ranks`` analysed into ``out_dir/rank<R>/`` (cached: an unchanged
     trace is not analysed again) and reduced."""
+    damaged: dict[int, str] = dict(ranks.damaged)
     results = map_ranks(
         perrank.analyse,
         ranks.inputs(),
@@ -43,7 +48,11 @@ def analyse_ranks(
         scheduler=scheduler,
         workers=workers,
         version=perrank.VERSION,
+        on_failure=damaged.__setitem__,
     )
+    if not results:
+        first = min(damaged)
+        raise TraceError(f"no rank could be analysed: {damaged[first]}")
     dirs = {int(r.rank): Path(r.out) for r in results}
     _check(ranks, dirs)
     return reduce(
@@ -53,4 +62,5 @@ def analyse_ranks(
         hosts={r: t.host for r, t in ranks.traces.items()},
         manifest=ranks.manifest,
         notes=ranks.notes,
+        damaged=damaged,
     )

@@ -28,18 +28,24 @@ class Task:
     threads: int = 0  # TRACEKIT_WORKERS for the parse in a local worker (0: leave as is)
 
 
-def raise_failure(task: Task, outcome: Mapping[str, Any]) -> None:
-    """The one-line error for a failed rank, naming it and its file (a bug: the traceback)."""
+def failure_message(task: Task, outcome: Mapping[str, Any]) -> str:
+    """One line naming the failed rank, its file and what went wrong."""
     where = f"rank {task.rank}"
     if task.trace not in outcome["message"]:
         where += f" ({task.trace})"
+    return f"{where}: {outcome['message']}"
+
+
+def raise_failure(task: Task, outcome: Mapping[str, Any]) -> None:
+    """The one-line error for a failed rank, naming it and its file (a bug: the traceback)."""
     if outcome["status"] == "error":
         cls = getattr(errors, str(outcome.get("class")), TracekitError)
         if not (isinstance(cls, type) and issubclass(cls, TracekitError)):
             cls = TracekitError
-        raise cls(f"{where}: {outcome['message']}")
+        raise cls(failure_message(task, outcome))
     if outcome["status"] == "died":
-        raise TracekitError(f"{where}: {outcome['message']}")
+        raise TracekitError(failure_message(task, outcome))
+    where = f"rank {task.rank}" + ("" if task.trace in outcome["message"] else f" ({task.trace})")
     raise RuntimeError(f"{where}: the per-rank function failed\n{outcome['message']}")
 
 

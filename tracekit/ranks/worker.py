@@ -1,23 +1,34 @@
-"""``python -m tracekit.ranks.worker``: run one rank in this process and exit.
+"""``python -m tracekit.ranks.worker``: run one rank in this process and exit; with
+``--serve``, import once and run every rank it is sent in a process forked for it.
 
-How a Dask task runs its rank (:func:`tracekit.ranks.cluster.dask_task`): the
-:class:`~tracekit.ranks.tasks.Task` comes as JSON on stdin, the outcome goes out as the
-last line of stdout, and the process is tuned and bounded as a local pool worker is (a
-Dask worker is a long-lived, daemonic process: it can neither return a rank's memory to
-the OS nor start ``multiprocessing`` children).
+How a Dask task runs its rank (:func:`tracekit.ranks.cluster.dask_task`): a Dask worker is
+a long-lived, daemonic process: it can neither return a rank's memory to the OS nor start
+``multiprocessing`` children. So each Dask worker thread keeps one server
+(``--serve``, started with ``subprocess``): it imports what the local pool's fork server
+imports (:mod:`tracekit.preload`) once, then, for every :class:`~tracekit.ranks.tasks.Task`
+line on its stdin, forks a process that runs that rank alone, tuned and bounded as a local
+pool worker (its own peak RSS, its memory back to the OS when it exits), and writes the
+outcome as one JSON line on stdout. It ends at the end of its stdin (its Dask worker has
+gone) or with its parent (``PR_SET_PDEATHSIG``). Without ``--serve``: the Task as JSON on
+stdin, the outcome as the last line of stdout.
 """
 
 from __future__ import annotations
 
+import ctypes
+import importlib
 import json
+import os
+import signal
 import sys
 
 from tracekit.io import freeze_before_exit
-from tracekit.ranks.engine import execute, tune_worker
-from tracekit.ranks.tasks import Task
+from tracekit.ranks.tasks import Task, died, remove_leftovers
 
 
 def main() -> None:
+    from tracekit.ranks.engine import execute, tune_worker
+
     task = Task(**json.loads(sys.stdin.read()))
     tune_worker(task.threads)
     outcome = execute(task)
@@ -25,5 +36,49 @@ def main() -> None:
     freeze_before_exit()
 
 
+def _run_forked(task: Task) -> dict[str, object]:
+    """Fork, run ``task`` in the child, return its outcome (``died`` if it ended without)."""
+    from tracekit.ranks.engine import execute, tune_worker
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the rank's process: nothing of it goes to the server's stdout
+        os.close(r)
+        os.dup2(2, 1)
+        code = 0
+        try:
+            tune_worker(task.threads)
+            with os.fdopen(w, "w") as out:
+                out.write(json.dumps(execute(task)))
+        except BaseException:  # a forked child never unwinds into the server's code
+            code = 1
+        os._exit(code)
+    os.close(w)
+    with os.fdopen(r) as got:
+        text = got.read()
+    _, status = os.waitpid(pid, 0)
+    if text:
+        return dict(json.loads(text))
+    remove_leftovers(task)
+    return died(-os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+
+
+def serve() -> None:
+    """See the module: one Task line in, one outcome line out, until stdin ends."""
+    if sys.platform == "linux":  # end with the Dask worker that started this server
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)
+    from tracekit.ranks.engine import PRELOAD
+
+    importlib.import_module(PRELOAD)  # what every rank's process starts with, as the pool's
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        outcome = _run_forked(Task(**json.loads(line)))
+        sys.stdout.write(json.dumps(outcome) + "\n")
+        sys.stdout.flush()
+
+
 if __name__ == "__main__":
-    main()
+    serve() if sys.argv[1:] == ["--serve"] else main()

@@ -1,0 +1,194 @@
+"""A 64-rank job built from the real 2 x H100 DDP ranks (benchmarks/rankjob.py) with a
+compute straggler, a slow node, an input stall, a truncated and a missing rank: the
+cross-rank analysis must name all five, and nothing else, and the report must stay short.
+
+The per-rank work runs in this process, rank after rank (the engine's pool and Dask are
+tested in test_ranks_engine.py; a damaged rank through the engine below)."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from tracekit.errors import TraceError, TracekitError
+from tracekit.ranks import perrank
+from tracekit.ranks.discover import discover
+from tracekit.ranks.engine import map_ranks
+from tracekit.ranks.reduce import RanksSummary, reduce
+from tracekit.ranks.robust import outliers, robust_z
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("rankjob", ROOT / "benchmarks" / "rankjob.py")
+assert _spec is not None and _spec.loader is not None
+R: Any = importlib.util.module_from_spec(_spec)
+sys.modules["rankjob"] = R
+_spec.loader.exec_module(R)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    folder = tmp_path_factory.mktemp("job") / "job64"
+    return R.build(folder, R.Spec(ranks=64, steps=2)), folder
+
+
+@pytest.fixture(scope="module")
+def summary(built: tuple[Any, Path]) -> RanksSummary:
+    _, folder = built
+    ranks = discover(folder)
+    assert ranks is not None
+    out = folder.with_name("job64.ranks")
+    dirs: dict[int, Path] = {}
+    damaged: dict[int, str] = {}
+    for r, t in ranks.traces.items():
+        try:
+            perrank.analyse(t.path, out / f"rank{r}")
+            dirs[r] = out / f"rank{r}"
+        except TracekitError as e:
+            damaged[r] = f"rank {r}: {e}"
+    return reduce(
+        dirs,
+        world_size=ranks.world_size,
+        backend=ranks.backend,
+        hosts={r: t.host for r, t in ranks.traces.items()},
+        notes=ranks.notes,
+        damaged=damaged,
+    )
+
+
+def test_the_job_on_disk(built: tuple[Any, Path]) -> None:
+    job, folder = built
+    files = sorted(folder.glob("*.pt.trace.json.gz"))
+    assert len(files) == 63 and job.missing not in job.files
+    assert len({job.straggler // 8, job.slow_node, job.stall // 8, job.truncated // 8}) == 4
+    ranks = discover(folder)
+    assert ranks is not None and ranks.world_size == 64 and ranks.missing == [job.missing]
+    hosts = {r: t.host for r, t in ranks.traces.items()}
+    assert hosts[9] == hosts[15] == "node0001" and hosts[16] == "node0002"
+    with gzip.open(folder / job.files[5], "rt") as f:
+        doc = json.load(f)
+    info = doc["distributedInfo"]
+    assert (info["rank"], info["world_size"], info["pg_config"][0]["pg_size"]) == (5, 64, 64)
+    seqs = [e["args"]["Seq"] for e in doc["traceEvents"] if "ncclDevKernel" in e.get("name", "")]
+    assert seqs == list(range(28))  # 14 collectives a step, numbered as on every rank
+    with pytest.raises(TraceError, match="truncated"):
+        from tracekit.parse import load
+
+        load(folder / job.files[job.truncated])
+
+
+def test_all_five_faults_named_and_no_false_straggler(
+    built: tuple[Any, Path], summary: RanksSummary
+) -> None:
+    job, _ = built
+    v = summary.job
+    assert v is not None
+    kinds = {f.kind: f for f in v.findings}
+    assert set(kinds) == {"damaged", "missing", "compute", "input", "node"}
+    assert len(v.findings) == 5  # one line each, nothing else named
+    assert kinds["compute"].ranks == (job.straggler,)
+    assert kinds["input"].ranks == (job.stall,)
+    assert kinds["node"].host == job.hosts[job.slow_node]
+    assert sorted(kinds["node"].ranks) == job.slow_node_ranks
+    assert kinds["damaged"].ranks == (job.truncated,) and "truncated" in kinds["damaged"].text
+    assert kinds["missing"].ranks == (job.missing,)
+    assert summary.missing == [job.missing] and list(summary.damaged) == [job.truncated]
+    # the straggler's compute is ~15 % over the median; the stall rank arrives last
+    assert 0.12 < kinds["compute"].excess_ms / np.median(v.figures["compute_ms"]) < 0.18
+    last = v.collectives.set_index("index")["last_rank"]
+    assert (last.iloc[:-1] == job.stall).all()
+    assert "held back by: rank" in v.verdict[1] and f"rank {job.stall} (input" in v.verdict[1]
+    pr = summary.per_rank.set_index("rank")
+    assert pr.loc[job.straggler, "finding"] == "compute" and pr.loc[0, "finding"] == ""
+
+
+def test_the_distributions_name_their_tail(summary: RanksSummary) -> None:
+    assert summary.job is not None
+    d = {x.part: x for x in summary.job.distributions}
+    rs = summary.rank_steps.groupby("rank")["input_ms"].median()
+    assert d["input_ms"].tail[0] == (int(rs.idxmax()), pytest.approx(float(rs.max())))
+    assert d["step_time_ms"].median <= d["step_time_ms"].p90 <= d["step_time_ms"].p99
+    assert d["step_time_ms"].p99 <= d["step_time_ms"].max
+
+
+def test_robust_statistics_call_no_rank_of_a_healthy_job_a_straggler() -> None:
+    rng = np.random.default_rng(3)
+    fig = pd.DataFrame(
+        {
+            "rank": np.arange(1024),
+            "compute_ms": 28.0 * (1 + rng.normal(0, 0.006, 1024)),
+            "input_ms": 0.15 * (1 + rng.normal(0, 0.05, 1024)),
+        }
+    )
+    assert outliers(fig, "compute_ms", 100.0) == []
+    assert outliers(fig, "input_ms", 100.0) == []
+    fig.loc[700, "compute_ms"] *= 1.15
+    assert [o.rank for o in outliers(fig, "compute_ms", 100.0)] == [700]
+    assert np.isnan(robust_z(np.array([np.nan, np.nan]))).all()
+
+
+def test_the_terminal_fits_two_screens(built: tuple[Any, Path], summary: RanksSummary) -> None:
+    from tracekit.reports import ranks as view
+
+    job, _ = built
+    console = Console(width=120, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    for part in view.terminal(SimpleNamespace(ranks=summary)):  # type: ignore[arg-type]
+        console.print(part)
+    text = console.export_text()
+    assert len(text.splitlines()) <= 100
+    assert f"node {job.hosts[job.slow_node]}" in text and "not analysed: rank" in text
+    table_rows = [ln for ln in text.splitlines() if ln.split()[:1] and ln.split()[0].isdigit()]
+    assert len(table_rows) <= 40  # nodes, collectives, named ranks: never a row per rank
+    assert "works longest" not in text
+
+
+def test_heatmaps_and_files(tmp_path: Path, summary: RanksSummary) -> None:
+    from tracekit.reports import ranks as view
+
+    data = view.heatmap_data(summary)
+    steps, waits = data["rank_step_heatmap"], data["rank_wait_heatmap"]
+    assert len(steps["rows"]) == len(waits["rows"]) == 62
+    assert len(waits["cols"]) == 14 and len(steps["cols"]) == 2
+    png = view.plots(SimpleNamespace(ranks=summary))  # type: ignore[arg-type]
+    assert png["rank_step_heatmap"][:4] == b"\x89PNG"
+    view.write_files(SimpleNamespace(ranks=summary), tmp_path)  # type: ignore[arg-type]
+    back = pd.read_parquet(tmp_path / "ranks.parquet")
+    assert len(back) == 62 and {"finding", "input_ms", "internode_transfer_ms"} <= set(back)
+    assert len(pd.read_parquet(tmp_path / "rank_nodes.parquet")) == 8
+
+
+def test_a_damaged_rank_costs_only_itself(built: tuple[Any, Path], tmp_path: Path) -> None:
+    job, folder = built
+    good, bad = folder / job.files[1], folder / job.files[job.truncated]
+    inputs = {1: good, job.truncated: bad}
+    with pytest.raises(TraceError, match=f"rank {job.truncated}: .*truncated"):
+        map_ranks(perrank.analyse, inputs, tmp_path / "a", workers=1)
+    named: dict[int, str] = {}
+    got = map_ranks(
+        perrank.analyse, inputs, tmp_path / "b", workers=1, on_failure=named.__setitem__
+    )
+    assert [r.rank for r in got] == [1]
+    assert list(named) == [job.truncated] and "\n" not in named[job.truncated]
+    assert "truncated JSON" in named[job.truncated]
+    assert not any(p.name.startswith(".") for p in (tmp_path / "b").iterdir())
+
+
+def test_a_trace_whose_header_is_unreadable_is_named_not_refused(
+    built: tuple[Any, Path], tmp_path: Path
+) -> None:
+    job, folder = built
+    for r in (1, 2):
+        (tmp_path / job.files[r]).symlink_to(folder / job.files[r])
+    (tmp_path / "rank3.node0000_4003.1.pt.trace.json").write_text("\x00garbage")
+    ranks = discover(tmp_path)
+    assert ranks is not None and ranks.ranks == [1, 2] and list(ranks.damaged) == [3]
+    assert "rank3" in ranks.damaged[3] and 3 not in ranks.missing

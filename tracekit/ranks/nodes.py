@@ -1,0 +1,125 @@
+"""The ranks grouped by node (the host name in each rank's trace), and the collectives of a
+large job as a table per collective of the step, with the rank that arrives last most often.
+
+A collective is **inter-node** when its ranks are on more than one host. A node is **slow in
+inter-node collectives** when most of its ranks (:data:`NODE_SHARE`, at least 2) stand out
+high, by robust statistics (:func:`tracekit.ranks.robust.outliers`), in their own transfer
+of those collectives (from the last rank's arrival to their own end): its links, not its
+compute, hold the collective back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+import numpy as np
+import pandas as pd
+
+from tracekit.ranks.robust import outliers
+
+NODE_SHARE = 0.75
+NODE_COLUMNS = [
+    "host", "ranks", "first_rank", "last_rank", "step_time_ms", "compute_ms",
+    "arrival_wait_ms", "input_ms", "internode_transfer_ms", "flagged",
+]  # fmt: skip
+COLLECTIVE_COLUMNS = [
+    "pg", "index", "kind", "message_bytes", "per_step", "group_ranks", "transfer_ms",
+    "wait_mean_ms", "wait_p99_ms", "last_rank", "last_count", "last_pct", "inter_node",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SlowNode:
+    host: str
+    ranks: tuple[int, ...]  # the node's analysed ranks
+    flagged: tuple[int, ...]  # those that stand out
+    transfer_ms: float  # the node's median own transfer per step (inter-node collectives)
+    job_ms: float  # the job's median
+    ratio: float
+
+
+def inter_node(inst: pd.DataFrame, hosts: dict[int, str | None]) -> pd.Series:
+    """Per instance: its collective's ranks span more than one (known) host."""
+    if not len(inst):
+        return pd.Series(dtype=bool)
+    host = inst["rank"].map(lambda r: hosts.get(int(r)))
+    spans = host.groupby(inst["key"]).nunique()
+    return inst["key"].map(spans > 1).fillna(False).astype(bool)
+
+
+def node_table(fig: pd.DataFrame, flagged: set[int]) -> pd.DataFrame:
+    """One row per host: its ranks and their medians (``fig``: per-rank figures with
+    ``host``); ``flagged``: how many of its ranks a finding names."""
+    if not len(fig) or fig["host"].isna().all():
+        return cast(pd.DataFrame, pd.DataFrame(columns=NODE_COLUMNS))
+    f = fig.assign(flag=fig["rank"].isin(list(flagged)))
+    g = f.groupby("host", sort=True)
+    med = g[["step_time_ms", "compute_ms", "arrival_wait_ms", "input_ms"]].median()
+    out = pd.DataFrame(
+        {
+            "host": med.index.astype(str),
+            "ranks": g["rank"].size().to_numpy(),
+            "first_rank": g["rank"].min().to_numpy(),
+            "last_rank": g["rank"].max().to_numpy(),
+            **{c: med[c].to_numpy() for c in med.columns},
+            "internode_transfer_ms": g["internode_transfer_ms"].median().to_numpy(),
+            "flagged": g["flag"].sum().to_numpy(),
+        }
+    )
+    return cast(pd.DataFrame, out[NODE_COLUMNS].sort_values("first_rank").reset_index(drop=True))
+
+
+def slow_nodes(fig: pd.DataFrame, step_median: float) -> list[SlowNode]:
+    """The nodes whose ranks are slow in inter-node collectives (see the module)."""
+    if "host" not in fig or fig["host"].isna().all():
+        return []
+    hit = [o.rank for o in outliers(fig, "internode_transfer_ms", step_median)]
+    if not hit:
+        return []
+    job = float(np.nanmedian(fig["internode_transfer_ms"].to_numpy(dtype=float)))
+    host_of = dict(zip(fig["rank"].astype(int), fig["host"], strict=True))
+    out = []
+    for host, g in fig.groupby("host", sort=True):
+        ranks = tuple(int(r) for r in g["rank"])
+        mine = tuple(r for r in hit if host_of.get(r) == host)
+        if len(mine) < 2 or len(mine) < NODE_SHARE * len(ranks):
+            continue
+        ms = float(g["internode_transfer_ms"].median())
+        out.append(SlowNode(str(host), ranks, mine, ms, job, ms / job if job > 0 else np.nan))
+    return sorted(out, key=lambda n: -n.ratio)
+
+
+def collective_table(inst: pd.DataFrame, matched: pd.DataFrame, steps: int) -> pd.DataFrame:
+    """Per collective of the step (process group, position in the step): its kind and size,
+    the median transfer over its instances, the wait for the last rank (mean over ranks and
+    instances, and the 99th percentile), and the rank that arrived last most often."""
+    if not len(inst) or not len(matched):
+        return cast(pd.DataFrame, pd.DataFrame(columns=COLLECTIVE_COLUMNS))
+    m = matched[matched["ranks"] >= 2]
+    i = inst[inst["key"].isin(m["key"])]
+    if not len(m):
+        return cast(pd.DataFrame, pd.DataFrame(columns=COLLECTIVE_COLUMNS))
+    rows = []
+    for (pg, index), g in m.groupby(["pg", "index"], sort=True):
+        mine = i[i["key"].isin(g["key"])]
+        last = g["last_rank"].value_counts()
+        wait = mine["arrival_wait_ns"].to_numpy(dtype=float) / 1e6
+        rows.append(
+            {
+                "pg": str(pg),
+                "index": int(index),
+                "kind": str(g["kind"].iloc[0]),
+                "message_bytes": float(g["message_bytes"].max()),
+                "per_step": len(g) / max(1, steps),
+                "group_ranks": int(g["ranks"].max()),
+                "transfer_ms": float(g["transfer_ns"].median()) / 1e6,
+                "wait_mean_ms": float(wait.mean()) if len(wait) else np.nan,
+                "wait_p99_ms": float(np.percentile(wait, 99)) if len(wait) else np.nan,
+                "last_rank": int(last.index[0]),
+                "last_count": int(last.iloc[0]),
+                "last_pct": 100.0 * int(last.iloc[0]) / len(g),
+                "inter_node": bool(mine["inter_node"].any()) if "inter_node" in mine else False,
+            }
+        )
+    return cast(pd.DataFrame, pd.DataFrame(rows, columns=COLLECTIVE_COLUMNS))

@@ -1,0 +1,261 @@
+"""The job's straggler story: which ranks and which node hold a many-rank job back, and why,
+told once (:class:`JobView`), from the per-rank step table of the reduction.
+
+* **slow in compute**: a rank whose compute per step stands out (:mod:`tracekit.ranks.robust`);
+* **input stalls**: a rank whose input wait (host input with the GPU idle) stands out;
+* **slow node**: a node whose ranks are slow in inter-node collectives
+  (:mod:`tracekit.ranks.nodes`);
+* **waits on others**: a rank whose step stands out but none of the above explains it and
+  whose wait for others in collectives is above the median — a victim, not a cause;
+* **damaged** / **missing**: ranks not analysed, one line each.
+
+In a synchronous job every rank's step lasts about as long as the slowest's: the others wait
+for it inside the collectives. So a cause is found in the parts of the step (compute, input,
+own transfer), never in the step time, and the rank that arrives last at the collectives
+says who the others waited for.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import numpy as np
+import pandas as pd
+
+from tracekit.ranks import nodes as N
+from tracekit.ranks.robust import MIN_RANKS, Distribution, distributions, outliers
+
+FIGURE_PARTS = (
+    "step_time_ms", "compute_ms", "exposed_comm_ms", "arrival_wait_ms", "input_ms",
+    "idle_ms", "internode_transfer_ms", "sync_wait_ms",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One named fault: ``kind`` compute | input | node | waits | damaged | missing."""
+
+    kind: str
+    ranks: tuple[int, ...]
+    text: str
+    host: str | None = None
+    z: float | None = None
+    excess_ms: float | None = None
+
+
+@dataclass
+class JobView:
+    """The job at scale: distributions, findings, nodes, collectives, verdict lines."""
+
+    ranks: int
+    world_size: int
+    hosts: int
+    figures: pd.DataFrame  # one row per rank: rank, host, FIGURE_PARTS, last_arrivals
+    distributions: list[Distribution]
+    findings: list[Finding]
+    nodes: pd.DataFrame  # nodes.NODE_COLUMNS
+    collectives: pd.DataFrame  # nodes.COLLECTIVE_COLUMNS
+    verdict: list[str] = field(default_factory=list)
+    heat_steps: pd.DataFrame = field(default_factory=pd.DataFrame)  # rank x step
+    heat_waits: pd.DataFrame = field(default_factory=pd.DataFrame)  # rank x collective
+
+    @property
+    def named_ranks(self) -> list[int]:
+        """The ranks a finding names (analysed ones), in order of the findings."""
+        seen: list[int] = []
+        for f in self.findings:
+            if f.kind in ("damaged", "missing"):
+                continue
+            seen.extend(r for r in f.ranks if r not in seen)
+        return seen
+
+
+def rank_figures(rs: pd.DataFrame, hosts: dict[int, str | None], last: pd.Series) -> pd.DataFrame:
+    """Per rank: the median over steps of each part (ms per step), its host, and how many
+    collectives it arrived last at (``last``: rank -> count)."""
+    cols = [c for c in FIGURE_PARTS if c in rs]
+    fig = rs.groupby("rank", sort=True)[cols].median().reset_index()
+    fig["host"] = fig["rank"].map(lambda r: hosts.get(int(r)))
+    fig["last_arrivals"] = fig["rank"].map(last).fillna(0).astype(np.int64)
+    return cast(pd.DataFrame, fig)
+
+
+def _ranges(ranks: list[int]) -> str:
+    from tracekit.ranks.discover import _ranges as ranges
+
+    return ranges(ranks)
+
+
+def _ms(v: float) -> str:
+    return f"{v:.2f} ms" if math.isfinite(v) else "n/a"
+
+
+def find(fig: pd.DataFrame, total: int) -> list[Finding]:
+    """Compute, input, node and waiting findings (see the module)."""
+    if len(fig) < MIN_RANKS:
+        return []
+    step = float(fig["step_time_ms"].median())
+    out: list[Finding] = []
+    for r in outliers(fig, "compute_ms", step):
+        out.append(Finding(
+            "compute", (r.rank,),
+            f"rank {r.rank} is slow in compute: {_ms(r.value)} per step, "
+            f"{100 * (r.ratio - 1):+.1f} % over the median {_ms(r.median)} (robust z "
+            f"{r.z:.0f}); it arrives last at {_last(fig, r.rank, total)}",
+            z=r.z, excess_ms=r.excess,
+        ))  # fmt: skip
+    for r in outliers(fig, "input_ms", step):
+        out.append(Finding(
+            "input", (r.rank,),
+            f"rank {r.rank} stalls on input: {_ms(r.value)} per step with the GPU idle "
+            f"waiting for data (median {_ms(r.median)}; {100 * r.excess / step:.1f} % of the "
+            f"step); it arrives last at {_last(fig, r.rank, total)}",
+            z=r.z, excess_ms=r.excess,
+        ))  # fmt: skip
+    for n in N.slow_nodes(fig, step):
+        out.append(Finding(
+            "node", n.ranks,
+            f"node {n.host} (ranks {_ranges(list(n.ranks))}) is slow in inter-node "
+            f"collectives: its ranks' own transfer {_ms(n.transfer_ms)} per step, "
+            f"{n.ratio:.1f}x the job's median {_ms(n.job_ms)} ({len(n.flagged)} of "
+            f"{len(n.ranks)} ranks stand out)",
+            host=n.host, excess_ms=n.transfer_ms - n.job_ms,
+        ))  # fmt: skip
+    explained = {r for f in out for r in f.ranks}
+    wait_med = float(fig["arrival_wait_ms"].median())
+    for r in outliers(fig, "step_time_ms", step):
+        rank = r.rank
+        if rank in explained:
+            continue
+        w = float(fig.loc[fig["rank"] == rank, "arrival_wait_ms"].iloc[0])
+        why = (
+            f"it waits on others ({_ms(w)} per step in collectives, median {_ms(wait_med)})"
+            if w > wait_med
+            else "neither its compute, input nor transfer stands out"
+        )
+        out.append(Finding(
+            "waits" if w > wait_med else "step", (rank,),
+            f"rank {rank}'s step {_ms(r.value)} is {_ms(r.excess)} over the median: {why}",
+            z=r.z, excess_ms=r.excess,
+        ))  # fmt: skip
+    return out
+
+
+def _last(fig: pd.DataFrame, rank: int, total: int) -> str:
+    n = int(fig.loc[fig["rank"] == rank, "last_arrivals"].iloc[0])
+    return f"{n} of {total} collectives"
+
+
+def unanalysed(damaged: dict[int, str], missing: list[int]) -> list[Finding]:
+    out = [Finding("damaged", (r,), f"not analysed: {why}") for r, why in sorted(damaged.items())]
+    if missing:
+        out.append(
+            Finding(
+                "missing",
+                tuple(missing),
+                f"missing: rank {_ranges(missing)} (no trace in the folder)",
+            )
+        )
+    return out
+
+
+def verdict(v: JobView, total: int) -> list[str]:
+    """The job's verdict: its step, who holds it back, who waits."""
+    d = {x.part: x for x in v.distributions}
+    st = d.get("step_time_ms")
+    out = []
+    if st is not None:
+        out.append(
+            f"job: {v.ranks} of {v.world_size} ranks analysed on "
+            f"{f'{v.hosts} node(s)' if v.hosts else 'unknown hosts'}; step "
+            f"{_ms(st.median)} (median over ranks; p99 {_ms(st.p99)}, max {_ms(st.max)} "
+            f"at rank {st.tail[0][0]})"
+        )
+    causes = [f for f in v.findings if f.kind in ("compute", "input", "node")]
+    if causes:
+        words = {"compute": "slow in compute", "input": "input stalls", "node": "slow links"}
+        who = "; ".join(
+            (f"node {f.host}" if f.kind == "node" else f"rank {f.ranks[0]}") + f" ({words[f.kind]})"
+            for f in causes
+        )
+        out.append(f"held back by: {who}")
+    elif len(v.figures) >= MIN_RANKS:
+        out.append(
+            "no rank or node stands out (robust z < 6 in compute, input and inter-node "
+            "transfer): the ranks' spread is the job's own noise"
+        )
+    else:
+        out.append(f"fewer than {MIN_RANKS} ranks: no rank is called an outlier")
+    aw = d.get("arrival_wait_ms")
+    if aw is not None and st is not None and st.median > 0 and total:
+        lr = v.figures.sort_values("last_arrivals", ascending=False).iloc[0]
+        out.append(
+            f"the others wait for them: wait for others {_ms(aw.median)} per step in "
+            f"collectives, median over ranks ({100 * aw.median / st.median:.1f} % of the "
+            f"step); the rank that arrives last most often: rank {int(lr['rank'])} "
+            f"({int(lr['last_arrivals'])} of {total} collectives)"
+        )
+    return out
+
+
+def heatmaps(rs: pd.DataFrame, inst: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """rank x step: work per step (step less wait for others), % over the step's median;
+    rank x collective of the step: wait for others, ms (mean over steps)."""
+    work = rs.assign(work=rs["step_time_ms"] - rs["arrival_wait_ms"])
+    med = work.groupby("step")["work"].transform("median")
+    work["pct"] = np.where(med > 0, 100.0 * (work["work"] - med) / med, np.nan)
+    steps = work.pivot_table(index="rank", columns="step", values="pct", aggfunc="mean")
+    if not len(inst):
+        return steps, pd.DataFrame()
+    w = inst.assign(ms=inst["arrival_wait_ns"] / 1e6, col=inst["index"].astype(int))
+    waits = w.pivot_table(index="rank", columns="col", values="ms", aggfunc="mean")
+    return steps, waits
+
+
+def job_view(
+    rs: pd.DataFrame,
+    inst: pd.DataFrame,
+    matched: pd.DataFrame,
+    hosts: dict[int, str | None],
+    *,
+    world_size: int,
+    damaged: dict[int, str],
+    missing: list[int],
+) -> JobView:
+    """The job's view from the reduction's tables (see the module)."""
+    seen = matched[matched["ranks"] >= 2] if len(matched) else matched
+    last = seen["last_rank"].value_counts() if len(seen) else pd.Series(dtype=np.int64)
+    fig = rank_figures(rs, hosts, last)
+    findings = unanalysed(damaged, missing) + find(fig, len(seen))
+    named = {r for f in findings if f.kind not in ("damaged", "missing") for r in f.ranks}
+    nsteps = int(rs["step"].nunique()) if len(rs) else 0
+    v = JobView(
+        ranks=len(fig),
+        world_size=world_size,
+        hosts=int(fig["host"].nunique()) if len(fig) else 0,
+        figures=fig,
+        distributions=distributions(fig),
+        findings=findings,
+        nodes=N.node_table(fig, named),
+        collectives=N.collective_table(inst, matched, nsteps),
+    )
+    v.verdict = verdict(v, len(seen))
+    v.heat_steps, v.heat_waits = heatmaps(rs, inst)
+    return v
+
+
+def to_json(v: JobView) -> dict[str, Any]:
+    """The ``summary.json`` ``ranks.job`` block."""
+    dists = [
+        {"part": d.part, "median": d.median, "p90": d.p90, "p99": d.p99, "max": d.max,
+         "tail": [[r, x] for r, x in d.tail]}
+        for d in v.distributions
+    ]  # fmt: skip
+    finds = [
+        {"kind": f.kind, "ranks": list(f.ranks), "host": f.host, "text": f.text, "z": f.z,
+         "excess_ms": f.excess_ms}
+        for f in v.findings
+    ]  # fmt: skip
+    return {"verdict": v.verdict, "findings": finds, "distributions": dists}
