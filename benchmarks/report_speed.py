@@ -68,13 +68,15 @@ def main() -> None:
     _this_checkout()
     from rich.console import Console
 
+    import tracekit.analyse as pipeline  # the stages; reports.run writes the outputs
     from tracekit.reports import report, terminal
     from tracekit.reports import run as stages
 
     cpu: dict[str, float] = {}
     for name in ("load", "trace_facts", "classify_trace", "summarize", "write_outputs"):
-        if hasattr(stages, name):  # (an older checkout has no trace_facts)
-            setattr(stages, name, _cpu_timed(getattr(stages, name), name, cpu))
+        for mod in (pipeline, stages):
+            if hasattr(mod, name):  # (an older checkout has no trace_facts)
+                setattr(mod, name, _cpu_timed(getattr(mod, name), name, cpu))
     wall: dict[str, float] = {}
     cp_mod = sys.modules.get("tracekit.summary.critical_path")
     if cp_mod is not None and hasattr(cp_mod, "for_report"):  # part of summarize

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tracekit.collectors.config import CollectConfig
+    from tracekit.collectors.distributed import collect as collect_run
     from tracekit.collectors.profiler import Profiler
     from tracekit.collectors.profiler_config import ProfilerConfig
-    from tracekit.collectors.run import collect as collect_run
-    from tracekit.collectors.run import summary
+    from tracekit.collectors.runsummary import summary
 
 __all__ = ["CollectConfig", "Profiler", "ProfilerConfig", "collect_run", "summary"]
 
@@ -23,8 +23,8 @@ _WHERE = {  # name -> (submodule, its name there)
     "CollectConfig": ("config", "CollectConfig"),
     "Profiler": ("profiler", "Profiler"),
     "ProfilerConfig": ("profiler_config", "ProfilerConfig"),
-    "collect_run": ("run", "collect"),
-    "summary": ("run", "summary"),
+    "collect_run": ("distributed", "collect"),
+    "summary": ("runsummary", "summary"),
 }
 
 

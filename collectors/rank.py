@@ -40,9 +40,10 @@ import torch
 from tracekit.collectors.ceilings import measure_ceilings
 from tracekit.collectors.commcost import measure as measure_comm
 from tracekit.collectors.config import CollectConfig, resolve_device, torch_dtype
+from tracekit.collectors.display import Display
+from tracekit.collectors.faults import fault_hook
 from tracekit.collectors.interconnect import measure_interconnect
 from tracekit.collectors.run import (
-    Display,
     _one_line,
     _workload,
     base_manifest,
@@ -57,8 +58,6 @@ from tracekit.io import atomic_write_json
 # the forward of global step <step>: raise (RuntimeError), oom (torch.OutOfMemoryError),
 # hang (sleep; writes rank<R>.pid into
 # TRACEKIT_TEST_FAULT_DIR first, so a test knows when to interrupt).
-FAULT_ENV = "TRACEKIT_TEST_FAULT"
-FAULT_DIR_ENV = "TRACEKIT_TEST_FAULT_DIR"
 
 
 def result_name(rank: int) -> str:
@@ -121,39 +120,6 @@ def wrap_model(
     return shard
 
 
-def _fault_hook(rank: int) -> Callable[[torch.nn.Module], None] | None:
-    """Install the test hook of :data:`FAULT_ENV` on the model, if it names this rank."""
-    spec = os.environ.get(FAULT_ENV)
-    if not spec:
-        return None
-    ranks, step, action = spec.split(":")
-    if ranks != "*" and rank not in {int(r) for r in ranks.split(",")}:
-        return None
-    at = int(step)
-
-    def install(model: torch.nn.Module) -> None:
-        calls = {"n": 0}
-
-        def pre(module: torch.nn.Module, args: Any) -> None:
-            calls["n"] += 1
-            if calls["n"] - 1 != at:
-                return
-            if action == "raise":
-                raise RuntimeError(f"injected failure at step {at}")
-            if action == "oom":
-                raise torch.OutOfMemoryError(f"CUDA out of memory (injected at step {at})")
-            if action == "hang":
-                folder = os.environ.get(FAULT_DIR_ENV)
-                if folder:
-                    (Path(folder) / f"rank{rank}.pid").write_text(str(os.getpid()))
-                while True:
-                    time.sleep(1)
-
-        model.register_forward_pre_hook(pre)
-
-    return install
-
-
 def _watch_parent() -> None:
     """Exit when the launching process is gone (this rank runs in its own session)."""
     parent = os.getppid()
@@ -213,7 +179,7 @@ def _run(
             result["interconnect"] = interconnect
     result["phase"] = "workload"
     result.update(rank_manifest_entries(cfg, device))
-    wrap, fault = wrap_model(cfg, device), _fault_hook(rank)
+    wrap, fault = wrap_model(cfg, device), fault_hook(rank)
 
     def wrapped(m: torch.nn.Module) -> torch.nn.Module:
         if fault is not None:

@@ -18,17 +18,18 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-import tracekit
 import tracekit.collectors.observer as observer
 from tracekit.collectors.ceilings import measure_ceilings
 from tracekit.collectors.config import CollectConfig, resolve_device
-from tracekit.collectors.cupti_pass import TimelinePass, recorder_line
+from tracekit.collectors.cupti_pass import TimelinePass
+from tracekit.collectors.display import Display
+from tracekit.collectors.faults import fault_hook
 from tracekit.collectors.generate import kv_cache_bytes, run_generate
 from tracekit.collectors.gpt import count_params, train_flops_per_token
 from tracekit.collectors.light_cost import CostRounds, cost_text, overhead
@@ -51,8 +52,9 @@ from tracekit.collectors.train import (
     run_steps,
     summarize_ms,
 )
-from tracekit.errors import OutOfMemoryError, TracekitError
+from tracekit.errors import OutOfMemoryError, TracekitError, UsageError
 from tracekit.io import atomic_dir, atomic_write_json
+from tracekit.version import __version__
 
 MANIFEST = "manifest.json"
 SNAPSHOT = "memory_snapshot.pickle"
@@ -61,62 +63,6 @@ SCHEMA_VERSION = 1
 
 
 # --------------------------------------------------------------------------- display
-
-
-class Display:
-    """A rich progress display on a terminal; silent otherwise or when ``quiet``."""
-
-    def __init__(self, quiet: bool) -> None:
-        from rich.console import Console
-
-        self.console = Console(stderr=True)
-        self.enabled = not quiet and self.console.is_terminal
-        self._progress: Any = None
-        self._task: Any = None
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator[Display]:
-        if not self.enabled:
-            yield self
-            return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            SpinnerColumn,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        with Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=self.console,
-            transient=True,
-        ) as progress:
-            self._progress = progress
-            try:
-                yield self
-            finally:
-                self._progress = None
-
-    def phase(self, description: str, total: int | None = None) -> None:
-        if self._progress is None:
-            return
-        if self._task is not None:
-            self._progress.update(self._task, visible=False)
-        self._task = self._progress.add_task(description, total=total)
-
-    def advance(self) -> None:
-        if self._progress is not None and self._task is not None:
-            self._progress.advance(self._task)
-
-    def note(self, text: str) -> None:
-        if self._progress is not None and self._task is not None:
-            self._progress.update(self._task, description=text)
 
 
 # ------------------------------------------------------------------- environment
@@ -144,7 +90,7 @@ def versions(device: torch.device) -> dict[str, Any]:
         "cudnn": cudnn,
         "driver": _driver_version() if device.type == "cuda" else None,
         "python": platform.python_version(),
-        "tracekit": tracekit.__version__,
+        "tracekit": __version__,
     }
 
 
@@ -254,12 +200,9 @@ def _metrics(
 def _test_fault(model: torch.nn.Module) -> None:
     """The multi-GPU runs' test hook (``TRACEKIT_TEST_FAULT``, ``collectors/rank.py``) in
     one process, as rank 0: how tests make a run fail or run out of memory."""
-    if os.environ.get("TRACEKIT_TEST_FAULT"):
-        from tracekit.collectors.rank import _fault_hook
-
-        hook = _fault_hook(0)
-        if hook is not None:
-            hook(model)
+    hook = fault_hook(0)
+    if hook is not None:
+        hook(model)
 
 
 def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Display,
@@ -531,11 +474,13 @@ def base_manifest(cfg: CollectConfig, device: torch.device) -> dict[str, Any]:
 
 
 def collect(cfg: CollectConfig) -> Path:
-    """Run ``cfg`` and write its run folder; returns the folder's path."""
-    if cfg.gpus > 1:  # one process per GPU: collectors/distributed.py
-        from tracekit.collectors.distributed import collect_distributed
-
-        return collect_distributed(cfg)
+    """Run ``cfg`` in this process and write its run folder; returns the folder's path.
+    ``tracekit collect`` goes through :func:`tracekit.collectors.distributed.collect`, which
+    runs a config of several GPUs as one process per GPU."""
+    if cfg.gpus > 1:
+        raise UsageError(
+            f"--gpus {cfg.gpus}: one process per GPU (tracekit.collectors.distributed.collect)"
+        )
     device = resolve_device(cfg)  # DeviceError / UsageError before anything is written
     out: Path = cfg.out_dir()
     ui = Display(cfg.quiet)
@@ -574,142 +519,3 @@ def collect(cfg: CollectConfig) -> Path:
             f"collect failed: {_one_line(failure)} ({out}/{MANIFEST} has status 'error')"
         ) from failure
     raise failure  # anything else is a bug: keep its traceback
-
-
-# a run without CUDA allocator statistics (CPU): why collect's summary has no peak
-NO_CPU_PEAK = (
-    "peak allocated not measured while collecting (no CUDA allocator statistics); the "
-    "report reads it from the trace's allocator events"
-)
-
-
-def _bytes(n: float | None) -> str:
-    return "n/a" if n is None else f"{n / 2**30:.2f} GiB"
-
-
-def overhead_words(met: dict[str, Any], digits: int) -> str:
-    """The profiler's overhead against the unprofiled median it is measured from, named:
-    a percentage up to doubling, a factor past it (a tiny CPU step profiled with shapes
-    takes many times its own length; "+18718.9 %" read as a contradiction)."""
-    base = met["step_time_ms"]["median"]
-    pct = met["profiler_overhead_pct"]
-    if pct >= 100:
-        return f"{1 + pct / 100:.1f}× the unprofiled {base:.{digits}f} ms median"
-    return f"profiler overhead {pct:+.1f} % over the unprofiled {base:.{digits}f} ms median"
-
-
-def _generate_lines(m: dict[str, Any]) -> list[str]:
-    met, g = m["metrics"], m["generate"]
-    ft, tp, mem = met["ttft_ms"], met["tpot_ms"], met["memory"]
-    return [
-        f"generate: batch {g['batch']}, prompt {g['prompt']}, {g['new_tokens']} decode steps "
-        f"(context {g['context']})",
-        f"time to first token: {ft['median']:.2f} ms median (p10 {ft['p10']:.2f}, "
-        f"p90 {ft['p90']:.2f}, n={ft['n']})",
-        f"time per output token: {tp['median']:.3f} ms median (p10 {tp['p10']:.3f}, "
-        f"p90 {tp['p90']:.3f}, n={tp['n']}); {met['tokens_per_s']:,.0f} tokens/s decoding, "
-        f"{met['generated_tokens_per_s']:,.0f} tokens/s end to end",
-        f"profiled decode step: {met['profiled_step_time_ms']:.3f} ms timed around the step "
-        f"({overhead_words(met, 3)})",
-        f"memory: peak allocated {_bytes(met['peak_allocated_bytes'])} = weights "
-        f"{_bytes(mem['weights_bytes'])} + KV cache {_bytes(mem['kv_cache_bytes'])} "
-        f"(formula {_bytes(g['kv_cache_bytes'])}) + other {_bytes(mem['other_bytes'])}"
-        if met["peak_allocated_bytes"] is not None
-        else f"memory: {NO_CPU_PEAK}; weights {_bytes(mem['weights_bytes'])}, KV cache "
-        f"{_bytes(mem['kv_cache_bytes'])} (formula {_bytes(g['kv_cache_bytes'])})",
-    ]
-
-
-def shortened_text(cut: dict[str, Any]) -> str:
-    """A window of a fitted schedule that the loop cut short (``schedule_shortened``)."""
-    a, b = cut["steps"]
-    return (
-        f"the {cut['phase']} window ran {cut['ran']} of its {cut['planned']} steps "
-        f"({a}-{b}): {cut['why']}"
-    )
-
-
-def observer_lines(obs: dict[str, Any] | None) -> list[str]:
-    """The summary's lines on what the passes left behind and the residual, a warning
-    where the steps after them ran more than 3 % slower."""
-    if not obs:
-        return []
-    lines = []
-    who = f"rank {obs['rank']}: " if isinstance(obs.get("rank"), int) else ""
-    res = obs.get("residual")
-    if res:
-        warn = "warning: " if res.get("beyond_3pct") else ""
-        lines.append(f"{warn}{who}{res['sentence']}")
-    elif obs.get("residual_absent"):
-        lines.append(f"{who}residual not checked: {obs['residual_absent']}")
-    left = list(obs.get("left_behind") or [])
-    if obs.get("cupti_attached"):
-        left.append(obs["cupti_attached"])
-    if left:
-        lines.append(f"warning: {who}left behind by the profiler passes: {'; '.join(left)}")
-    return lines
-
-
-def summary(run_dir: Path) -> str:
-    """A few lines describing a finished run folder (what the CLI prints)."""
-    import json
-
-    m = json.loads((Path(run_dir) / MANIFEST).read_text())
-    lines = [f"run folder: {run_dir}  (status {m['status']})"]
-    lines += [f"shortened: {shortened_text(c)}" for c in m.get("schedule_shortened") or []]
-    met = m.get("metrics")
-    if met and met.get("workload") == "generate":
-        lines += _generate_lines(m)
-    elif met:
-        st = met["step_time_ms"]
-        rates = [  # unknown for a script without tokens (tracekit run)
-            f"{v:,.{d}f} {unit}/s"
-            for v, unit, d in ((met.get("tokens_per_s"), "tokens", 0),
-                               (met.get("samples_per_s"), "samples", 1))
-            if v is not None
-        ]  # fmt: skip
-        lines.append(
-            f"step time: {st['median']:.2f} ms median (p10 {st['p10']:.2f}, p90 {st['p90']:.2f}, "
-            f"n={st['n']})" + "".join(f"; {r}" if i == 0 else f", {r}" for i, r in enumerate(rates))
-        )
-        if met.get("profiled_step_time_ms") is not None:
-            lines.append(
-                f"profiled step: {met['profiled_step_time_ms']:.2f} ms ({overhead_words(met, 2)})"
-            )
-        if (line := light_line(met)) is not None:
-            lines.append(line)
-        if (rec := recorder_line((m.get("profiler") or {}).get("timeline"))) is not None:
-            lines.append(rec)
-        lines += observer_lines(m.get("observer"))
-        lines.append(
-            f"memory: peak allocated {_bytes(met['peak_allocated_bytes'])}, peak reserved "
-            f"{_bytes(met['peak_reserved_bytes'])}, average allocated "
-            f"{_bytes(met['avg_allocated_bytes'])}"
-            if met.get("peak_allocated_bytes") is not None
-            else f"memory: {NO_CPU_PEAK}"
-        )
-    c = m.get("ceilings")
-    if c:
-        rates = ", ".join(
-            f"{k} {v / 1e12:.1f} TFLOP/s" if v >= 1e11 else f"{k} {v / 1e9:.1f} GFLOP/s"
-            for k, v in c["matmul_flops"].items()
-            if v is not None
-        )
-        lines.append(f"ceilings: copy {c['memory_bandwidth_Bps'] / 1e9:.0f} GB/s; matmul {rates}")
-    if m.get("distributed"):  # a multi-GPU run (collectors/dist_manifest.py)
-        from tracekit.collectors.dist_manifest import summary_lines
-
-        lines += summary_lines(m)
-    arts = m["artifacts"]
-    lines.append(f"trace: {arts['trace'] or 'none'}")
-    for key in ("timeline_trace", "memory_timeline", "memory_snapshot"):
-        if key not in arts:  # a manifest from before the light timeline pass
-            continue
-        why = arts.get(key + "_absent")
-        if not arts[key] and not why:
-            continue  # a pass this kind of run does not have: absent, not "none (None)"
-        what = arts[key] or f"none ({why})"
-        if key == "memory_timeline" and arts[key] and arts.get("memory_timeline_pass"):
-            what += f", from the {arts['memory_timeline_pass']}"
-        lines.append(f"{key.replace('_', ' ')}: {what}")
-    return "\n".join(lines)

@@ -402,7 +402,7 @@ def report_result(result: RunResult, *, counters: bool = False, quiet: bool = Fa
     """What ``tracekit run`` prints: the script's traceback and tracekit's one line on
     stderr, the run's summary on stdout; then the counters passes (``--counters``) on a
     complete CUDA run. A failed counters pass raises (the run folder stays as it is)."""
-    from tracekit.collectors.run import summary
+    from tracekit.collectors.runsummary import summary
 
     if result.traceback:
         sys.stderr.write(result.traceback)

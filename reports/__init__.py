@@ -6,6 +6,6 @@ Analysis that is not rendering lives in :mod:`tracekit.summary`; this package on
 
 from __future__ import annotations
 
-from .run import ReportResult, default_out, report, summary_text
+from tracekit.reports.run import ReportResult, default_out, report, summary_text
 
 __all__ = ["ReportResult", "default_out", "report", "summary_text"]

@@ -28,10 +28,9 @@ import tracekit.reports.markdown as markdown
 import tracekit.reports.plots as plots
 import tracekit.reports.terminal as term
 from tracekit.compare import Comparison, compare
+from tracekit.compare.build import analyse_run
 from tracekit.io import atomic_dir, atomic_write_json, atomic_write_text, readable_input
-from tracekit.parse import load
-
-from .run import _stem, classify_trace
+from tracekit.reports.run import _stem
 
 # ----------------------------------------------------------------------------- values
 
@@ -454,7 +453,7 @@ def markdown_tables(c: Comparison) -> dict[str, str]:
 
 
 def write_tensorboard(c: Comparison, pngs: Mapping[str, bytes], run_dir: Path) -> Path:
-    from . import tensorboard as tb
+    import tracekit.reports.tensorboard as tb
 
     tables, t = markdown_tables(c), time.time()
 
@@ -497,11 +496,8 @@ def run_compare(a: Path | str, b: Path | str, out: Path | str | None = None) -> 
     pa, pb = Path(a), Path(b)
     readable_input(pa, pb)
     dest = Path(out) if out is not None else default_out(pa, pb)
-    (ta, ra), (tb_, rb) = (_run_of(p, dest, side) for p, side in ((pa, "a"), (pb, "b")))
-    c = compare(
-        ta, classify_trace(ta, None, None), tb_, classify_trace(tb_, None, None),
-        ranks_a=ra, ranks_b=rb,
-    )  # fmt: skip
+    c = compare(*(analyse_run(p, dest.with_name(f"{dest.name}.ranks-{side}"))
+                  for p, side in ((pa, "a"), (pb, "b"))))  # fmt: skip
     pngs = all_plots(c)
     with atomic_dir(dest) as tmp:
         atomic_write_json(tmp / "compare.json", c.doc)
@@ -515,20 +511,6 @@ def run_compare(a: Path | str, b: Path | str, out: Path | str | None = None) -> 
         write_tensorboard(c, pngs, tmp / "tensorboard")
         names = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if p.is_file())
     return CompareResult(c, dest, [dest / n for n in names])
-
-
-def _run_of(path: Path, dest: Path, side: str) -> tuple[Any, Any]:
-    """One side: its trace (a multi-rank folder: its lowest rank's, with the manifest) and
-    its multi-rank analysis (None for one trace); per-rank results in ``<dest>.ranks-a``."""
-    from tracekit.ranks.discover import discover
-    from tracekit.ranks.run import analyse_ranks
-
-    ranks = discover(path) if path.is_dir() else None
-    if ranks is None:
-        return load(path), None
-    t = load(ranks.traces[min(ranks.traces)].path)
-    t.manifest, t.run_dir = ranks.manifest, path
-    return t, analyse_ranks(ranks, dest.with_name(f"{dest.name}.ranks-{side}"))
 
 
 def json_text(result: CompareResult) -> str:

@@ -9,15 +9,12 @@ strings in this module.
 
 from __future__ import annotations
 
-import base64
-import html
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
-
-import pandas as pd
 
 import tracekit.reports.fmt as fmt
 import tracekit.reports.generate as GR
+import tracekit.reports.parts as parts
 import tracekit.reports.ranks as ranks_view
 import tracekit.reports.verdict as VR
 from tracekit.summary import Summary
@@ -55,34 +52,10 @@ img{max-width:100%;border:1px solid #eee;margin:6px 0}
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
 
-def esc(v: Any) -> str:
-    """Text for HTML: every ``<``, ``>``, ``&``, ``"`` and ``'`` escaped."""
-    return html.escape("" if v is None else str(v), quote=True)
-
-
-def _img(png: bytes, alt: str) -> str:
-    b64 = base64.b64encode(png).decode("ascii")
-    return f'<img src="data:image/png;base64,{b64}" alt="{esc(alt)}">'
-
-
-Col = tuple[str, str, Callable[[Any], str]]  # header, css class, formatter (returns text)
-
-
-def _table(df: pd.DataFrame, cols: Iterable[Col], fields: Iterable[str], cls: str = "") -> str:
-    cols = list(cols)
-    fields = list(fields)
-    head = "".join(f'<th class="{c}">{esc(h)}</th>' for h, c, _ in cols)
-    rows = []
-    for rec in df.to_dict("records"):
-        cells = "".join(
-            f'<td class="{c}">{esc(f(rec.get(k)))}</td>'
-            for (_, c, f), k in zip(cols, fields, strict=True)
-        )
-        rows.append(f"<tr>{cells}</tr>")
-    return (
-        f"<div class='scroll'><table><thead><tr>{head}</tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table></div>"
-    )
+esc = parts.esc
+_img = parts.img
+Col = parts.Col
+_table = parts.html_table
 
 
 def _kv(items: Mapping[str, Any]) -> str:

@@ -38,7 +38,7 @@ GENERATE_NAMES = ("decode_bandwidth",)  # generate runs only
 
 
 def _draw() -> ModuleType:
-    from . import draw  # matplotlib: ~0.3 s to import
+    import tracekit.reports.draw as draw  # matplotlib: ~0.3 s to import
 
     return draw
 

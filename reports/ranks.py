@@ -14,6 +14,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 import tracekit.reports.fmt as fmt
+import tracekit.reports.parts as RP
 from tracekit.ranks.reduce import RanksSummary
 from tracekit.ranks.robust import MIN_RANKS
 from tracekit.summary import Summary
@@ -231,18 +232,6 @@ def per_rank_title(rs: RanksSummary) -> str:
     )
 
 
-def verdict_comm(rs: RanksSummary | None, rank: int | None) -> tuple[float, str] | None:
-    """The communication (ms per unprofiled step) and its words that the verdict of the
-    report detailing ``rank`` takes from the ranks: that rank's measured cost, or its
-    exposed communication less a sync wait that is the profiler's
-    (:mod:`tracekit.ranks.measured`); None: the trace's figures stand."""
-    m = rs.measured if rs is not None else None
-    if m is None or m.comm_source is None or not m.comm_by_rank:
-        return None
-    r = rank if rank in m.comm_by_rank else min(m.comm_by_rank)
-    return m.comm_by_rank[r], f"rank {r}'s {m.comm_source}"
-
-
 def lines(rs: RanksSummary) -> list[str]:
     """The section's sentences: who, the clock, exposed communication, the straggler, the
     bus bandwidth against the ceiling."""
@@ -384,7 +373,7 @@ def union_note(sm: Summary) -> str | None:
 
 
 def _rich_table(title: str, df: pd.DataFrame, cols: list[Col]) -> RenderableType:
-    from tracekit.reports.terminal import _table
+    _table = RP.rich_table
 
     t = _table(title, [(h, "left" if i == 0 else "right") for i, (h, _, _) in enumerate(cols)])
     for rec in df.to_dict("records"):
@@ -452,7 +441,7 @@ def html(sm: Summary, plots: Mapping[str, bytes]) -> str:
     rs: RanksSummary | None = sm.ranks
     if rs is None:
         return ""
-    from tracekit.reports.html import _img, _table, esc
+    _img, _table, esc = RP.img, RP.html_table, RP.esc
 
     def table(df: pd.DataFrame, cols: list[Col]) -> str:
         return _table(df, [(h, "l" if i == 0 else "", f) for i, (h, _, f) in enumerate(cols)],

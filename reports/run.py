@@ -26,10 +26,12 @@ import tracekit.reports.markdown as markdown
 import tracekit.reports.plots as plots
 import tracekit.reports.ranks as ranks_view
 import tracekit.reports.tbtrace as tbtrace
+from tracekit.analyse import Options, analyse, generates, load_run
 from tracekit.errors import TraceError, UsageError
 from tracekit.io import atomic_dir, atomic_write_json, atomic_write_text, readable_input
-from tracekit.parse import TRACE_SUFFIXES, Trace, find_trace, load
-from tracekit.summary import Summary, TraceFacts, summarize, trace_facts
+from tracekit.jobs import Job, job_of
+from tracekit.parse import TRACE_SUFFIXES, Trace, find_trace
+from tracekit.summary import Summary, TraceFacts
 from tracekit.summary.timeline import MODES as TIMELINE_MODES
 
 REPORT_DIR = "report"
@@ -103,17 +105,6 @@ def _tb_target(
     if logdir is None:
         return None
     return logdir / _stem(path), path
-
-
-def classify_trace(trace: Trace, peak_tflops: float | None, bandwidth_gbs: float | None) -> Any:
-    """Run the classify stage (``tracekit.classify``) on a parsed trace."""
-    from tracekit.classify import classify
-    from tracekit.summary.memory_model import manifest_traffic
-
-    return classify(
-        trace, manifest=trace.manifest, peak_tflops=peak_tflops, bandwidth_gbs=bandwidth_gbs,
-        traffic=manifest_traffic(trace.manifest),
-    )  # fmt: skip
 
 
 def _parquet(df: pd.DataFrame, path: Path) -> None:
@@ -194,7 +185,7 @@ def report(
     if timeline not in TIMELINE_MODES:
         raise UsageError(f"--timeline must be one of {', '.join(TIMELINE_MODES)}, not {timeline!r}")
     dest = Path(out) if out is not None else default_out(path)
-    job = _job(path, rank, scheduler, workers)
+    job = job_of(path, rank, scheduler, workers)
     target = _tb_target(
         path,
         Path(tensorboard) if tensorboard is not None else None,
@@ -242,19 +233,19 @@ def _run(
     timeline: str = "auto",
 ) -> ReportResult:
     t = time.perf_counter()
-    trace = load(path) if job is None else job.load()
+    # a trace without GPU activity is its CPU view (a generate run has its prefill, and
+    # its decode steps' report says what CPU runs lack)
+    trace = load_run(path) if job is None else job.load()
     timings["parse"] = time.perf_counter() - t
-    if len(trace.kernels) == 0 and not _generates(trace):  # a generate run has its prefill,
-        if job is not None:
-            raise TraceError(
-                f"{path}: CPU-only traces ({job.describe()}): no kernel, memcpy or memset "
-                "events: a multi-rank report needs GPU activity; `tracekit parse` writes "
-                "every rank's CPU tables"
-            )
-        trace = _cpu_run(trace)  # and its decode steps' report says what CPU runs lack
+    if job is not None and len(trace.kernels) == 0 and not generates(trace):
+        raise TraceError(
+            f"{path}: CPU-only traces ({job.describe()}): no kernel, memcpy or memset "
+            "events: a multi-rank report needs GPU activity; `tracekit parse` writes "
+            "every rank's CPU tables"
+        )
     if job is not None:
         t = time.perf_counter()
-        job.analyse(dest)
+        job.analyse(dest.with_name(dest.name + ".ranks"))
         timings["ranks"] = time.perf_counter() - t
     if plot_worker is None:  # (on one core a worker would only add its own start)
         plot_worker = len(trace.kernels) + len(trace.ops) >= WORKER_ROWS and _cores() > 1
@@ -264,18 +255,6 @@ def _run(
             job.summary if job is not None else None,
             timeline,
         )  # fmt: skip
-
-
-def _cpu_run(trace: Trace) -> Trace:
-    """A trace without GPU activity: a CPU run's view, its work operators as the kernels
-    (docs/report.md, "CPU runs"), or a one-line error saying why it is not one."""
-    from tracekit.parse.cpuview import cpu_view, not_cpu_run
-
-    why = not_cpu_run(trace)
-    if why is not None:
-        raise TraceError(f"{trace.path}: {why}; `tracekit parse` writes its CPU tables")
-    cpu: Trace = cpu_view(trace)
-    return cpu
 
 
 def _analyse(
@@ -290,35 +269,20 @@ def _analyse(
     ranks: Any = None,
     timeline: str = "auto",
 ) -> ReportResult:
-    t = time.perf_counter()
-    facts = trace_facts(trace, timeline)  # all the memory timeline needs: drawn meanwhile
-    if worker is not None:
-        worker.submit("memory_timeline", plots.memory_timeline_data(facts))
-    timings["summarize"] = time.perf_counter() - t
-    t = time.perf_counter()
-    cls = (
-        classification
-        if classification is not None
-        else classify_trace(trace, peak_tflops, bandwidth_gbs)
-    )
-    timings["classify"] = time.perf_counter() - t
-    t = time.perf_counter()
-    sm = summarize(
-        trace,
-        cls,
-        comm_ms=ranks_view.verdict_comm(ranks, _rank_of(trace)),
-        facts=facts,
-        on_table=None if worker is None else _drawing(worker, facts),
-        exposed_comm_pct=ranks.rank_exposed_comm_pct(_rank_of(trace)) if ranks else None,
-        union_shares=ranks is not None,
-    )
-    if ranks is not None:
-        from tracekit.ranks.document import ranks_json
+    from tracekit.ranks.document import ranks_json
 
-        ranks.detail_rank = _rank_of(trace)
-        sm.ranks = ranks
-        sm.summary["ranks"] = ranks_json(ranks)
-    timings["summarize"] += time.perf_counter() - t
+    def on_facts(facts: TraceFacts) -> Callable[[str, Any], None] | None:
+        if worker is None:
+            return None
+        worker.submit("memory_timeline", plots.memory_timeline_data(facts))
+        return _drawing(worker, facts)  # the memory timeline is drawn meanwhile
+
+    opts = Options(
+        peak_tflops=peak_tflops, bandwidth_gbs=bandwidth_gbs, classification=classification,
+        timeline=timeline, on_facts=on_facts, timings=timings,
+    )  # fmt: skip
+    sm = analyse(trace, opts, ranks=ranks, ranks_doc=ranks_json).summary
+    assert sm is not None
     t = time.perf_counter()
     pngs: dict[str, bytes] = plots.all_plots(sm) if worker is None else {}
     pngs.update(ranks_view.plots(sm))
@@ -343,7 +307,7 @@ def _analyse(
     timings["plots"] += waited[0]  # the wait for the worker
     result = ReportResult(summary=sm, out=dest, files=files, timings=timings)
     if target is not None:
-        from . import tensorboard as tb  # imported only when needed (~0.2 s)
+        import tracekit.reports.tensorboard as tb  # imported only when needed (~0.2 s)
 
         t = time.perf_counter()
         tables = {**markdown.all_tables(sm), **ranks_view.markdown(sm)}
@@ -351,80 +315,6 @@ def _analyse(
         ranks_view.write_tensorboard(sm, target[0])
         timings["tensorboard"] = time.perf_counter() - t
     return result
-
-
-def _generates(trace: Trace) -> bool:
-    """A ``collect --workload generate`` run (its report has the generate section)."""
-    man = trace.manifest if isinstance(trace.manifest, dict) else {}
-    return (man.get("config") or {}).get("workload") == "generate"
-
-
-@dataclass
-class Job:
-    """A multi-rank folder being reported: its ranks, the rank reported in detail, and
-    (after :meth:`analyse`) the multi-rank summary."""
-
-    ranks: Any  # tracekit.ranks.discover.RankSet
-    rank: int
-    scheduler: str | None
-    workers: int | None
-    summary: Any = None
-    chosen: bool = False  # --rank given: no other rank stands in for a damaged one
-
-    @property
-    def trace(self) -> Path:
-        return Path(self.ranks.traces[self.rank].path)
-
-    def describe(self) -> str:
-        backend = f", {self.ranks.backend}" if self.ranks.backend else ""
-        return f"{len(self.ranks.traces)} ranks{backend}"
-
-    def load(self) -> Trace:
-        """The detailed rank's trace; a damaged default rank gives way to the next."""
-        order = [r for r in self.ranks.ranks if r >= self.rank and not self.chosen]
-        for r in order or [self.rank]:
-            try:
-                t = load(self.ranks.traces[r].path)
-            except TraceError:
-                if self.chosen or r == (order or [self.rank])[-1]:
-                    raise
-                continue
-            self.rank = r
-            break
-        t.manifest, t.run_dir = self.ranks.manifest, Path(self.ranks.folder)
-        return t
-
-    def analyse(self, dest: Path) -> None:
-        from tracekit.ranks.run import analyse_ranks
-
-        cache = dest.with_name(dest.name + ".ranks")
-        self.summary = analyse_ranks(
-            self.ranks, cache, scheduler=self.scheduler, workers=self.workers
-        )
-
-
-def _job(path: Path, rank: int | None, scheduler: str | None, workers: int | None) -> Job | None:
-    """The multi-rank job in ``path``, or None for a single trace (then the multi-rank
-    options must not be given)."""
-    from tracekit.ranks.discover import discover
-
-    ranks = discover(path) if path.is_dir() else None
-    if ranks is None:
-        for name, v in (("--rank", rank), ("--scheduler", scheduler), ("--workers", workers)):
-            if v is not None:
-                raise UsageError(f"{name} is for a folder of several ranks' traces")
-        return None
-    if rank is not None and rank not in ranks.traces:
-        raise UsageError(f"--rank {rank}: no trace of that rank (ranks {ranks.ranks})")
-    chosen = rank is not None
-    return Job(ranks, rank if rank is not None else min(ranks.traces), scheduler, workers,
-               chosen=chosen)  # fmt: skip
-
-
-def _rank_of(trace: Trace) -> int | None:
-    info = trace.meta.get("distributed_info")
-    rank = info.get("rank") if isinstance(info, dict) else None
-    return rank if isinstance(rank, int) else None
 
 
 def _cores() -> int:

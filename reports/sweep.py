@@ -8,7 +8,6 @@ scalars with TensorBoard's own event writer (no torch).
 
 from __future__ import annotations
 
-import base64
 import html
 import math
 from pathlib import Path
@@ -16,7 +15,12 @@ from typing import Any
 
 import pandas as pd
 
+import tracekit.reports.sweepgen as sweepgen
 from tracekit.io import atomic_write_bytes
+from tracekit.reports.sweepparts import figures
+from tracekit.reports.sweepparts import plt_module as _plt
+from tracekit.reports.sweepparts import save_png as _save
+from tracekit.reports.sweepparts import table_html as _table_html
 from tracekit.summary.memory_model import CATEGORIES
 from tracekit.sweep.decode import generating
 from tracekit.sweep.findings import findings
@@ -38,25 +42,6 @@ PLOTS = (
     "time_share_vs_seq",
     "utilisation_vs_batch",
 )
-
-
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig: Any, path: Path) -> Path:
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    _plt().close(fig)
-    atomic_write_bytes(path, buf.getvalue())
-    return path
 
 
 def _line_title(fixed: dict[str, Any]) -> str:
@@ -177,27 +162,6 @@ def render_plots(table: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
     return {k: v for k, v in made.items() if v is not None}
 
 
-def _fmt(v: Any, kind: str = "") -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    if kind == "gib":
-        return f"{float(v) / 2**30:.2f}"
-    if kind == "pct":
-        return f"{float(v):+.1f}" if kind == "pct" else str(v)
-    if isinstance(v, float):
-        return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"
-    return html.escape(str(v))
-
-
-def _table_html(df: pd.DataFrame, cols: list[tuple[str, str, str]]) -> str:
-    head = "".join(f"<th>{html.escape(t)}</th>" for _, t, _ in cols)
-    body = []
-    for _, r in df.iterrows():
-        cells = "".join(f"<td>{_fmt(r.get(c), k)}</td>" for c, _, k in cols)
-        body.append(f"<tr>{cells}</tr>")
-    return f"<table class='sweep'><tr>{head}</tr>{''.join(body)}</table>"
-
-
 ROW_COLUMNS = [
     ("key", "configuration", ""),
     ("status", "status", ""),
@@ -244,9 +208,7 @@ def render_section(
     :mod:`tracekit.reports.sweepgen`)."""
     table = complete(table)
     if generating(table):
-        from tracekit.reports.sweepgen import render_section as generate_section
-
-        return generate_section(table, out_dir, inline=inline, title=title)
+        return sweepgen.render_section(table, out_dir, inline=inline, title=title)
     plots = render_plots(table, out_dir)
     fits = fit_table(table)
     found = findings(table, fits)
@@ -270,32 +232,6 @@ def render_section(
     parts += figures(PLOTS, plots, inline)
     parts.append("</section>")
     return "\n".join(parts)
-
-
-def figures(names: tuple[str, ...], plots: dict[str, Path], inline: bool) -> list[str]:
-    """The drawn plots of ``names`` as ``<figure>``s, then a note naming those not drawn."""
-    parts = [figure(name, plots[name], inline) for name in names if name in plots]
-    missing = [n for n in names if n not in plots]
-    if missing:
-        parts.append(
-            "<p class='note'>Not drawn (no data for them): "
-            + ", ".join(m.replace("_", " ") for m in missing)
-            + ".</p>"
-        )
-    return parts
-
-
-def figure(name: str, path: Path, inline: bool) -> str:
-    """A plot as a ``<figure>``: the PNG's file name, or inlined as a data URI."""
-    src = (
-        "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
-        if inline
-        else path.name
-    )
-    return (
-        f"<figure><img src='{src}' alt='{name}'><figcaption>"
-        f"{name.replace('_', ' ')}</figcaption></figure>"
-    )
 
 
 def write_html(table: pd.DataFrame, out_dir: Path) -> Path:

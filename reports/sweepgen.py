@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.reports.sweep import _save, _table_html, figures
+from tracekit.reports.sweepparts import figures
+from tracekit.reports.sweepparts import save_png as _save
+from tracekit.reports.sweepparts import table_html as _table_html
 from tracekit.sweep.decode import (
     capacity_wall,
     generate_findings,

@@ -11,13 +11,13 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 import tracekit.reports.fmt as fmt
 import tracekit.reports.generate as GR
+import tracekit.reports.parts as parts
 import tracekit.reports.ranks as ranks_view
 import tracekit.reports.verdict as VR
 import tracekit.summary.cpanchor as CPA
@@ -58,26 +58,7 @@ def _bar(p: Any) -> Text:
     return Text("█" * full + half, style="cyan")
 
 
-def _table(title: str, cols: Iterable[tuple[str, str]], gap: int = 2) -> Table:
-    t = Table(
-        title=title,
-        title_justify="left",
-        title_style="bold",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        padding=(0, gap - 1, 0, 1),
-        show_edge=False,
-        expand=False,
-    )
-    for name, justify in cols:
-        if justify == "name":
-            # the only column rich may narrow (wrapable); its cells cut themselves
-            t.add_column(name, justify="left", overflow="ellipsis", min_width=12)
-        elif justify == "short":
-            t.add_column(name, justify="left", no_wrap=True, max_width=11, overflow="ellipsis")
-        else:
-            t.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    return t
+_table = parts.rich_table
 
 
 def _labelled() -> Table:

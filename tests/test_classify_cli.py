@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import tracekit.parse
+import tracekit.analyse
 from tests._synth import Builder
 from tracekit.classify.output import default_out
 from tracekit.cli import main
@@ -30,7 +30,7 @@ def fake_load(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         calls.append(path)
         return _trace()
 
-    monkeypatch.setattr(tracekit.parse, "load", load, raising=False)
+    monkeypatch.setattr(tracekit.analyse, "load", load)  # the pipeline parses
     return calls
 
 

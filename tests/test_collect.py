@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import tracekit.collectors.run as run_mod
+import tracekit.collectors.runsummary as runsummary
 from tracekit.cli import main
 from tracekit.collectors.ceilings import CeilingSizes, measure_ceilings
 from tracekit.collectors.config import CollectConfig
@@ -223,7 +224,7 @@ def test_collect_cli_writes_a_complete_run_folder(
     assert "timeline trace: none (the timeline pass records CUDA activity only" in said
     assert "memory_timeline.json.gz, from the category step (with stacks)" in said
     assert "peak allocated n/a" not in said  # issue 35: the report finds a CPU peak
-    assert " ".join(f"memory: {run_mod.NO_CPU_PEAK}".split()) in " ".join(said.split())
+    assert " ".join(f"memory: {runsummary.NO_CPU_PEAK}".split()) in " ".join(said.split())
     m = json.loads((out / "manifest.json").read_text())
     assert m["schema_version"] == 1 and m["status"] == "ok" and m["error"] is None
     for key in ("config", "model", "versions", "device", "metrics", "ceilings", "profiler",

@@ -28,8 +28,8 @@ from tracekit.collectors import commcost
 from tracekit.collectors.config import CollectConfig
 from tracekit.collectors.dist_manifest import build_manifest, merge_metrics
 from tracekit.collectors.distributed import WORKER_ENV_DEFAULTS, worker_env
+from tracekit.collectors.faults import FAULT_DIR_ENV, FAULT_ENV
 from tracekit.collectors.interconnect import bus_factor, elements, peak, size_row
-from tracekit.collectors.rank import FAULT_DIR_ENV, FAULT_ENV
 from tracekit.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]

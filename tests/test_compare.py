@@ -28,11 +28,9 @@ def _fx(name: str) -> Path:
 
 @cache
 def _pair(a: str, b: str) -> Any:
-    from tracekit.classify import classify
-    from tracekit.parse import load
+    from tracekit.analyse import analyse
 
-    ta, tb = load(_fx(a)), load(_fx(b))
-    return compare(ta, classify(ta, manifest=ta.manifest), tb, classify(tb, manifest=tb.manifest))
+    return compare(analyse(_fx(a)), analyse(_fx(b)))
 
 
 # (A, B): step time A, B [ms]; gemm ms A, B; softmax ms A, B; kernels only in A, only in B;

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from tracekit.analyse import classify_trace
 from tracekit.parse import load
-from tracekit.reports.run import classify_trace
 from tracekit.summary import summarize
 from tracekit.summary.decode_model import (
     DecodeModel,

@@ -14,6 +14,7 @@ import torch
 
 import tracekit.collectors.generate as gen_mod
 import tracekit.collectors.run as run_mod
+import tracekit.collectors.runsummary as runsummary
 from tracekit.cli import main
 from tracekit.collectors.config import CollectConfig
 from tracekit.collectors.generate import build_generator, generate
@@ -175,12 +176,12 @@ def test_cpu_generate_summary_and_report_tell_one_story(
     and names the overhead's basis; the report asks about record_shapes only where it was
     off, gives no rate line where no kernel ran, and names the statistic of each
     unprofiled decode-step time (median of every timed step, mean of the recorded ones)."""
-    said = run_mod.summary(run)
+    said = runsummary.summary(run)
     assert "(None)" not in said and "timeline trace" not in said
     prof = next(x for x in said.splitlines() if x.startswith("profiled decode step"))
     tpot = json.loads((run / "manifest.json").read_text())["metrics"]["tpot_ms"]["median"]
     assert f"the unprofiled {tpot:.3f} ms median" in prof, prof
-    assert "n/a" not in said and f"memory: {run_mod.NO_CPU_PEAK}" in said  # the report has it
+    assert "n/a" not in said and f"memory: {runsummary.NO_CPU_PEAK}" in said  # the report has it
     capsys.readouterr()
     assert main(["report", str(run), "-o", str(tmp_path / "rep"), "--no-tensorboard"]) == 0
     text = " ".join(capsys.readouterr().out.split())

@@ -16,8 +16,9 @@ from tensorboard.backend.event_processing import event_accumulator as ea
 
 import tracekit.reports.markdown as markdown
 import tracekit.reports.terminal as terminal
+from tracekit.analyse import classify_trace
 from tracekit.parse import load
-from tracekit.reports.run import classify_trace, report
+from tracekit.reports.run import report
 from tracekit.summary import summarize
 
 from . import gengen as G

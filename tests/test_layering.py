@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = {"tracekit", "tracekit.errors", "tracekit.io", "tracekit.schema"}
+SHARED = {"tracekit", "tracekit.errors", "tracekit.io", "tracekit.schema", "tracekit.version"}
 # stage folder -> (module prefix, tracekit modules it may import besides SHARED)
 STAGES: dict[str, tuple[str, set[str]]] = {
     "collectors": ("tracekit.collectors", set()),
@@ -18,24 +18,53 @@ STAGES: dict[str, tuple[str, set[str]]] = {
     "tracekit/classify": ("tracekit.classify", {"tracekit.parse"}),
     "tracekit/xspace": ("tracekit.xspace", {"tracekit.parse"}),
     "tracekit/summary": ("tracekit.summary", {"tracekit.parse", "tracekit.classify"}),
+    # the one pipeline (parse -> classify -> summary as one Analysis): every command's way in
+    "tracekit/analyse.py": (
+        "tracekit.analyse",
+        {"tracekit.parse", "tracekit.classify", "tracekit.summary"},
+    ),
     # the multi-rank engine and analysis: per-rank work is parse -> classify -> summary
     "tracekit/ranks": (
         "tracekit.ranks",
-        {"tracekit.parse", "tracekit.classify", "tracekit.summary"},
+        {"tracekit.parse", "tracekit.classify", "tracekit.summary", "tracekit.analyse"},
+    ),
+    # a folder of one job's rank traces: the pipeline on one rank, the ranks stage on all
+    "tracekit/jobs.py": (
+        "tracekit.jobs",
+        {
+            "tracekit.parse",
+            "tracekit.classify",
+            "tracekit.summary",
+            "tracekit.analyse",
+            "tracekit.ranks",
+        },
     ),
     # sweep reads the analytic memory model, which the report shares (tracekit.summary)
     "tracekit/sweep": (
         "tracekit.sweep",
-        {"tracekit.parse", "tracekit.classify", "tracekit.summary"},
+        {"tracekit.parse", "tracekit.classify", "tracekit.summary", "tracekit.analyse"},
     ),
     # advise predicts from the summary stage and measures through sweep
     "tracekit/advise": (
         "tracekit.advise",
-        {"tracekit.parse", "tracekit.classify", "tracekit.summary", "tracekit.sweep"},
+        {
+            "tracekit.parse",
+            "tracekit.classify",
+            "tracekit.summary",
+            "tracekit.analyse",
+            "tracekit.sweep",
+        },
     ),
     "tracekit/compare": (
         "tracekit.compare",
-        {"tracekit.parse", "tracekit.classify", "tracekit.summary", "tracekit.ranks"},
+        {
+            "tracekit.parse",
+            "tracekit.classify",
+            "tracekit.summary",
+            "tracekit.analyse",
+            "tracekit.ranks",
+            "tracekit.jobs",
+        },
     ),
     "reports": (
         "tracekit.reports",
@@ -43,7 +72,9 @@ STAGES: dict[str, tuple[str, set[str]]] = {
             "tracekit.parse",
             "tracekit.classify",
             "tracekit.summary",
+            "tracekit.analyse",
             "tracekit.ranks",
+            "tracekit.jobs",
             "tracekit.sweep",
             "tracekit.compare",
             "tracekit.advise",
@@ -65,10 +96,10 @@ def _imports(path: Path) -> set[str]:
 @pytest.mark.parametrize("folder", sorted(STAGES))
 def test_stage_imports_only_earlier_stages(folder: str) -> None:
     base = ROOT / folder
-    if not base.is_dir():
+    if not base.exists():
         pytest.skip(f"{folder} not present")
     own, allowed = STAGES[folder]
-    for f in base.rglob("*.py"):
+    for f in [base] if base.is_file() else base.rglob("*.py"):
         for mod in _imports(f):
             root = mod.split(".")[0]
             if root == "torch":
@@ -109,3 +140,19 @@ def test_analysis_stages_never_load_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert out.stdout.strip() == "False"
+
+
+def test_no_relative_import() -> None:
+    """A module imports another by its absolute name (docs/architecture.md): the stage check
+    above reads absolute names only, and ``from . import x`` goes through the package's
+    ``__init__``."""
+    found = [
+        f"{f.relative_to(ROOT)}:{node.lineno}"
+        for folder in ("tracekit", "collectors", "reports")
+        for f in sorted((ROOT / folder).rglob("*.py"))
+        for node in ast.walk(ast.parse(f.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.level > 0
+    ]
+    assert not found, "relative imports (import the module by its tracekit.* name):\n" + (
+        "\n".join(f"  {x}" for x in found)
+    )

@@ -14,7 +14,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from tracekit.collectors import observer as O
-from tracekit.collectors.run import observer_lines
+from tracekit.collectors.runsummary import observer_lines
 
 # ------------------------------------------------------------------ CUPTI's teardown
 

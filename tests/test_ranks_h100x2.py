@@ -227,6 +227,7 @@ def _costed(results: dict[str, Path], tmp: Path, cost: dict[str, Any]) -> RanksS
 
 def test_measured_cost_leads(results: dict[str, Path], tmp_path: Path) -> None:
     import tracekit.reports.ranks as RV
+    from tracekit.analyse import comm_of
 
     s = _costed(results, tmp_path, COST)
     m = s.measured
@@ -240,8 +241,8 @@ def test_measured_cost_leads(results: dict[str, Path], tmp_path: Path) -> None:
     assert list(pr["without_sync_ms"]) == [33.9, 34.7]
     # the verdict of the report detailing a rank takes that rank's measured cost
     words = "communication cost measured without the profiler"
-    assert RV.verdict_comm(s, 1) == (7.6, f"rank 1's {words}")
-    assert RV.verdict_comm(s, 0) == (8.2, f"rank 0's {words}")
+    assert comm_of(s, 1) == (7.6, f"rank 1's {words}")
+    assert comm_of(s, 0) == (8.2, f"rank 0's {words}")
     lines = RV.lines(s)
     assert lines[1] == (
         "the profiled window's ranks are 69.85 ms apart (rank 1 waits 68.61 ms per step in "
@@ -288,8 +289,9 @@ def test_bare_folder_says_the_figures_are_the_profiled_windows(
     )
     assert "(rank 1 waits 68.61 ms per step in its collectives)" in m.statements[0]
     import tracekit.reports.ranks as RV
+    from tracekit.analyse import comm_of
 
-    assert RV.verdict_comm(s, 0) is None  # the trace's figures stand
+    assert comm_of(s, 0) is None  # the trace's figures stand
     line = RV.straggler_line(s)
     assert line is not None and line.startswith("straggler (profiled window): rank 0 works")
 

@@ -20,6 +20,7 @@ import pytest
 from rich.console import Console
 from tensorboard.backend.event_processing import event_accumulator as ea
 
+import tracekit.analyse as pipeline
 from tracekit.cli import main
 from tracekit.parse import load
 from tracekit.reports import plots, report, tbtrace, terminal
@@ -51,7 +52,7 @@ def trace_file(tmp_path: Path) -> Path:
 def stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
     """The report command with tests/contract.py in place of the classify stage."""
     monkeypatch.setattr(
-        report_mod, "classify_trace", lambda trace, *a: contract.classification(trace)
+        pipeline, "classify_trace", lambda trace, *a, **kw: contract.classification(trace)
     )
 
 

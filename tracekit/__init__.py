@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from typing import Any
 
 from tracekit.errors import TraceError, TracekitError, UsageError
+from tracekit.version import __version__ as __version__
 
 __all__ = ["Profile", "TraceError", "TracekitError", "UsageError", "__version__", "load", "profile"]
 

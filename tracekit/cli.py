@@ -502,17 +502,15 @@ def classify(
 ) -> None:
     """Class every kernel and operator and place it on the device roofline."""
     readable_input(trace)
-    from tracekit.classify.output import classify_path
+    from tracekit.analyse import classify_path
     from tracekit.ranks.commands import classify_ranks
-    from tracekit.summary.memory_model import manifest_traffic
 
     many = None
     if counters is None:  # Nsight Compute counters are of one process: one trace
         many = classify_ranks(trace, out, peak_tflops=peak_tflops, bandwidth_gbs=bandwidth)
     report = many or classify_path(
-        trace, out, peak_tflops=peak_tflops, bandwidth_gbs=bandwidth, counters=counters,
-        traffic_of=manifest_traffic,
-    )  # fmt: skip
+        trace, out, peak_tflops=peak_tflops, bandwidth_gbs=bandwidth, counters=counters
+    )
     typer.echo(report)
 
 

@@ -156,16 +156,15 @@ def aligned_kernels(trace: Any, cls: Any) -> pd.DataFrame:
 def analyse(run: Path | str) -> Baseline:
     """Parse, classify and summarise the run; its critical path calibrated to the
     unprofiled step time of the manifest."""
-    from tracekit.classify import classify
-    from tracekit.parse import load
-    from tracekit.summary import summarize
+    from tracekit.analyse import Options
+    from tracekit.analyse import analyse as run_pipeline
 
     run = Path(run)
     man = read_manifest(run)
     cfg = dict(man["config"])
-    trace = load(run)
-    cls = classify(trace, manifest=man)
-    sm = summarize(trace, cls)
+    a = run_pipeline(run, Options(manifest=man, cpu=False))  # the lever models read the threads
+    trace, cls, sm = a.trace, a.classification, a.summary
+    assert sm is not None
     step_ms = _num(((man.get("metrics") or {}).get("step_time_ms") or {}).get("median"))
     if not step_ms > 0:
         raise UsageError(f"{run}: the manifest has no unprofiled step time (metrics.step_time_ms)")

@@ -79,13 +79,13 @@ def default_out(run: Path) -> Path:
 def facts_of(run_dir: Path) -> W.RunFacts | None:
     """What a measured row's run says about its step: its verdict and host work (None
     where the run cannot be read)."""
-    from tracekit.classify import classify
-    from tracekit.parse import load
-    from tracekit.summary import summarize
+    from tracekit.analyse import Options
+    from tracekit.analyse import analyse as run_pipeline
 
     try:
-        t = load(run_dir)
-        return W.facts(t, summarize(t, classify(t, manifest=t.manifest)))
+        a = run_pipeline(run_dir, Options(cpu=False))  # as the baseline reads its run
+        assert a.summary is not None
+        return W.facts(a.trace, a.summary)
     except Exception:  # a run we cannot read has no verdict
         return None
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +10,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracekit.classify.manifest import NOT_GIVEN, AnalyticTraffic
 from tracekit.classify.result import Classification, in_scope
 from tracekit.classify.schema import ARROW
-from tracekit.io import atomic_dir, atomic_write_json, readable_input
+from tracekit.io import atomic_dir, atomic_write_json
 
 FILES = {
     "op_roofline": "op_roofline.parquet",
@@ -95,7 +93,7 @@ def default_out(path: Path) -> Path:
     return path.with_name(name + ".classify")
 
 
-def _run_counters(path: Path, manifest: dict[str, Any] | None) -> Path | None:
+def counters_of(path: Path, manifest: dict[str, Any] | None) -> Path | None:
     """The counters CSV of a run folder, if ``tracekit collect --counters`` wrote one."""
     if not path.is_dir():
         return None
@@ -105,40 +103,6 @@ def _run_counters(path: Path, manifest: dict[str, Any] | None) -> Path | None:
         if p.is_file():
             return p
     return None
-
-
-def classify_path(
-    path: Path,
-    out: Path | None = None,
-    *,
-    peak_tflops: float | None = None,
-    bandwidth_gbs: float | None = None,
-    counters: Path | None = None,
-    traffic_of: Callable[[Mapping[str, Any] | None], AnalyticTraffic | None] | None = None,
-) -> str:
-    """Load a trace or run folder, classify it, write the tables; returns a short report.
-    ``traffic_of(manifest)``: the run's analytic traffic estimate (see ``classify``)."""
-    from tracekit.classify.roofline import classify
-    from tracekit.errors import UsageError
-    from tracekit.parse import load
-
-    path = Path(path)
-    readable_input(path)
-    if counters is not None and not Path(counters).is_file():
-        raise UsageError(f"no such counters file: {counters}")
-    trace = load(str(path))
-    manifest = getattr(trace, "manifest", None)
-    counters = counters or _run_counters(path, manifest)
-    result = classify(
-        trace,
-        manifest=manifest,
-        peak_tflops=peak_tflops,
-        bandwidth_gbs=bandwidth_gbs,
-        counters=counters,
-        traffic=traffic_of(manifest) if traffic_of is not None else NOT_GIVEN,
-    )
-    dest = write_classification(result, out or default_out(path))
-    return describe(result, dest)
 
 
 def describe(result: Classification, dest: Path) -> str:

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 import tracekit.compare.diff as D
 import tracekit.ranks.scaling as SC
-from tracekit.summary import Summary, summarize
+from tracekit.analyse import Analysis, analyse
+from tracekit.summary import Summary
 from tracekit.summary.build import _clean
 from tracekit.summary.classes import in_steps
 
@@ -127,21 +129,30 @@ def _labels(sa: Summary, sb: Summary) -> tuple[str, str]:
     return (a, b) if a != b else (f"A:{a}", f"B:{b}")
 
 
-def compare(
-    trace_a: Any,
-    cls_a: Any,
-    trace_b: Any,
-    cls_b: Any,
-    *,
-    top: int = TOP,
-    ranks_a: Any = None,
-    ranks_b: Any = None,
-) -> Comparison:
-    """Compare run B against run A (``tracekit.parse.Trace`` and its
-    ``tracekit.classify.Classification`` each). ``ranks_a``/``ranks_b``: the multi-rank
-    analysis (:class:`tracekit.ranks.reduce.RanksSummary`) of a run on several GPUs; with
-    runs on different GPU counts the comparison has a scaling block."""
-    sa, sb = summarize(trace_a, cls_a), summarize(trace_b, cls_b)
+def analyse_run(path: Path, cache: Path) -> Analysis:
+    """One side of a comparison, through the pipeline (:func:`tracekit.analyse.analyse`):
+    a trace or run folder, or a multi-rank folder's lowest rank (with the folder's
+    manifest) and its multi-rank analysis (per-rank results in ``cache``)."""
+    from tracekit.jobs import job_of
+
+    job = job_of(path, None, None, None)
+    if job is None:
+        return analyse(path)
+    a = analyse(job.load())
+    job.analyse(cache)
+    a.ranks = job.summary
+    return a
+
+
+def compare(a: Analysis, b: Analysis, *, top: int = TOP) -> Comparison:
+    """Compare run B against run A (each analysed by :func:`tracekit.analyse.analyse`).
+    A run on several GPUs carries its multi-rank analysis (``Analysis.ranks``,
+    :class:`tracekit.ranks.reduce.RanksSummary`); with runs on different GPU counts the
+    comparison has a scaling block."""
+    assert a.summary is not None and b.summary is not None
+    sa, sb = a.summary, b.summary
+    trace_a, cls_a, ranks_a = a.trace, a.classification, a.ranks
+    trace_b, cls_b, ranks_b = b.trace, b.classification, b.ranks
     n_a, n_b = max(1, len(sa.steps)), max(1, len(sb.steps))
     ka, kb = in_steps(cls_a.kernels, sa.steps), in_steps(cls_b.kernels, sb.steps)
     oa = cls_a.ops[cls_a.ops["step"].isin(sa.steps)]

@@ -45,9 +45,8 @@ def classify_ranks(
 ) -> str | None:
     """Classify every rank's trace into ``out/rank<R>/`` (default ``FOLDER/classify/``); a
     run folder's manifest (rank 0's device ceilings) applies to every rank."""
+    from tracekit.analyse import Options, analyse, load_run
     from tracekit.classify.output import describe, write_classification
-    from tracekit.classify.roofline import classify
-    from tracekit.parse import load
 
     ranks = _ranks(path)
     if ranks is None:
@@ -55,11 +54,10 @@ def classify_ranks(
     dest = Path(out) if out is not None else Path(path) / "classify"
     lines = _head(ranks)
     for r, t in sorted(ranks.traces.items()):
-        trace = load(t.path)
+        trace = load_run(t.path, cpu=False)
         trace.manifest = ranks.manifest
-        result = classify(
-            trace, manifest=ranks.manifest, peak_tflops=peak_tflops, bandwidth_gbs=bandwidth_gbs
-        )
+        opts = Options(peak_tflops=peak_tflops, bandwidth_gbs=bandwidth_gbs)
+        result = analyse(trace, opts, summarise=False).classification  # with the traffic estimate
         text = describe(result, write_classification(result, dest / f"rank{r}"))
         lines.append(f"rank {r}:")
         lines.extend(f"  {x}" for x in text.splitlines())

@@ -43,14 +43,11 @@ def _plain(v: Any) -> Any:
 
 def analyse_rank(trace: Path, out: Path) -> dict[str, Any]:
     """Parse, classify and summarise one rank's trace into ``out`` (see the module)."""
-    from tracekit.classify import classify
-    from tracekit.parse import load, parse_to_dir
-    from tracekit.summary import summarize
+    from tracekit.analyse import analyse, parse_rank
 
-    parsed = parse_to_dir(trace, out / "tables")
-    t = load(parsed.out)
-    t.path = trace  # summary.json names the trace, not the temporary tables folder
-    sm = summarize(t, classify(t))
+    a = analyse(parse_rank(trace, out / "tables"))  # with the traffic estimate, as `report`
+    t, sm = a.trace, a.summary
+    assert sm is not None
     atomic_write_json(out / "summary.json", sm.summary)
     sm.classes.reset_index(drop=True).to_parquet(out / "classes.parquet", index=False)
     sm.step_table.reset_index(drop=True).to_parquet(out / "steps.parquet", index=False)

@@ -22,7 +22,6 @@ from tracekit.summary.memory_model import (
     TIMELINE_TO_CATEGORY,
     StepOptions,
     estimate,
-    manifest_traffic,
 )
 from tracekit.sweep.decode_limits import limit_columns
 from tracekit.sweep.plan import Point
@@ -101,11 +100,10 @@ def classify_columns(
 
 
 def _classify(trace: Any, manifest: Mapping[str, Any] | None) -> Any:
-    from tracekit.classify import classify
+    """The classification through the pipeline (with the traffic estimate the report shows)."""
+    from tracekit.analyse import Options, analyse
 
-    return classify(
-        trace, manifest=dict(manifest) if manifest else None, traffic=manifest_traffic(manifest)
-    )
+    return analyse(trace, Options(manifest=manifest), summarise=False).classification
 
 
 def classify_frames_to_columns(classes: Any, steps: Any) -> dict[str, float]:
@@ -417,13 +415,14 @@ def trace_columns(
     run_dir: Path, manifest: Mapping[str, Any] | None, matmul_roof: float, notes: list[str]
 ) -> dict[str, Any]:
     """GPU idle share and kernels per step from the parsed trace, and classify's columns."""
-    from tracekit.parse import load
+    from tracekit.analyse import Options, analyse
 
-    trace = load(run_dir)
+    # the row's kernels are GPU activities (a CPU row has none), as before the pipeline
+    a = analyse(run_dir, Options(manifest=manifest, cpu=False), summarise=False)
+    trace, result = a.trace, a.classification
     row: dict[str, Any] = {"gpu_idle_pct": gpu_idle_pct(trace.steps)}
     k = trace.kernels
     row["kernels_per_step"] = float(len(k)) / max(1, len(trace.steps)) if len(k) else math.nan
-    result = _classify(trace, manifest)
     row.update(classify_frames_to_columns(result.classes, getattr(result, "steps", None)))
     row["kernel_flops_util_pct"] = 100.0 * row["achieved_flops"] / matmul_roof
     if (manifest or {}).get("config", {}).get("workload") == "generate":

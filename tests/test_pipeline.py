@@ -1,0 +1,154 @@
+"""One pipeline: parse -> classify -> summarise is chained in ``tracekit/analyse.py`` only.
+
+An AST scan of tracekit/, collectors/ and reports/: every call is resolved through the
+module's imports to the function it names; a module other than the pipeline that calls a
+parse entry point and a later stage (``classify``, ``summarize``, ``trace_facts``), or
+calls those stages at all, composes the analysis a second time."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PIPELINE = "tracekit/analyse.py"
+FOLDERS = ("tracekit", "collectors", "reports")
+PARSE = {
+    "tracekit.load",
+    "tracekit.parse.load",
+    "tracekit.parse.parse_tables",
+    "tracekit.parse.parse_to_dir",
+}
+LATER = {
+    "tracekit.classify.classify",
+    "tracekit.classify.roofline.classify",
+    "tracekit.summary.summarize",
+    "tracekit.summary.build.summarize",
+    "tracekit.summary.trace_facts",
+    "tracekit.summary.build.trace_facts",
+}
+# where a stage's own function is defined or re-exported (not a call of it)
+OWNERS = {"tracekit/classify/roofline.py", "tracekit/summary/build.py"}
+
+
+def _module(path: Path, root: Path) -> str:
+    rel = path.relative_to(root).with_suffix("")
+    parts = list(rel.parts)
+    if parts[0] in ("collectors", "reports"):
+        parts.insert(0, "tracekit")
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _names(tree: ast.Module, module: str) -> dict[str, str]:
+    """Local name -> the qualified name it stands for, from every import in the module
+    (function-level ones included)."""
+    package = module.rsplit(".", 1)[0]
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                top = a.name.split(".")[0]  # ``import a.b`` binds ``a``
+                names[a.asname or top] = a.name if a.asname else top
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            for a in node.names:
+                names[a.asname or a.name] = f"{base}.{a.name}"
+    return names
+
+
+def _dotted(node: ast.expr, names: dict[str, str]) -> str | None:
+    if isinstance(node, ast.Name):
+        return names.get(node.id)
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value, names)
+        return f"{head}.{node.attr}" if head else None
+    return None
+
+
+def calls(path: Path, root: Path = ROOT) -> dict[str, set[str]]:
+    """Per function of ``path`` (``""``: module level), the qualified names of the functions
+    it calls, as far as the module's imports say."""
+    tree = ast.parse(path.read_text())
+    names = _names(tree, _module(path, root))
+    found: dict[str, set[str]] = {}
+
+    def visit(node: ast.AST, owner: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = owner
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and not owner:
+                inner = child.name
+            if isinstance(child, ast.Call):
+                q = _dotted(child.func, names)
+                if q is not None:
+                    found.setdefault(inner, set()).add(q)
+            visit(child, inner)
+
+    visit(tree, "")
+    return found
+
+
+def compositions(root: Path = ROOT) -> dict[str, list[str]]:
+    """Module path -> the pipeline stages it calls, for every module but the pipeline that
+    calls a later stage (itself or through a function of another scanned module that does,
+    as a ``classify_trace`` helper) — with or without a parse entry point beside it."""
+    seen: dict[str, tuple[str, dict[str, set[str]]]] = {}
+    for folder in FOLDERS:
+        for f in sorted((root / folder).rglob("*.py")):
+            rel = f.relative_to(root).as_posix()
+            if rel != PIPELINE and rel not in OWNERS:
+                seen[rel] = (_module(f, root), calls(f, root))
+    later = set(LATER)
+    while True:  # a function that calls a later stage stands for one
+        more = {
+            f"{mod}.{fn}"
+            for mod, per in seen.values()
+            for fn, got in per.items()
+            if fn and got & later
+        }
+        if more <= later:
+            break
+        later |= more
+    out: dict[str, list[str]] = {}
+    for rel, (_, per) in seen.items():
+        got = set().union(*per.values()) if per else set()
+        if got & later:
+            out[rel] = sorted(got & (PARSE | later))
+    return out
+
+
+def test_only_the_pipeline_chains_the_stages() -> None:
+    found = compositions()
+    assert not found, "analysis composed outside tracekit/analyse.py (call the pipeline):\n" + (
+        "\n".join(f"  {m}: {', '.join(s)}" for m, s in sorted(found.items()))
+    )
+
+
+def test_the_pipeline_chains_them() -> None:
+    got = set().union(*calls(ROOT / PIPELINE).values())
+    assert got & PARSE and {"tracekit.classify.classify", "tracekit.summary.summarize"} <= got
+
+
+@pytest.mark.parametrize(
+    ("src", "bad"),
+    [
+        ("from tracekit.parse import load\nfrom tracekit.summary import summarize\n"
+         "def f(p, c):\n    return summarize(load(p), c)\n", True),
+        ("import tracekit.classify as C\ndef f(t):\n    return C.classify(t)\n", True),
+        ("def f(t):\n    from tracekit.classify.roofline import classify as k\n    return k(t)\n",
+         True),
+        ("import json\nfrom tracekit.analyse import analyse\n"
+         "def f(p):\n    return analyse(p), json.load(open(p))\n", False),
+    ],
+)  # fmt: skip
+def test_the_scan_sees_a_composition(tmp_path: Path, src: str, bad: bool) -> None:
+    """The scan is not blind: a stand-in module of each shape is caught (or not)."""
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "x.py").write_text(src)
+    assert ("reports/x.py" in compositions(tmp_path)) is bad
