@@ -98,6 +98,17 @@ GPU_METRICS = frozenset(("gpu_busy_ms", "gpu_time_ms", "gpu_idle_pct", "gpu_idle
                          "compute_bound_pct", "peak_reserved_bytes"))  # fmt: skip
 
 
+# a CPU pair (its CPU view): what does not apply, and the words of what does
+NOT_ON_CPU = frozenset(("gpu_idle_pct", "gpu_idle_unprofiled_pct", "kernels_per_step",
+                        "peak_reserved_bytes"))  # fmt: skip
+CPU_LABELS = {"gpu_busy_ms": "operators busy (union)", "gpu_time_ms": "operator time (summed)"}
+
+
+def where(c: Comparison) -> str:
+    """Whose time the class table sums: the GPU's, or a CPU pair's operators'."""
+    return "CPU" if c.cpu else "GPU"
+
+
 def metrics(c: Comparison) -> RenderableType:
     t = term._table(
         "Per analysed step",
@@ -124,10 +135,13 @@ def metrics(c: Comparison) -> RenderableType:
         if r["a"] is None and r["b"] is None:
             continue
         if not c.per_class and r["metric"] in GPU_METRICS:
-            continue  # a CPU pair: no GPU figure, absent rather than 0
+            continue  # no activity to compare: no GPU figure, absent rather than 0
+        if c.cpu and r["metric"] in NOT_ON_CPU:
+            continue  # a CPU pair: no kernels, no GPU idle, no caching allocator
         u = r["unit"]
+        label = labels.get(r["metric"], r["metric"])
         t.add_row(
-            term._t(labels.get(r["metric"], r["metric"])),
+            term._t(CPU_LABELS.get(r["metric"], label) if c.cpu else label),
             value(r["a"], u),
             value(r["b"], u),
             delta(r["delta"], u),
@@ -138,7 +152,7 @@ def metrics(c: Comparison) -> RenderableType:
 
 def classes(c: Comparison) -> RenderableType:
     t = term._table(
-        "GPU time per class (ms per step)",
+        f"{where(c)} time per class (ms per step)",
         [
             ("class", "left"),
             ("A", "right"),
@@ -278,7 +292,7 @@ def class_bars(c: Comparison) -> bytes:
     fig = Figure(figsize=(9, 0.5 * max(4, len(cl)) + 1.2))
     fig.subplots_adjust(left=0.15, right=0.97, top=0.9, bottom=0.12)
     if cl.empty:
-        return draw.message(fig, "GPU time per class", "no GPU activity in either run")
+        return draw.message(fig, f"{where(c)} time per class", "no activity in either run")
     ax = fig.add_subplot()
     y = np.arange(len(cl))
     h = 0.4
@@ -290,8 +304,8 @@ def class_bars(c: Comparison) -> bytes:
         ax.text(max(a, b), yi, f" {d:+.3f} ms", va="center", fontsize=8)
     ax.set_yticks(y, [draw.plain(str(x)) for x in cl["class"]])
     ax.invert_yaxis()
-    ax.set_xlabel("GPU time per step [ms]")
-    ax.set_title("GPU time per class: A (solid) vs B (hatched)")
+    ax.set_xlabel(f"{where(c)} time per step [ms]")
+    ax.set_title(f"{where(c)} time per class: A (solid) vs B (hatched)")
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
     return draw.png(fig)
@@ -401,9 +415,11 @@ def render_html(c: Comparison, pngs: Mapping[str, bytes], n: int = 25) -> str:
         *[f'<div class="warn">{e(x)}</div>' for x in c.notes],
         "<h2>Per analysed step</h2>",
         html._table(_metrics_frame(c), mcols, ["metric", "a", "b", "delta", "ratio"]),
-        "<h2>GPU time per class</h2>",
+        f"<h2>{where(c)} time per class</h2>",
         html._table(c.classes, ccols, cfields),
-        html._img(pngs["class_time"], "GPU time per class, A vs B") if "class_time" in pngs else "",
+        html._img(pngs["class_time"], f"{where(c)} time per class, A vs B")
+        if "class_time" in pngs
+        else "",
         "<h2>Roofline</h2>",
         html._img(pngs["roofline"], "both rooflines") if "roofline" in pngs else "",
         "<h2>Matched operators: top regressions</h2>",

@@ -209,18 +209,22 @@ def test_bad_input_is_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["compare", str(_fx("bf16-sdpa")), str(_fx("bf16-sdpa")), "--format", "x"]) == 2
 
 
-def test_two_cpu_runs_say_in_one_line_they_are_not_compared_per_class(
+def test_two_cpu_runs_are_compared_on_their_cpu_view(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Issue 35: two CPU runs printed "0 FLOP", an empty class table and "0 matched" with
-    no word why; now one note says what is compared, GPU rows and sections are absent."""
+    no word why. Through the pipeline's CPU view they are compared per class, operator and
+    FLOP, in CPU words; one note says so, and what does not apply on a CPU is absent."""
     cpu = FIX / "cpu-tiny-fp32-naive"
     assert main(["compare", str(cpu), str(cpu), "-o", str(tmp_path / "cmp")]) == 0
     out = capsys.readouterr().out
     text = " ".join(out.split())
-    assert " ".join(f"note: {B.NO_GPU_NOTE}".split()) in text
-    for gone in ("0 FLOP", "GPU time per class", "matched", "GPU busy", "Kernels by name"):
-        assert gone not in out, gone
-    assert "step time (unprofiled)" in out and "peak allocated" in out
+    assert " ".join(f"note: {B.CPU_NOTE}".split()) in text
+    table = out.split("Per analysed step")[1]
+    for gone in ("GPU time per class", "GPU busy", "GPU idle", "peak reserved", "kernels  "):
+        assert gone not in table, gone
+    assert " 0 FLOP " not in text  # the FLOPs are the CPU view's: 1.04 GFLOP per step
+    assert "CPU time per class" in out and "gemm" in out and "159 matched" in out
+    assert "step time (unprofiled)" in out and "peak allocated" in out and "GFLOP" in out
     doc = json.loads((tmp_path / "cmp" / "compare.json").read_text())
-    assert doc["notes"][0] == B.NO_GPU_NOTE
+    assert doc["notes"][0] == B.CPU_NOTE

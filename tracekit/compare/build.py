@@ -46,8 +46,13 @@ METRICS: dict[str, tuple[str, str]] = {
 
 
 NO_GPU_NOTE = (
-    "CPU runs (no GPU activity in either): compared by step time, throughput and memory "
-    "only, not per class, operator or kernel (`tracekit report` gives each run's CPU view)"
+    "runs without GPU activity or CPU operators: compared by step time, throughput and "
+    "memory only, not per class, operator or kernel"
+)
+CPU_NOTE = (
+    "CPU runs: compared on their CPU view (each work operator's self time stands in for a "
+    "kernel, as `tracekit report` reads them); GPU idle, kernels and reserved memory do not "
+    "apply"
 )
 
 
@@ -70,7 +75,8 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     doc: dict[str, Any] = field(default_factory=dict)
     scaling: dict[str, Any] | None = None  # runs on different GPU counts (tracekit.ranks.scaling)
-    per_class: bool = True  # False: neither run has GPU activity, nothing compared per class
+    per_class: bool = True  # False: neither run has activity to compare per class
+    cpu: bool = False  # both are CPU runs, compared on their CPU view
 
 
 def _n(v: Any) -> float | None:
@@ -188,8 +194,11 @@ def compare(a: Analysis, b: Analysis, *, top: int = TOP) -> Comparison:
     if n_a != n_b:
         notes.append(f"{n_a} vs {n_b} analysed steps: every figure is per step")
     per_class = bool(len(cls_a.kernels) or len(cls_b.kernels))
+    cpu = sa.device_kind == "cpu" and sb.device_kind == "cpu"
     if not per_class:
         notes.insert(0, NO_GPU_NOTE)
+    elif cpu:
+        notes.insert(0, CPU_NOTE)
     sc = SC.scaling(SC.side_of(la, sa, ranks_a, man_a), SC.side_of(lb, sb, ranks_b, man_b))
     if sc is not None:
         notes.insert(0, SC.sentence(sc))
@@ -211,6 +220,7 @@ def compare(a: Analysis, b: Analysis, *, top: int = TOP) -> Comparison:
         notes=notes,
         scaling=sc,
         per_class=per_class,
+        cpu=cpu,
     )
     cmp.doc = compare_json(cmp, top=top)
     return cmp
