@@ -65,6 +65,27 @@ def test_sweep_run_reports_and_fits_keep_the_invariants(swept: Path, tmp_path: P
     assert ((share >= 0) & (share <= 1) | np.isnan(share)).all()
 
 
+def test_cpu_sweep_draws_no_empty_time_share_plot(swept: Path, tmp_path: Path) -> None:
+    """Issue 35: a CPU sweep drew an empty "time share vs seq" plot (every share 0: no
+    device time to share out), and its empty legend made matplotlib warn naming
+    reports/sweep.py. The shares are absent (NaN), the plot is not drawn and says so."""
+    import warnings
+
+    from tracekit.reports.sweep import render_plots
+
+    t = read_table(swept)
+    shares = t.filter(like="time_share_")
+    assert len(shares.columns) and shares.isna().all().all()
+    page = (swept / "report" / "sweep.html").read_text()
+    assert not (swept / "report" / "sweep_time_share_vs_seq.png").exists()
+    assert "Not drawn (no data for them): " in page and "time share vs seq" in page
+    zeros = t.assign(**{c: 0.0 for c in shares.columns})  # as rows of earlier sweeps read
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the empty legend's UserWarning fails the test
+        plots = render_plots(zeros, tmp_path)
+    assert "time_share_vs_seq" not in plots and "throughput_vs_seq" in plots
+
+
 def _replay(swept: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each configuration's row as the fixture's sweep recorded it, instead of a new
     subprocess (run_point's own subprocess is the fixture's)."""

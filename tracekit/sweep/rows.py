@@ -116,6 +116,9 @@ def classify_frames_to_columns(classes: Any, steps: Any) -> dict[str, float]:
             name = f"time_share_{rec.get('class')}_pct"
             if name in cols:
                 cols[name] = float(rec.get("time_share_pct", math.nan))
+        shares = [v for k, v in cols.items() if k.startswith("time_share_") and not math.isnan(v)]
+        if not any(shares):  # no device time to share out (a CPU run): not measured, not 0
+            cols.update({k: math.nan for k in cols if k.startswith("time_share_")})
     if steps is not None and len(steps):
         mean = steps.mean(numeric_only=True)
         pairs = {
