@@ -86,6 +86,20 @@ def test_cpu_sweep_draws_no_empty_time_share_plot(swept: Path, tmp_path: Path) -
     assert "time_share_vs_seq" not in plots and "throughput_vs_seq" in plots
 
 
+def test_cpu_sweep_memory_tables_show_what_was_measured(swept: Path) -> None:
+    """Issue 35: "Memory at the peak" read 0.00 GiB in every cell on CPU (a few MiB, shown
+    in GiB) and the allocator's reserved memory, never measured on CPU, had a column."""
+    import re
+
+    page = (swept / "report" / "sweep.html").read_text()
+    memory = page.split("Memory at the peak", 1)[1].split("</table>", 1)[0]
+    assert "MiB" in memory and "GiB" not in memory
+    cells = re.findall(r"<td>([0-9.]+)</td>", memory)
+    assert cells and any(float(c) > 0 for c in cells)
+    configurations = page.split("<h3>Configurations</h3>", 1)[1].split("</table>", 1)[0]
+    assert "reserved" not in configurations and "peak MiB" in configurations
+
+
 def _replay(swept: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each configuration's row as the fixture's sweep recorded it, instead of a new
     subprocess (run_point's own subprocess is the fixture's)."""
