@@ -100,6 +100,16 @@ def test_cpu_sweep_memory_tables_show_what_was_measured(swept: Path) -> None:
     assert "reserved" not in configurations and "peak MiB" in configurations
 
 
+def test_one_step_sweep_says_its_trends_are_indicative(swept: Path) -> None:
+    """Issue 35: fits and findings from 1 timed step per configuration, without a word."""
+    t = read_table(swept)
+    assert (t.loc[t["status"] == "ok", "timed_steps"] == 1).all()
+    text = (swept / "findings.txt").read_text()
+    assert text.startswith("1 timed step per configuration: ") and "indicative only" in text
+    page = (swept / "report" / "sweep.html").read_text()
+    assert "1 timed step per configuration" in page
+
+
 def _replay(swept: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each configuration's row as the fixture's sweep recorded it, instead of a new
     subprocess (run_point's own subprocess is the fixture's)."""

@@ -150,6 +150,7 @@ def gpu_idle_pct(steps: Any) -> float:
 # Numeric columns every table has (NaN where not measured), so the analysis of a sweep
 # whose configurations all failed still finds them.
 MEASURED_COLUMNS = (
+    "timed_steps",
     "step_time_ms",
     "samples_per_s",
     "tokens_per_s",
@@ -312,6 +313,7 @@ def manifest_columns(m: Mapping[str, Any]) -> dict[str, Any]:
     st = met.get("step_time_ms") or {}
     dev = m.get("device") or {}
     return {
+        "timed_steps": _f((m.get("config") or {}).get("steps")),
         "step_time_ms": _f(st.get("median")),
         "step_time_p10_ms": _f(st.get("p10")),
         "step_time_p90_ms": _f(st.get("p90")),
