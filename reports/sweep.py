@@ -100,9 +100,10 @@ def _time_share(table: pd.DataFrame, path: Path) -> Path | None:
     cols = [f"time_share_{c}_pct" for c in CLASSES]
     if not set(cols) <= set(table.columns):
         return None  # the classify stage has not filled the shares
-    ls = [(f, g) for f, g in lines(table, "seq") if not g[cols].isna().all().all()]
+    # a line is drawn where some class holds >= 1 % (the bars drawn below); none: no plot
+    ls = [(f, g) for f, g in lines(table, "seq") if (g[cols].fillna(0) >= 1).any().any()]
     if not ls:
-        return None  # the classify stage has not filled the shares
+        return None  # no device time shared out (a CPU sweep) or no shares filled
     plt = _plt()
     fig, axes = plt.subplots(1, len(ls), figsize=(4.5 * len(ls), 3.6), squeeze=False)
     for ax, (fixed, g) in zip(axes[0], ls, strict=True):
@@ -122,20 +123,22 @@ def _time_share(table: pd.DataFrame, path: Path) -> Path | None:
 
 
 def _utilisation(table: pd.DataFrame, path: Path) -> Path | None:
-    ls = lines(table, "batch")
-    if not ls:
-        return None
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    for fixed, g in ls:
-        name = _line_title(fixed)
+    series = [
+        (col, style, f"{what} ({_line_title(fixed)})", g)
+        for fixed, g in lines(table, "batch")
         for col, style, what in (
             ("bw_util_pct", "-o", "DRAM bandwidth"),
             ("model_flops_util_pct", "-s", "model FLOP/s of matmul roof"),
             ("gpu_idle_pct", ":^", "GPU idle"),
-        ):
-            if col in g and not g[col].isna().all():
-                ax.plot(g["batch"], g[col], style, ms=3, label=f"{what} ({name})")
+        )
+        if col in g and not g[col].isna().all()
+    ]
+    if not series:
+        return None  # nothing measured to draw (an empty plot, its legend a warning)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for col, style, label, g in series:
+        ax.plot(g["batch"], g[col], style, ms=3, label=label)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("batch")
     ax.set_ylabel("%")

@@ -34,11 +34,11 @@ def save_png(fig: Any, path: Path) -> Path:
     return path
 
 
-def cell(v: Any, kind: str = "") -> str:
+def cell(v: Any, kind: str = "", scale: float = 2**30) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
     if kind == "gib":
-        return f"{float(v) / 2**30:.2f}"
+        return f"{float(v) / scale:.2f}"
     if kind == "pct":
         return f"{float(v):+.1f}" if kind == "pct" else str(v)
     if isinstance(v, float):
@@ -46,11 +46,25 @@ def cell(v: Any, kind: str = "") -> str:
     return html.escape(str(v))
 
 
+def memory_unit(df: pd.DataFrame, cols: list[tuple[str, str, str]]) -> tuple[str, float]:
+    """The unit a table's memory columns are shown in: GiB, or MiB / KiB where the largest
+    value is smaller (a CPU sweep's few MiB would read 0.00 GiB in every cell)."""
+    top = max((float(df[c].abs().max()) for c, _, k in cols if k == "gib"), default=0.0)
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if top >= scale:
+            return unit, scale
+    return "KiB", 2**10
+
+
 def table_html(df: pd.DataFrame, cols: list[tuple[str, str, str]]) -> str:
-    head = "".join(f"<th>{html.escape(t)}</th>" for _, t, _ in cols)
+    """``cols`` (column, title, kind) as an HTML table; a memory column ("gib") with no
+    value in any row (not measured: a CPU run's allocator figures) is left out."""
+    cols = [(c, t, k) for c, t, k in cols if k != "gib" or (c in df and df[c].notna().any())]
+    unit, scale = memory_unit(df, cols)
+    head = "".join(f"<th>{html.escape(t.replace('GiB', unit))}</th>" for _, t, _ in cols)
     body = []
     for _, r in df.iterrows():
-        cells = "".join(f"<td>{cell(r.get(c), k)}</td>" for c, _, k in cols)
+        cells = "".join(f"<td>{cell(r.get(c), k, scale)}</td>" for c, _, k in cols)
         body.append(f"<tr>{cells}</tr>")
     return f"<table class='sweep'><tr>{head}</tr>{''.join(body)}</table>"
 

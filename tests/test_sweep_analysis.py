@@ -199,3 +199,17 @@ def test_plateau_without_bandwidth_names_no_placeholder() -> None:
     kind, why = plateau_kind(row)
     assert kind == "undetermined" and why == "GPU idle 5 %, model FLOP rate 10 % of the matmul roof"
     assert plateau_kind(pd.Series(dtype=float)) == ("undetermined", "no utilisation data")
+
+
+def test_timing_caveat_below_three_timed_steps() -> None:
+    """Issue 35: trends from 1-2 timed steps each are said to be indicative; from 3 or
+    more, or a table without the count (an older sweep), nothing is added."""
+    from tracekit.sweep.findings import timing_caveat
+
+    t = pd.DataFrame({"status": ["ok", "ok", "error"], "timed_steps": [2.0, 5.0, math.nan]})
+    assert timing_caveat(t) == [
+        "2 timed steps per configuration: step times, tokens/s and their trends and fits "
+        "are indicative only (memory figures do not depend on it)."
+    ]
+    assert timing_caveat(t.assign(timed_steps=3.0)) == []
+    assert timing_caveat(t.drop(columns="timed_steps")) == []

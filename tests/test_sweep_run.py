@@ -65,6 +65,51 @@ def test_sweep_run_reports_and_fits_keep_the_invariants(swept: Path, tmp_path: P
     assert ((share >= 0) & (share <= 1) | np.isnan(share)).all()
 
 
+def test_cpu_sweep_draws_no_empty_time_share_plot(swept: Path, tmp_path: Path) -> None:
+    """Issue 35: a CPU sweep drew an empty "time share vs seq" plot (every share 0: no
+    device time to share out), and its empty legend made matplotlib warn naming
+    reports/sweep.py. The shares are absent (NaN), the plot is not drawn and says so."""
+    import warnings
+
+    from tracekit.reports.sweep import render_plots
+
+    t = read_table(swept)
+    shares = t.filter(like="time_share_")
+    assert len(shares.columns) and shares.isna().all().all()
+    page = (swept / "report" / "sweep.html").read_text()
+    assert not (swept / "report" / "sweep_time_share_vs_seq.png").exists()
+    assert "Not drawn (no data for them): " in page and "time share vs seq" in page
+    zeros = t.assign(**{c: 0.0 for c in shares.columns})  # as rows of earlier sweeps read
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the empty legend's UserWarning fails the test
+        plots = render_plots(zeros, tmp_path)
+    assert "time_share_vs_seq" not in plots and "throughput_vs_seq" in plots
+
+
+def test_cpu_sweep_memory_tables_show_what_was_measured(swept: Path) -> None:
+    """Issue 35: "Memory at the peak" read 0.00 GiB in every cell on CPU (a few MiB, shown
+    in GiB) and the allocator's reserved memory, never measured on CPU, had a column."""
+    import re
+
+    page = (swept / "report" / "sweep.html").read_text()
+    memory = page.split("Memory at the peak", 1)[1].split("</table>", 1)[0]
+    assert "MiB" in memory and "GiB" not in memory
+    cells = re.findall(r"<td>([0-9.]+)</td>", memory)
+    assert cells and any(float(c) > 0 for c in cells)
+    configurations = page.split("<h3>Configurations</h3>", 1)[1].split("</table>", 1)[0]
+    assert "reserved" not in configurations and "peak MiB" in configurations
+
+
+def test_one_step_sweep_says_its_trends_are_indicative(swept: Path) -> None:
+    """Issue 35: fits and findings from 1 timed step per configuration, without a word."""
+    t = read_table(swept)
+    assert (t.loc[t["status"] == "ok", "timed_steps"] == 1).all()
+    text = (swept / "findings.txt").read_text()
+    assert text.startswith("1 timed step per configuration: ") and "indicative only" in text
+    page = (swept / "report" / "sweep.html").read_text()
+    assert "1 timed step per configuration" in page
+
+
 def _replay(swept: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each configuration's row as the fixture's sweep recorded it, instead of a new
     subprocess (run_point's own subprocess is the fixture's)."""

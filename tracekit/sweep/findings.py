@@ -337,7 +337,7 @@ def findings(table: pd.DataFrame, fits: pd.DataFrame | None = None) -> list[str]
     table = complete(table)
     if fits is None:
         fits = fit_table(table)
-    out: list[str] = []
+    out: list[str] = timing_caveat(table)
     failed = table[table["status"] == "error"]
     for axis in ("batch", "seq"):
         out += axis_findings(table, axis)
@@ -346,6 +346,27 @@ def findings(table: pd.DataFrame, fits: pd.DataFrame | None = None) -> list[str]
     out += scaling_findings(fits)
     out += model_findings(table)
     return out + failed_findings(failed)
+
+
+# Below this many timed steps per configuration a step time is one draw (noise of ~10-50 %
+# on a shared CPU), so the timing trends and fits say so; memory does not depend on it.
+FEW_TIMED_STEPS = 3
+
+
+def timing_caveat(table: pd.DataFrame) -> list[str]:
+    """One sentence when the configurations' timings rest on fewer than
+    :data:`FEW_TIMED_STEPS` timed steps each (the manifests' ``config.steps``)."""
+    if "timed_steps" not in table:
+        return []
+    ok = table.loc[table["status"] == "ok", "timed_steps"]
+    steps = pd.to_numeric(ok, errors="coerce").dropna()
+    if not len(steps) or steps.min() >= FEW_TIMED_STEPS:
+        return []
+    n = int(steps.min())
+    return [
+        f"{n} timed step{'s' if n != 1 else ''} per configuration: step times, tokens/s and "
+        "their trends and fits are indicative only (memory figures do not depend on it)."
+    ]
 
 
 def failed_findings(failed: pd.DataFrame) -> list[str]:

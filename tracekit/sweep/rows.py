@@ -114,6 +114,9 @@ def classify_frames_to_columns(classes: Any, steps: Any) -> dict[str, float]:
             name = f"time_share_{rec.get('class')}_pct"
             if name in cols:
                 cols[name] = float(rec.get("time_share_pct", math.nan))
+        shares = [v for k, v in cols.items() if k.startswith("time_share_") and not math.isnan(v)]
+        if not any(shares):  # no device time to share out (a CPU run): not measured, not 0
+            cols.update({k: math.nan for k in cols if k.startswith("time_share_")})
     if steps is not None and len(steps):
         mean = steps.mean(numeric_only=True)
         pairs = {
@@ -145,6 +148,7 @@ def gpu_idle_pct(steps: Any) -> float:
 # Numeric columns every table has (NaN where not measured), so the analysis of a sweep
 # whose configurations all failed still finds them.
 MEASURED_COLUMNS = (
+    "timed_steps",
     "step_time_ms",
     "samples_per_s",
     "tokens_per_s",
@@ -307,6 +311,7 @@ def manifest_columns(m: Mapping[str, Any]) -> dict[str, Any]:
     st = met.get("step_time_ms") or {}
     dev = m.get("device") or {}
     return {
+        "timed_steps": _f((m.get("config") or {}).get("steps")),
         "step_time_ms": _f(st.get("median")),
         "step_time_p10_ms": _f(st.get("p10")),
         "step_time_p90_ms": _f(st.get("p90")),
