@@ -91,12 +91,23 @@ def config_text(b: Mapping[str, Any]) -> str:
 
 
 def _path(b: Mapping[str, Any]) -> str:
-    """The critical path's bound, of which pass, and the host calibration."""
+    """The critical path's bound, of which pass, and the host calibration (the host's
+    alone where the run has no critical path: a CPU run)."""
+    host = f"host x{b['host_speedup']:.2f} without the profiler ({b['host_basis']})"
+    if not b.get("critical_path_bound"):
+        return host
     of = b.get("critical_path_of") or "profiled window"
-    return (
-        f"{b['critical_path_bound']}-bound critical path of the {of}; host "
-        f"x{b['host_speedup']:.2f} without the profiler ({b['host_basis']})"
-    )
+    return f"{b['critical_path_bound']}-bound critical path of the {of}; {host}"
+
+
+def verdict_text(b: Mapping[str, Any]) -> str:
+    """The verdict and the step it splits, as ``tracekit report`` words them."""
+    if not b.get("verdict"):
+        return "n/a (no verdict)"
+    if b.get("verdict_step_ms") is None:
+        return str(b["verdict"])
+    how = "measured without the profiler" if b.get("verdict_basis") == "unprofiled" else "profiled"
+    return f"{b['verdict']} ({fmt.ms(b['verdict_step_ms'])} step, {how})"
 
 
 def header(doc: Mapping[str, Any]) -> RenderableType:
@@ -107,8 +118,8 @@ def header(doc: Mapping[str, Any]) -> RenderableType:
     g.add_row("config", Text(config_text(b)))
     g.add_row("step", Text(f"{_ms(b['step_ms'])} ms, {tps(b['tokens_per_s'])} tokens/s, peak "
                            f"{fmt.nbytes(b['peak_bytes'])} ({b['peak_source']})"))  # fmt: skip
-    g.add_row("verdict", Text(f"{b['verdict'] or 'n/a (no GPU activity)'}"))
-    g.add_row("path", Text(_path(b)))
+    g.add_row("verdict", Text(verdict_text(b)))
+    g.add_row("path" if b.get("critical_path_bound") else "host", Text(_path(b)))
     if b.get("verdict_note"):
         g.add_row("", Text(b["verdict_note"]))
     if b.get("remeasured_step_ms") is not None:
@@ -327,9 +338,11 @@ def render_html(doc: Mapping[str, Any], table: pd.DataFrame) -> str:
         "config": config_text(b),
         "step": f"{_ms(b['step_ms'])} ms, {tps(b['tokens_per_s'])} tokens/s, peak "
         f"{fmt.nbytes(b['peak_bytes'])} ({b['peak_source']})",
-        "verdict": f"{b['verdict'] or 'n/a'}; next lever: {b['next_lever'] or 'n/a'}",
-        "critical path": _path(b) + (f"; {b['verdict_note']}" if b.get("verdict_note") else ""),
+        "verdict": f"{verdict_text(b)}; next lever: {b['next_lever'] or 'n/a'}",
     }
+    kv["critical path" if b.get("critical_path_bound") else "host"] = _path(b) + (
+        f"; {b['verdict_note']}" if b.get("verdict_note") else ""
+    )
     rows = "".join(
         "<tr>" + "".join(f'<td class="{c}">{e(f(r.get(k)))}</td>' for _, c, k, f in _COLS) + "</tr>"
         for r in _with_interval(table)

@@ -345,3 +345,20 @@ def test_command_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], setu
     assert main(["advise", str(run), "--dry-run", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("tracekit: error:") and message in err and len(err.splitlines()) == 1
+
+
+def test_cpu_dry_run_tells_the_reports_story(
+    base: dict[str, Baseline], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a CPU run advise takes the report's verdict and its step, and leaves out what the
+    report does not compute: no critical path, no kernel counts (issue 35)."""
+    from reports.verdict import verdict_line
+    from tracekit.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    sm = base["cpu-tiny-fp32-naive"].summary  # the report's summary of the run
+    assert sm.verdict is not None and sm.critical_path is None
+    assert main(["advise", str(FIX / "cpu-tiny-fp32-naive"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"verdict {verdict_line(sm)}" in " ".join(out.split())
+    assert "critical path" not in out and "0 kernels" not in out and " GPU per step" not in out

@@ -71,7 +71,8 @@ def test_measured_predicted_failed_and_skipped_rows(advised: tuple[Any, Path]) -
     err = 100 * (fused["pred_step_ms"] - fused["step_ms"]) / fused["step_ms"]
     assert fused["step_error_pct"] == pytest.approx(err)
     assert fused["pred_peak_bytes"] == base["remeasured_peak_bytes"]  # fused: no change modelled
-    assert fused["verdict_before"] is None  # a CPU run has no GPU verdict
+    # the report's verdict of the CPU run, which its dry run states too
+    assert fused["verdict_before"] == base["verdict"] is not None
     ck = rows["checkpoint"]
     assert ck["status"] == "oom" and "out of memory" in ck["error"] and pd.isna(ck["rank"])
     assert ck["pred_step_ratio"] == pytest.approx(1.0545, abs=5e-5)  # predicted all the same

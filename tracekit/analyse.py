@@ -186,6 +186,23 @@ def analyse(
     return Analysis(trace, cls, sm, ranks)
 
 
+def host_and_report(path: Path | str, options: Options | None = None) -> tuple[Analysis, Analysis]:
+    """One parse of a run, two readings: its own trace classified (on a CPU run the host's
+    threads, which ``tracekit advise``'s lever models read; no summary there) and the
+    analysis ``report`` gives it (:func:`analyse`: a CPU run's view, whose summary holds
+    the verdict, its step basis and no critical path). The same analysis twice where the
+    trace has GPU activity."""
+    from dataclasses import replace
+
+    o = options or Options()
+    raw = load(path)
+    if len(raw.kernels) or generates(raw):
+        a = analyse(raw, o)
+        return a, a
+    own = analyse(raw, replace(o, cpu=False), summarise=False)
+    return own, analyse(cpu_run(raw), o)
+
+
 def classify_path(
     path: Path | str,
     out: Path | None = None,

@@ -34,7 +34,7 @@ class Baseline:
     trace: Any  # tracekit.parse.Trace
     cls: Any  # tracekit.classify.Classification
     summary: Any  # tracekit.summary.Summary
-    cp: CP.CriticalPath
+    cp: CP.CriticalPath  # the lever models' step graph (a CPU run's: its threads)
     host_speedup: float
     host_basis: str  # 'calibrated', 'assumed' or 'none' (the trace is not slower)
     step_ms: float  # unprofiled median (manifest)
@@ -54,6 +54,12 @@ class Baseline:
     def gpu(self) -> bool:
         """The trace has GPU activity (else the step's work is all host time)."""
         return bool(len(self.trace.kernels))
+
+    @property
+    def has_path(self) -> bool:
+        """The report computes a critical path for the run (none on a CPU run: the step
+        graph behind the predictions is then the advise models' own, not a figure)."""
+        return getattr(self.summary, "critical_path", None) is not None
 
     @property
     def verdict(self) -> str | None:
@@ -156,14 +162,15 @@ def aligned_kernels(trace: Any, cls: Any) -> pd.DataFrame:
 def analyse(run: Path | str) -> Baseline:
     """Parse, classify and summarise the run; its critical path calibrated to the
     unprofiled step time of the manifest."""
-    from tracekit.analyse import Options
-    from tracekit.analyse import analyse as run_pipeline
+    from tracekit.analyse import Options, host_and_report
 
     run = Path(run)
     man = read_manifest(run)
     cfg = dict(man["config"])
-    a = run_pipeline(run, Options(manifest=man, cpu=False))  # the lever models read the threads
-    trace, cls, sm = a.trace, a.classification, a.summary
+    # the lever models read the run's own trace (a CPU run's threads); the verdict, its
+    # step and whether there is a critical path are the report's (a CPU run's view)
+    own, rep = host_and_report(run, Options(manifest=man))
+    trace, cls, sm = own.trace, own.classification, rep.summary
     assert sm is not None
     step_ms = _num(((man.get("metrics") or {}).get("step_time_ms") or {}).get("median"))
     if not step_ms > 0:

@@ -108,10 +108,14 @@ def sdpa(b: Baseline) -> tuple[Effect, str]:
     dur = b.kernels["dur"].to_numpy(float)
     words = (
         f"attention core: {r.ops / b.n_steps:.0f} host operators per step -> "
-        f"{SDPA_OPS * inst / b.n_steps:.0f}; {len(rows) / b.n_steps:.0f} kernels "
-        f"({_ms(_per_step(b, dur[rows].sum()))}) -> its GEMMs' FLOPs as fused kernels "
-        f"({_ms(_per_step(b, (dur[gemm] * mult[gemm]).sum()))})"
+        f"{SDPA_OPS * inst / b.n_steps:.0f}"
     )
+    if b.gpu:  # a CPU run has no kernels to count
+        words += (
+            f"; {len(rows) / b.n_steps:.0f} kernels ({_ms(_per_step(b, dur[rows].sum()))}) -> "
+            f"its GEMMs' FLOPs as fused kernels "
+            f"({_ms(_per_step(b, (dur[gemm] * mult[gemm]).sum()))})"
+        )
     return Effect(mult, removed, removed.copy(), ((r, factor),)), words
 
 
@@ -124,9 +128,9 @@ def checkpoint(b: Baseline) -> tuple[Effect, str]:
     rows = r.kernel_rows()
     mult[rows] = 2.0
     dur = b.kernels["dur"].to_numpy(float)
+    gpu = f", {_ms(_per_step(b, dur[rows].sum()))} GPU" if b.gpu else ""
     words = (
-        f"the blocks' forward recomputed: {_ms(_per_step(b, r.host_ns))} host, "
-        f"{_ms(_per_step(b, dur[rows].sum()))} GPU per step, twice"
+        f"the blocks' forward recomputed: {_ms(_per_step(b, r.host_ns))} host{gpu} per step, twice"
     )
     return Effect(mult, eff.removed, eff.merged, ((r, 2.0),)), words
 

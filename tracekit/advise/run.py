@@ -79,13 +79,12 @@ def default_out(run: Path) -> Path:
 def facts_of(run_dir: Path) -> W.RunFacts | None:
     """What a measured row's run says about its step: its verdict and host work (None
     where the run cannot be read)."""
-    from tracekit.analyse import Options
-    from tracekit.analyse import analyse as run_pipeline
+    from tracekit.analyse import host_and_report
 
     try:
-        a = run_pipeline(run_dir, Options(cpu=False))  # as the baseline reads its run
-        assert a.summary is not None
-        return W.facts(a.trace, a.summary)
+        own, rep = host_and_report(run_dir)  # as the baseline reads its run
+        assert rep.summary is not None
+        return W.facts(own.trace, rep.summary)
     except Exception:  # a run we cannot read has no verdict
         return None
 
@@ -105,17 +104,34 @@ def baseline_block(b: Baseline, measured: Mapping[str, Any] | None) -> dict[str,
         "peak_bytes": b.peak_bytes if math.isfinite(b.peak_bytes) else None,
         "peak_source": b.peak_source,
         "verdict": None if v is None else v.verdict,
+        **verdict_step(b.summary),
         "next_lever": None if v is None else v.lever,
-        "critical_path_bound": CPA.path_bound(b.cp, b.summary.cp_anchor)[0],
-        "critical_path_of": CPA.path_bound(b.cp, b.summary.cp_anchor)[1],
-        "verdict_note": CPA.disagreement(None if v is None else v.verdict, b.cp,
-                                         b.summary.cp_anchor),
+        **path_block(b, None if v is None else v.verdict),
         "host_speedup": b.host_speedup,
         "host_basis": b.host_basis,
         "remeasured_step_ms": (measured or {}).get("step_time_ms"),
         "remeasured_peak_bytes": (measured or {}).get("peak_bytes"),
         "notes": list(b.notes),
     }  # fmt: skip
+
+
+def verdict_step(sm: Any) -> dict[str, Any]:
+    """The step the verdict splits, as the report has it: its ms and basis (``profiled``,
+    ``unprofiled``; None: no verdict)."""
+    v, bd = sm.verdict, sm.breakdown
+    if v is None or bd is None or not math.isfinite(bd.step_ms):
+        return {"verdict_step_ms": None, "verdict_basis": None}
+    return {"verdict_step_ms": float(bd.step_ms), "verdict_basis": str(v.basis)}
+
+
+def path_block(b: Baseline, verdict: str | None) -> dict[str, Any]:
+    """The critical path's bound, the pass it is of and its disagreement with the verdict;
+    all None where the report computes no critical path (a CPU run)."""
+    if not b.has_path:
+        return {"critical_path_bound": None, "critical_path_of": None, "verdict_note": None}
+    bound, of = CPA.path_bound(b.cp, b.summary.cp_anchor)[:2]
+    return {"critical_path_bound": bound, "critical_path_of": of,
+            "verdict_note": CPA.disagreement(verdict, b.cp, b.summary.cp_anchor)}  # fmt: skip
 
 
 def advise(
