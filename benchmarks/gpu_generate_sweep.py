@@ -97,8 +97,8 @@ def analyse(out: Path) -> None:
 
     table = read_table(out)
     outs = finish(table, out)
-    outs.html = write_html(table, out / "report")
-    write_tensorboard(table, out / "tensorboard")
+    outs.html = write_html(outs.analysis, out / "report")
+    write_tensorboard(outs.analysis, out / "tensorboard")
     outs.tensorboard = out / "tensorboard"
     print(describe(table, outs))
 

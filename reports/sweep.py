@@ -22,10 +22,8 @@ from tracekit.reports.sweepparts import plt_module as _plt
 from tracekit.reports.sweepparts import save_png as _save
 from tracekit.reports.sweepparts import table_html as _table_html
 from tracekit.summary.memory_model import CATEGORIES
-from tracekit.sweep.decode import generating
-from tracekit.sweep.findings import findings
-from tracekit.sweep.fit import fit_table, largest_fitting, lines
-from tracekit.sweep.rows import CLASSES, complete
+from tracekit.sweep.analysis import SweepAnalysis
+from tracekit.sweep.rows import CLASSES
 
 CATEGORY_COLORS = {
     "parameters": "#4c72b0",
@@ -48,20 +46,17 @@ def _line_title(fixed: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" if k in ("batch", "seq") else str(v) for k, v in fixed.items())
 
 
-def _memory_stacked(table: pd.DataFrame, axis: str, path: Path) -> Path | None:
-    ls = lines(table, axis)
+def _memory_stacked(sw: SweepAnalysis, axis: str, path: Path) -> Path | None:
+    ls = sw.lines[axis]
     if not ls:
         return None
     plt = _plt()
     fig, axes = plt.subplots(1, len(ls), figsize=(4.2 * len(ls), 3.6), squeeze=False)
-    for ax, (fixed, g) in zip(axes[0], ls, strict=True):
+    for ax, line in zip(axes[0], ls, strict=True):
+        g = line.rows
         xs = [str(int(v)) for v in g[axis]]
         bottom = [0.0] * len(g)
-        have = (
-            all(f"mem_{c}_bytes" in g for c in CATEGORIES)
-            and not g[[f"mem_{c}_bytes" for c in CATEGORIES]].isna().all().all()
-        )
-        if have:
+        if sw.categories:
             for c in CATEGORIES:
                 vals = (g[f"mem_{c}_bytes"].fillna(0) / 2**30).tolist()
                 ax.bar(xs, vals, bottom=bottom, label=c.replace("_", " "), color=CATEGORY_COLORS[c])
@@ -74,20 +69,21 @@ def _memory_stacked(table: pd.DataFrame, axis: str, path: Path) -> Path | None:
             )
         ax.set_xlabel(axis)
         ax.set_ylabel("GiB at the peak")
-        ax.set_title(_line_title(fixed), fontsize=9)
+        ax.set_title(_line_title(line.fixed), fontsize=9)
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"Memory by category vs {axis}", fontsize=10)
     return _save(fig, path)
 
 
-def _throughput(table: pd.DataFrame, axis: str, path: Path) -> Path | None:
-    ls = lines(table, axis)
+def _throughput(sw: SweepAnalysis, axis: str, path: Path) -> Path | None:
+    ls = sw.lines[axis]
     if not ls:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    for fixed, g in ls:
-        ax.plot(g[axis], g["tokens_per_s"], "-o", ms=3, label=_line_title(fixed))
+    for line in ls:
+        g = line.rows
+        ax.plot(g[axis], g["tokens_per_s"], "-o", ms=3, label=_line_title(line.fixed))
     ax.set_xscale("log", base=2)
     ax.set_xlabel(axis)
     ax.set_ylabel("tokens/s")
@@ -96,17 +92,14 @@ def _throughput(table: pd.DataFrame, axis: str, path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def _time_share(table: pd.DataFrame, path: Path) -> Path | None:
-    cols = [f"time_share_{c}_pct" for c in CLASSES]
-    if not set(cols) <= set(table.columns):
-        return None  # the classify stage has not filled the shares
-    # a line is drawn where some class holds >= 1 % (the bars drawn below); none: no plot
-    ls = [(f, g) for f, g in lines(table, "seq") if (g[cols].fillna(0) >= 1).any().any()]
+def _time_share(sw: SweepAnalysis, path: Path) -> Path | None:
+    ls = sw.share_lines
     if not ls:
         return None  # no device time shared out (a CPU sweep) or no shares filled
     plt = _plt()
     fig, axes = plt.subplots(1, len(ls), figsize=(4.5 * len(ls), 3.6), squeeze=False)
-    for ax, (fixed, g) in zip(axes[0], ls, strict=True):
+    for ax, line in zip(axes[0], ls, strict=True):
+        fixed, g = line.fixed, line.rows
         xs = [str(int(v)) for v in g["seq"]]
         bottom = [0.0] * len(g)
         for c in CLASSES:
@@ -122,10 +115,11 @@ def _time_share(table: pd.DataFrame, path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def _utilisation(table: pd.DataFrame, path: Path) -> Path | None:
+def _utilisation(sw: SweepAnalysis, path: Path) -> Path | None:
     series = [
-        (col, style, f"{what} ({_line_title(fixed)})", g)
-        for fixed, g in lines(table, "batch")
+        (col, style, f"{what} ({_line_title(line.fixed)})", g)
+        for line in sw.lines["batch"]
+        for g in (line.rows,)
         for col, style, what in (
             ("bw_util_pct", "-o", "DRAM bandwidth"),
             ("model_flops_util_pct", "-s", "model FLOP/s of matmul roof"),
@@ -148,19 +142,17 @@ def _utilisation(table: pd.DataFrame, path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def render_plots(table: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
+def render_plots(sw: SweepAnalysis, out_dir: Path) -> dict[str, Path]:
     """Write the sweep's PNGs into ``out_dir``; returns name -> path of those drawn."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     made = {
-        "memory_vs_batch": _memory_stacked(table, "batch", out_dir / "sweep_memory_vs_batch.png"),
-        "memory_vs_seq": _memory_stacked(table, "seq", out_dir / "sweep_memory_vs_seq.png"),
-        "throughput_vs_batch": _throughput(
-            table, "batch", out_dir / "sweep_throughput_vs_batch.png"
-        ),
-        "throughput_vs_seq": _throughput(table, "seq", out_dir / "sweep_throughput_vs_seq.png"),
-        "time_share_vs_seq": _time_share(table, out_dir / "sweep_time_share_vs_seq.png"),
-        "utilisation_vs_batch": _utilisation(table, out_dir / "sweep_utilisation_vs_batch.png"),
+        "memory_vs_batch": _memory_stacked(sw, "batch", out_dir / "sweep_memory_vs_batch.png"),
+        "memory_vs_seq": _memory_stacked(sw, "seq", out_dir / "sweep_memory_vs_seq.png"),
+        "throughput_vs_batch": _throughput(sw, "batch", out_dir / "sweep_throughput_vs_batch.png"),
+        "throughput_vs_seq": _throughput(sw, "seq", out_dir / "sweep_throughput_vs_seq.png"),
+        "time_share_vs_seq": _time_share(sw, out_dir / "sweep_time_share_vs_seq.png"),
+        "utilisation_vs_batch": _utilisation(sw, out_dir / "sweep_utilisation_vs_batch.png"),
     }
     return {k: v for k, v in made.items() if v is not None}
 
@@ -205,19 +197,16 @@ FIT_COLUMNS = [
 
 
 def render_section(
-    table: pd.DataFrame, out_dir: Path, *, inline: bool = False, title: str = "Sweep"
+    sw: SweepAnalysis, out_dir: Path, *, inline: bool = False, title: str = "Sweep"
 ) -> str:
-    """The sweep section as HTML; the PNGs go to ``out_dir`` (a generate sweep's:
-    :mod:`tracekit.reports.sweepgen`)."""
-    table = complete(table)
-    if generating(table):
-        return sweepgen.render_section(table, out_dir, inline=inline, title=title)
-    plots = render_plots(table, out_dir)
-    fits = fit_table(table)
-    found = findings(table, fits)
-    big = largest_fitting(table)
+    """The sweep section as HTML from its analysis (``tracekit.sweep.analysis``); the PNGs
+    go to ``out_dir`` (a generate sweep's: :mod:`tracekit.reports.sweepgen`)."""
+    if sw.generate:
+        return sweepgen.render_section(sw, out_dir, inline=inline, title=title)
+    plots = render_plots(sw, out_dir)
+    table, fits, big = sw.table, sw.fits, sw.largest
     parts = [f"<section class='sweep'><h2>{html.escape(title)}</h2>"]
-    parts.append("<h3>Findings</h3><p>" + " ".join(html.escape(s) for s in found) + "</p>")
+    parts.append("<h3>Findings</h3><p>" + " ".join(html.escape(s) for s in sw.findings) + "</p>")
     parts.append("<h3>Configurations</h3>" + _table_html(table, ROW_COLUMNS))
     ok = table[table["status"] == "ok"]
     if len(ok):
@@ -237,9 +226,9 @@ def render_section(
     return "\n".join(parts)
 
 
-def write_html(table: pd.DataFrame, out_dir: Path) -> Path:
+def write_html(sw: SweepAnalysis, out_dir: Path) -> Path:
     """A standalone page around :func:`render_section` (``sweep.html`` in ``out_dir``)."""
-    section = render_section(table, out_dir)
+    section = render_section(sw, out_dir)
     style = (
         "body{font-family:sans-serif;max-width:1200px;margin:auto}"
         "table.sweep{border-collapse:collapse;font-size:12px;margin:8px 0}"
@@ -284,14 +273,14 @@ SCALARS = (
 )
 
 
-def write_tensorboard(table: pd.DataFrame, logdir: Path) -> list[Path]:
+def write_tensorboard(sw: SweepAnalysis, logdir: Path) -> list[Path]:
     """Scalars per configuration (run ``<key>``, step 0) and along each axis (run
     ``<axis>@<line>``, step = the axis value), with TensorBoard's own event writer."""
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
     logdir = Path(logdir)
-    table = complete(table)
+    table = sw.table
     written: list[Path] = []
 
     def emit(run: str, points: list[tuple[int, dict[str, float]]]) -> None:
@@ -319,7 +308,7 @@ def write_tensorboard(table: pd.DataFrame, logdir: Path) -> list[Path]:
     for _, r in ok.iterrows():
         emit(str(r["key"]), [(0, vals(r))])
     for axis in ("batch", "seq"):
-        for fixed, g in lines(table, axis):
-            name = f"{axis}@" + "-".join(str(v) for v in fixed.values())
-            emit(name, [(int(r[axis]), vals(r)) for _, r in g.iterrows()])
+        for line in sw.lines[axis]:
+            name = f"{axis}@" + "-".join(str(v) for v in line.fixed.values())
+            emit(name, [(int(r[axis]), vals(r)) for _, r in line.rows.iterrows()])
     return written

@@ -11,20 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from tracekit.reports.sweepparts import figures
 from tracekit.reports.sweepparts import save_png as _save
 from tracekit.reports.sweepparts import table_html as _table_html
-from tracekit.sweep.decode import (
-    capacity_wall,
-    generate_findings,
-    generate_fits,
-    line_groups,
-    measured_crossover,
-    prepared,
-    walls_table,
-)
+from tracekit.sweep.analysis import SweepAnalysis
 from tracekit.sweep.decode_limits import HOST
 
 PLOTS = (
@@ -93,10 +84,10 @@ def _axes(ax: Any, x: str, y: str, title: str, log_y: bool = True) -> None:
     ax.set_title(title, fontsize=10)
 
 
-def _time_vs_batch(table: pd.DataFrame, ax: Any) -> bool:
+def _time_vs_batch(sw: SweepAnalysis, ax: Any) -> bool:
     drawn = False
-    for fixed, g in line_groups(table, "batch"):
-        ok = g[g["status"] == "ok"]
+    for ln in sw.decode_lines["batch"]:
+        fixed, ok = ln.fixed, ln.rows[ln.rows["status"] == "ok"]
         if len(ok) < 2:
             continue
         name = _title(fixed)
@@ -117,7 +108,7 @@ def _time_vs_batch(table: pd.DataFrame, ax: Any) -> bool:
         if ok["decode_gemm_ms"].notna().any():
             ax.plot(b, ok["decode_gemm_ms"], ":^", ms=3, color=line.get_color(),
                     label=f"decode GEMMs' GPU time per step ({name})")  # fmt: skip
-        c = measured_crossover(ok)
+        c = ln.crossover
         if c is not None and c.batch is not None:
             ax.axvline(c.batch, color=line.get_color(), lw=1.2,
                        label=f"measured crossover ≈ {c.batch:.0f}")  # fmt: skip
@@ -132,10 +123,10 @@ def _time_vs_batch(table: pd.DataFrame, ax: Any) -> bool:
     return drawn
 
 
-def _utilisation_vs_batch(table: pd.DataFrame, ax: Any) -> bool:
+def _utilisation_vs_batch(sw: SweepAnalysis, ax: Any) -> bool:
     drawn = False
-    for fixed, g in line_groups(table, "batch"):
-        ok = g[g["status"] == "ok"]
+    for ln in sw.decode_lines["batch"]:
+        fixed, ok = ln.fixed, ln.rows[ln.rows["status"] == "ok"]
         name = _title(fixed)
         for col, style, what in (
             ("decode_bw_util_pct", "-o", "bandwidth, model bytes / time per step"),
@@ -152,9 +143,10 @@ def _utilisation_vs_batch(table: pd.DataFrame, ax: Any) -> bool:
     return drawn
 
 
-def _kv_vs_context(table: pd.DataFrame, ax: Any) -> bool:
+def _kv_vs_context(sw: SweepAnalysis, ax: Any) -> bool:
     drawn = False
-    for fixed, g in line_groups(table, "seq"):
+    for ln in sw.decode_lines["seq"]:
+        fixed, g = ln.fixed, ln.rows
         ok = g[g["status"] == "ok"]
         if not len(ok):
             continue
@@ -164,7 +156,7 @@ def _kv_vs_context(table: pd.DataFrame, ax: Any) -> bool:
         ax.plot(x, ok["kv_cache_bytes"] / 2**30, "-s", ms=3, color=line.get_color(), alpha=0.7,
                 label=f"KV cache ({name})")  # fmt: skip
         ax.plot(x, ok["weights_bytes"] / 2**30, ":", color=line.get_color(), label="weights")
-        w = capacity_wall(g, "seq")
+        w = ln.wall
         if w is not None and math.isfinite(w.device_bytes):
             ax.axhline(w.device_bytes / 2**30, color="k", lw=1, label="device memory")
             if w.wall is not None and w.oom_at is None:
@@ -180,10 +172,10 @@ def _kv_vs_context(table: pd.DataFrame, ax: Any) -> bool:
     return drawn
 
 
-def _tpot_vs_context(table: pd.DataFrame, ax: Any) -> bool:
+def _tpot_vs_context(sw: SweepAnalysis, ax: Any) -> bool:
     drawn = False
-    for fixed, g in line_groups(table, "seq"):
-        ok = g[g["status"] == "ok"]
+    for ln in sw.decode_lines["seq"]:
+        fixed, ok = ln.fixed, ln.rows[ln.rows["status"] == "ok"]
         if len(ok) < 2:
             continue
         name = _title(fixed)
@@ -205,16 +197,15 @@ DRAW = {
 }
 
 
-def render_plots(table: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
+def render_plots(sw: SweepAnalysis, out_dir: Path) -> dict[str, Path]:
     """The generate sweep's PNGs (``sweep_<name>.png``); name -> path of those drawn."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    table = prepared(table)
     made = {}
     for name in PLOTS:
         plt = _plt()
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        if DRAW[name](table, ax):
+        if DRAW[name](sw, ax):
             ax.grid(alpha=0.3, which="both")
             ax.legend(fontsize=6)
             made[name] = _save(fig, out_dir / f"sweep_{name}.png")
@@ -223,23 +214,19 @@ def render_plots(table: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
     return made
 
 
-def render_section(table: pd.DataFrame, out_dir: Path, *, inline: bool, title: str) -> str:
+def render_section(sw: SweepAnalysis, out_dir: Path, *, inline: bool, title: str) -> str:
     """The generate sweep's section: findings, crossovers and walls, configurations,
     fits, plots."""
-    table = prepared(table)
-    plots = render_plots(table, out_dir)
-    walls = walls_table(table)
+    plots = render_plots(sw, out_dir)
+    walls = sw.walls
     parts = [f"<section class='sweep'><h2>{html.escape(title)}</h2>"]
-    parts.append(
-        "<h3>Findings</h3><p>" + " ".join(html.escape(s) for s in generate_findings(table)) + "</p>"
-    )
+    parts.append("<h3>Findings</h3><p>" + " ".join(html.escape(s) for s in sw.findings) + "</p>")
     if len(walls):
         cols = [(c, c.replace("_", " "), "") for c in walls.columns]
         parts.append("<h3>Crossover and capacity wall per line</h3>" + _table_html(walls, cols))
-    parts.append("<h3>Configurations</h3>" + _table_html(table, ROW_COLUMNS))
-    fits = generate_fits(table)
-    if len(fits):
-        parts.append("<h3>Fits</h3>" + _table_html(fits, FIT_COLUMNS))
+    parts.append("<h3>Configurations</h3>" + _table_html(sw.table, ROW_COLUMNS))
+    if len(sw.fits):
+        parts.append("<h3>Fits</h3>" + _table_html(sw.fits, FIT_COLUMNS))
     parts += figures(PLOTS, plots, inline)
     parts.append("</section>")
     return "\n".join(parts)

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from tracekit.io import atomic_write_bytes
+from tracekit.sweep.analysis import memory_unit as shown_unit
 
 
 def plt_module() -> Any:
@@ -47,13 +48,9 @@ def cell(v: Any, kind: str = "", scale: float = 2**30) -> str:
 
 
 def memory_unit(df: pd.DataFrame, cols: list[tuple[str, str, str]]) -> tuple[str, float]:
-    """The unit a table's memory columns are shown in: GiB, or MiB / KiB where the largest
-    value is smaller (a CPU sweep's few MiB would read 0.00 GiB in every cell)."""
-    top = max((float(df[c].abs().max()) for c, _, k in cols if k == "gib"), default=0.0)
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
-        if top >= scale:
-            return unit, scale
-    return "KiB", 2**10
+    """The unit a table's memory columns ("gib") are shown in
+    (:func:`tracekit.sweep.analysis.memory_unit` of their values)."""
+    return shown_unit([float(v) for c, _, k in cols if k == "gib" for v in df[c]])
 
 
 def table_html(df: pd.DataFrame, cols: list[tuple[str, str, str]]) -> str:

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from tracekit.errors import UsageError
+from tracekit.sweep.analysis import analyse_sweep
 from tracekit.sweep.findings import findings, pair_savings, plateau_kind
 from tracekit.sweep.fit import fit_table, largest_fitting, power_fit, quadratic_fit
 from tracekit.sweep.plan import SweepPlan
@@ -146,12 +147,12 @@ def test_render_section_and_tensorboard(tmp_path: Path) -> None:
             r[f"mem_{c}_bytes"] = r["peak_bytes"] / 5
         r["model_peak_bytes"] = r["peak_bytes"] * 1.02
     t = pd.DataFrame(rows)
-    html = render_section(t, tmp_path)
+    html = render_section(analyse_sweep(t), tmp_path)
     assert "<section class='sweep'>" in html and "Findings" in html
     for name in ("memory_vs_batch", "memory_vs_seq", "throughput_vs_batch", "utilisation_vs_batch"):
         assert (tmp_path / f"sweep_{name}.png").stat().st_size > 1000
     assert "time share vs seq" in html  # listed as not drawn: no classify columns
-    runs = write_tensorboard(t, tmp_path / "tb")
+    runs = write_tensorboard(analyse_sweep(t), tmp_path / "tb")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(tmp_path / "tb" / "batch@128-fp32-naive"))
@@ -189,7 +190,7 @@ def test_a_sweep_whose_rows_all_failed_still_reports(tmp_path: Path) -> None:
         "1 configuration(s) failed: b4-s128-fp32-naive (boom).",
     ]
     assert len(fit_table(t)) == 0
-    assert "<section" in render_section(t, tmp_path)
+    assert "<section" in render_section(analyse_sweep(t), tmp_path)
 
 
 def test_plateau_without_bandwidth_names_no_placeholder() -> None:

@@ -220,13 +220,13 @@ def test_fits_walls_and_outputs(tmp_path: Path) -> None:
 
     from tracekit.reports.sweep import render_section, write_tensorboard
 
-    html = render_section(t, tmp_path / "report", inline=True)
+    html = render_section(outs.analysis, tmp_path / "report", inline=True)
     assert "Crossover and capacity wall per line" in html and "OOM" not in html.split("<h3>")[0]
     for name in ("decode_time_vs_batch", "decode_utilisation_vs_batch", "kv_cache_vs_context",
                  "tpot_vs_context"):  # fmt: skip
         assert (tmp_path / "report" / f"sweep_{name}.png").is_file(), name
     assert html.count("data:image/png;base64,") == 4
-    written = write_tensorboard(t, tmp_path / "tb")
+    written = write_tensorboard(outs.analysis, tmp_path / "tb")
     assert any(p.name == "batch@1024-bf16-sdpa" for p in written)
 
 

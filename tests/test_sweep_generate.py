@@ -92,7 +92,7 @@ def test_generate_sweep_on_cpu(tmp_path: Path) -> None:
     assert outs.findings[0].startswith("Along batch (context 24, fp32, naive): the time per")
     assert "the time per step (no GPU GEMM times: a CPU run, or no trace)" in outs.findings[0]
     assert (tmp_path / DECODE_CSV).is_file()
-    html = render_section(t, tmp_path / "report")
+    html = render_section(outs.analysis, tmp_path / "report")
     assert "Crossover and capacity wall per line" in html
 
 

@@ -72,6 +72,7 @@ def test_cpu_sweep_draws_no_empty_time_share_plot(swept: Path, tmp_path: Path) -
     import warnings
 
     from tracekit.reports.sweep import render_plots
+    from tracekit.sweep.analysis import analyse_sweep
 
     t = read_table(swept)
     shares = t.filter(like="time_share_")
@@ -82,7 +83,7 @@ def test_cpu_sweep_draws_no_empty_time_share_plot(swept: Path, tmp_path: Path) -
     zeros = t.assign(**{c: 0.0 for c in shares.columns})  # as rows of earlier sweeps read
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the empty legend's UserWarning fails the test
-        plots = render_plots(zeros, tmp_path)
+        plots = render_plots(analyse_sweep(zeros), tmp_path)
     assert "time_share_vs_seq" not in plots and "throughput_vs_seq" in plots
 
 
@@ -98,6 +99,20 @@ def test_cpu_sweep_memory_tables_show_what_was_measured(swept: Path) -> None:
     assert cells and any(float(c) > 0 for c in cells)
     configurations = page.split("<h3>Configurations</h3>", 1)[1].split("</table>", 1)[0]
     assert "reserved" not in configurations and "peak MiB" in configurations
+
+
+def test_cpu_sweep_terminal_table_shows_what_was_measured(swept: Path, tmp_path: Path) -> None:
+    """Issue 35: the CLI's table read "peak GiB 0.02 / act GiB 0.00" and "idle % nan" on a
+    CPU sweep: memory is in the unit that shows it, GPU idle (not measured) is absent."""
+    from tracekit.sweep import describe, finish
+
+    t = read_table(swept)
+    head, *rows = describe(t, finish(t, tmp_path)).split("\n\n")[0].splitlines()
+    assert "peak MiB" in head and "GiB" not in head and "idle" not in head
+    ok = [r for r in rows if " ok " in r]
+    assert ok and not any("nan" in r for r in ok)
+    peak = float(ok[0].split()[4])  # key, status, step ms, tokens/s, peak
+    assert peak == pytest.approx(t.loc[t["status"] == "ok", "peak_bytes"].iloc[0] / 2**20, abs=0.01)
 
 
 def test_one_step_sweep_says_its_trends_are_indicative(swept: Path) -> None:

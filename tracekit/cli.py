@@ -393,8 +393,8 @@ def sweep(
     outs = finish(table, out)
     from tracekit.reports.sweep import write_html, write_tensorboard
 
-    outs.html = write_html(table, out / "report")
-    write_tensorboard(table, out / "tensorboard")
+    outs.html = write_html(outs.analysis, out / "report")
+    write_tensorboard(outs.analysis, out / "tensorboard")
     outs.tensorboard = out / "tensorboard"
     typer.echo(describe(table, outs))
 

@@ -16,25 +16,21 @@ import pandas as pd
 
 from tracekit.io import atomic_write_bytes, atomic_write_text
 from tracekit.summary.memory_model import estimate, kv_cache_bytes
-from tracekit.sweep.decode import (
-    generate_findings,
-    generate_fits,
-    generating,
-    prepared,
-    walls_table,
-)
+from tracekit.sweep.analysis import SweepAnalysis, analyse_sweep, memory_unit
+from tracekit.sweep.decode import generate_findings, generate_fits, prepared
 from tracekit.sweep.decode_limits import short_limit
 from tracekit.sweep.findings import findings
 from tracekit.sweep.fit import fit_table, largest_fitting, power_fit, quadratic_fit
 from tracekit.sweep.plan import Point, SweepPlan
-from tracekit.sweep.rows import complete
 from tracekit.sweep.runner import read_table, run_sweep
 
 __all__ = [
     "DECODE_CSV",
     "Point",
+    "SweepAnalysis",
     "SweepOutputs",
     "SweepPlan",
+    "analyse_sweep",
     "describe",
     "estimate",
     "findings",
@@ -56,29 +52,31 @@ DECODE_CSV = "decode.csv"  # a generate sweep's crossovers and capacity walls
 
 @dataclass
 class SweepOutputs:
-    fits: pd.DataFrame
-    findings: list[str]
+    analysis: SweepAnalysis
     html: Path | None
     tensorboard: Path | None
 
+    @property
+    def fits(self) -> pd.DataFrame:
+        return self.analysis.fits
+
+    @property
+    def findings(self) -> list[str]:
+        return self.analysis.findings
+
 
 def finish(table: pd.DataFrame, out_dir: Path) -> SweepOutputs:
-    """Fits and findings of a sweep folder (written as fits.csv and findings.txt). The
-    HTML section and TensorBoard scalars are the reports stage's
-    (``tracekit.reports.sweep``): the CLI adds them."""
+    """The sweep's analysis (:func:`tracekit.sweep.analysis.analyse_sweep`), its fits and
+    findings written as fits.csv and findings.txt (a generate sweep's crossovers and walls
+    as decode.csv). The HTML section and TensorBoard scalars are the reports stage's
+    (``tracekit.reports.sweep``), drawn from ``analysis``: the CLI adds them."""
     out_dir = Path(out_dir)
-    table = complete(table)
-    if generating(table):  # decode: crossover along batch, capacity wall along context
-        fits = generate_fits(table)
-        found = generate_findings(table)
-        walls = walls_table(table)
-        atomic_write_bytes(out_dir / DECODE_CSV, walls.to_csv(index=False).encode())
-    else:
-        fits = fit_table(table)
-        found = findings(table, fits)
-    atomic_write_bytes(out_dir / "fits.csv", fits.to_csv(index=False).encode())
-    atomic_write_text(out_dir / "findings.txt", "\n".join(found) + "\n")
-    return SweepOutputs(fits, found, None, None)
+    sw = analyse_sweep(table)
+    if sw.generate:  # decode: crossover along batch, capacity wall along context
+        atomic_write_bytes(out_dir / DECODE_CSV, sw.walls.to_csv(index=False).encode())
+    atomic_write_bytes(out_dir / "fits.csv", sw.fits.to_csv(index=False).encode())
+    atomic_write_text(out_dir / "findings.txt", "\n".join(sw.findings) + "\n")
+    return SweepOutputs(sw, None, None)
 
 
 def _gib(v: Any) -> str:
@@ -94,13 +92,47 @@ def _table_lines(table: pd.DataFrame, header: str, row: Callable[[pd.Series], st
     return lines
 
 
-def _train_row(r: pd.Series) -> str:
-    return (
-        f"{r['step_time_ms']:>8.2f} {r['tokens_per_s']:>10,.0f} {_gib(r['peak_bytes']):>8} "
-        f"{_gib(r.get('model_peak_bytes')):>9} {r.get('model_error_pct', math.nan):>+6.1f} "
-        f"{_gib(r.get('mem_activations_bytes')):>7} "
-        f"{_gib(r.get('model_activations_bytes')):>9} {r.get('gpu_idle_pct', math.nan):>6.1f}"
-    )
+# the training table's columns: (column, title, width, format; "mem": bytes in the
+# table's memory unit, whose name replaces "{u}")
+TRAIN_COLUMNS = (
+    ("step_time_ms", "step ms", 8, ".2f"),
+    ("tokens_per_s", "tokens/s", 10, ",.0f"),
+    ("peak_bytes", "peak {u}", 8, "mem"),
+    ("model_peak_bytes", "model {u}", 9, "mem"),
+    ("model_error_pct", "err %", 6, "+.1f"),
+    ("mem_activations_bytes", "act {u}", 7, "mem"),
+    ("model_activations_bytes", "model act {u}", 13, "mem"),
+    ("gpu_idle_pct", "idle %", 6, ".1f"),
+)
+
+
+def _measured(table: pd.DataFrame) -> list[tuple[str, str, int, str]]:
+    """The training columns some ok row has a value in: one not measured (a CPU sweep's
+    GPU idle) is absent, not NaN."""
+    ok = table[table["status"] == "ok"]
+    return [c for c in TRAIN_COLUMNS if c[0] in ok and ok[c[0]].notna().any()]
+
+
+def _train_table(table: pd.DataFrame) -> tuple[str, Callable[[pd.Series], str]]:
+    """The header and row formatter of a training sweep's table, memory in the unit that
+    shows its values (MiB or KiB on a CPU sweep, not 0.00 GiB)."""
+    cols = _measured(table)
+    ok = table[table["status"] == "ok"]
+    unit, scale = memory_unit([float(v) for c, _, _, k in cols if k == "mem" for v in ok[c]])
+    header = " ".join(f"{t.format(u=unit):>{w}}" for _, t, w, _ in cols)
+
+    def cell(v: Any, w: int, kind: str) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return f"{'-':>{w}}"
+        if kind == "mem":
+            return f"{v / scale:>{w}.2f}"
+        sign, spec = ("+", kind[1:]) if kind.startswith("+") else ("", kind)
+        return f"{v:>{sign}{w}{spec}}"
+
+    def row(r: pd.Series) -> str:
+        return " ".join(cell(r.get(c), w, k) for c, _, w, k in cols)
+
+    return header, row
 
 
 def _generate_row(r: pd.Series) -> str:
@@ -130,11 +162,8 @@ def describe(table: pd.DataFrame, outs: SweepOutputs) -> str:
             f"{'GPU ms':>7} {'idle %':>6} {'limit':>5}"
         )
         return _describe(_table_lines(prepared(table), header, _generate_row), outs)
-    header = (
-        f"{'step ms':>8} {'tokens/s':>10} {'peak GiB':>8} {'model GiB':>9} {'err %':>6} "
-        f"{'act GiB':>7} {'model act':>9} {'idle %':>6}"
-    )
-    return _describe(_table_lines(table, header, _train_row), outs)
+    header, row = _train_table(table)
+    return _describe(_table_lines(table, header, row), outs)
 
 
 def _describe(lines: list[str], outs: SweepOutputs) -> str:
