@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = {"tracekit", "tracekit.errors", "tracekit.io", "tracekit.schema", "tracekit.version"}
+SHARED = {
+    "tracekit",
+    "tracekit.errors",
+    "tracekit.io",
+    "tracekit.manifest",  # the run manifest, typed (read by every stage)
+    "tracekit.schema",
+    "tracekit.version",
+}
 # stage folder -> (module prefix, tracekit modules it may import besides SHARED)
 STAGES: dict[str, tuple[str, set[str]]] = {
     "collectors": ("tracekit.collectors", set()),

@@ -1,0 +1,373 @@
+"""The run manifest (``manifest.json`` of a run folder) as typed records.
+
+The one module that knows where a manifest keeps its figures (docs/collect.md, "manifest.json
+(schema_version 1)"; docs/run.md, "The run folder"). ``read_manifest`` is forgiving: a key
+that is missing or of the wrong type reads as ``None``; a manifest of another schema version
+is read as far as it goes. Every record keeps its ``raw`` mapping for what is not typed yet.
+The collectors still write the manifest as a dictionary.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+_EMPTY: Mapping[str, Any] = {}
+
+
+def _map(x: Any) -> Mapping[str, Any]:
+    return x if isinstance(x, Mapping) else _EMPTY
+
+
+def _num(x: Any) -> float | None:
+    """A finite number, else None (bools are not numbers here)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or x != x:
+        return None
+    return float(x)
+
+
+def _int(x: Any) -> int | None:
+    v = _num(x)
+    return int(v) if v is not None else None
+
+
+def _pos(x: Any) -> int | None:
+    v = _int(x)
+    return v if v is not None and v > 0 else None
+
+
+def _str(x: Any) -> str | None:
+    return x if isinstance(x, str) else None
+
+
+def _bool(x: Any) -> bool | None:
+    return x if isinstance(x, bool) else None
+
+
+def _sub(x: Any) -> dict[str, Any] | None:
+    return dict(x) if isinstance(x, Mapping) else None
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """A step-time distribution in ms (``metrics.step_time_ms`` and its kin)."""
+
+    median: float | None = None
+    p10: float | None = None
+    p90: float | None = None
+    mean: float | None = None
+    n: int | None = None
+
+    def __post_init__(self) -> None:
+        for v in (self.median, self.p10, self.p90, self.mean):
+            if v is not None and v < 0:
+                raise ValueError(f"negative step time {v} ms")
+
+    @classmethod
+    def of(cls, x: Any) -> StepTime | None:
+        if isinstance(x, (int, float)) and not isinstance(x, bool):
+            return cls(median=_num(x)) if x >= 0 else None
+        if not isinstance(x, Mapping):
+            return None
+        med, p10, p90, mean = (_num(x.get(k)) for k in ("median", "p10", "p90", "mean"))
+        if any(v is not None and v < 0 for v in (med, p10, p90, mean)):
+            return None
+        return cls(median=med, p10=p10, p90=p90, mean=mean, n=_int(x.get("n")))
+
+
+@dataclass(frozen=True)
+class Config:
+    """``config``: what the run was asked to do."""
+
+    preset: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+    attention: str | None = None
+    batch: int | None = None
+    seq: int | None = None
+    grad_accum: int | None = None
+    tokens_per_step: float | None = None
+    samples_per_step: float | None = None
+    tf32: bool | None = None
+    float32_matmul_precision: str | None = None
+    workload: str | None = None
+    optimizer: str | None = None
+    model: dict[str, Any] | None = None
+    profiler: dict[str, Any] | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "seq", "grad_accum"):
+            v = getattr(self, name)
+            if v is not None and v <= 0:
+                raise ValueError(f"config.{name} must be positive, got {v}")
+
+    @classmethod
+    def of(cls, x: Any) -> Config:
+        c = _map(x)
+        return cls(
+            preset=_str(c.get("preset")),
+            device=_str(c.get("device")),
+            dtype=_str(c.get("dtype")),
+            attention=_str(c.get("attention")),
+            batch=_pos(c.get("batch")),
+            seq=_pos(c.get("seq")),
+            grad_accum=_pos(c.get("grad_accum")),
+            tokens_per_step=_num(c.get("tokens_per_step")),
+            samples_per_step=_num(c.get("samples_per_step")),
+            tf32=_bool(c.get("tf32")),
+            float32_matmul_precision=_str(c.get("float32_matmul_precision")),
+            workload=_str(c.get("workload")),
+            optimizer=_str(c.get("optimizer")) or None,
+            model=_sub(c.get("model")),
+            profiler=_sub(c.get("profiler")),
+            raw=c,
+        )
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """``metrics``: what the run measured (ms, bytes, per second)."""
+
+    step_time_ms: StepTime | None = None
+    profiled_step_time_ms: float | None = None
+    profiled_step_time: StepTime | None = None
+    timeline_step_time_ms: float | None = None
+    timeline_step_time: StepTime | None = None
+    tokens_per_s: float | None = None
+    samples_per_s: float | None = None
+    peak_allocated_bytes: float | None = None
+    peak_reserved_bytes: float | None = None
+    profiler_overhead_pct: float | None = None
+    timeline_overhead_pct: float | None = None
+    n_params: int | None = None
+    memory: dict[str, Any] | None = None
+    tpot_ms_by_step: list[Any] | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def step_median_ms(self) -> float | None:
+        """The unprofiled step's median (ms), if measured."""
+        return self.step_time_ms.median if self.step_time_ms else None
+
+    @classmethod
+    def of(cls, x: Any) -> Metrics:
+        m = _map(x)
+        by = m.get("tpot_ms_by_step")
+        return cls(
+            step_time_ms=StepTime.of(m.get("step_time_ms")),
+            profiled_step_time_ms=_num(m.get("profiled_step_time_ms")),
+            profiled_step_time=StepTime.of(m.get("profiled_step_time")),
+            timeline_step_time_ms=_num(m.get("timeline_step_time_ms")),
+            timeline_step_time=StepTime.of(m.get("timeline_step_time")),
+            tokens_per_s=_num(m.get("tokens_per_s")),
+            samples_per_s=_num(m.get("samples_per_s")),
+            peak_allocated_bytes=_num(m.get("peak_allocated_bytes")),
+            peak_reserved_bytes=_num(m.get("peak_reserved_bytes")),
+            profiler_overhead_pct=_num(m.get("profiler_overhead_pct")),
+            timeline_overhead_pct=_num(m.get("timeline_overhead_pct")),
+            n_params=_int(m.get("n_params")),
+            memory=_sub(m.get("memory")),
+            tpot_ms_by_step=list(by) if isinstance(by, list) else None,
+            raw=m,
+        )
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """``model``: the model the run built (``n_params`` counted by the collector)."""
+
+    n_params: int | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, x: Any) -> ModelInfo:
+        m = _map(x)
+        return cls(n_params=_int(m.get("n_params")), raw=m)
+
+
+@dataclass(frozen=True)
+class OptimizerInfo:
+    """``optimizer``: the optimizer's parameter and state bytes."""
+
+    n_params: int | None = None
+    param_bytes: float | None = None
+    grad_bytes: float | None = None
+    state_bytes: float | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, x: Any) -> OptimizerInfo:
+        o = _map(x)
+        return cls(
+            n_params=_int(o.get("n_params")),
+            param_bytes=_num(o.get("param_bytes")),
+            grad_bytes=_num(o.get("grad_bytes")),
+            state_bytes=_num(o.get("state_bytes")),
+            raw=o,
+        )
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """``ceilings``: the measured copy bandwidth (B/s) and matmul rates (FLOP/s) per precision."""
+
+    memory_bandwidth_Bps: float | None = None
+    matmul_flops: dict[str, float | None] = field(default_factory=dict)
+    interconnect: dict[str, Any] | None = None
+    method: str | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.memory_bandwidth_Bps is not None and self.memory_bandwidth_Bps < 0:
+            raise ValueError("negative measured bandwidth")
+
+    @classmethod
+    def of(cls, x: Any) -> Ceilings:
+        c = _map(x)
+        bw = _num(c.get("memory_bandwidth_Bps"))
+        mm = {str(k): _num(v) for k, v in _map(c.get("matmul_flops")).items()}
+        return cls(
+            memory_bandwidth_Bps=bw if bw is not None and bw >= 0 else None,
+            matmul_flops=mm,
+            interconnect=_sub(c.get("interconnect")),
+            method=_str(c.get("method")),
+            raw=c,
+        )
+
+
+@dataclass(frozen=True)
+class Artifacts:
+    """``artifacts``: files of the run folder, relative to it (a ``*_absent`` key says why not)."""
+
+    trace: str | None = None
+    traces: list[str] = field(default_factory=list)
+    timeline_trace: str | None = None
+    counters: str | None = None
+    tensorboard: str | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def get(self, key: str) -> Any:
+        """Any artifact entry by its key (None if absent)."""
+        return self.raw.get(key)
+
+    @classmethod
+    def of(cls, x: Any) -> Artifacts:
+        a = _map(x)
+        tr = a.get("traces")
+        return cls(
+            trace=_str(a.get("trace")),
+            traces=[t for t in tr if isinstance(t, str)] if isinstance(tr, list) else [],
+            timeline_trace=_str(a.get("timeline_trace")),
+            counters=_str(a.get("counters")) or _str(a.get("counters_csv")),
+            tensorboard=_str(a.get("tensorboard")),
+            raw=a,
+        )
+
+
+@dataclass(frozen=True)
+class Distributed:
+    """``distributed``: a multi-rank run's world and its per-rank entries."""
+
+    world_size: int | None = None
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, x: Any) -> Distributed | None:
+        if not isinstance(x, Mapping):
+            return None
+        r = x.get("ranks")
+        ranks = [dict(e) for e in r if isinstance(e, Mapping)] if isinstance(r, list) else []
+        return cls(world_size=_int(x.get("world_size")), ranks=ranks, raw=x)
+
+
+@dataclass(frozen=True)
+class RunManifest:
+    """A run folder's manifest, typed where the analysis reads it; ``raw`` is the whole."""
+
+    schema_version: int | None = None
+    status: str | None = None
+    workload: str | None = None
+    error: str | None = None
+    config: Config = field(default_factory=Config)
+    metrics: Metrics = field(default_factory=Metrics)
+    model: ModelInfo = field(default_factory=ModelInfo)
+    optimizer: OptimizerInfo = field(default_factory=OptimizerInfo)
+    ceilings: Ceilings | None = None
+    artifacts: Artifacts = field(default_factory=Artifacts)
+    distributed: Distributed | None = None
+    observer: dict[str, Any] | None = None
+    schedule_steps: int | None = None
+    total_steps: int | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def is_generate(self) -> bool:
+        """A ``collect --workload generate`` run."""
+        return (self.config.workload or self.workload) == "generate"
+
+    @property
+    def n_params(self) -> int | None:
+        """The model's parameter count: ``model``, else ``metrics``, else the top level."""
+        for v in (self.model.n_params, self.metrics.n_params):
+            if v is not None and v > 0:
+                return v
+        for k in ("n_params", "params", "num_params", "parameters"):
+            top = _int(self.raw.get(k))
+            if top is not None and top > 0:
+                return top
+        return None
+
+    @property
+    def current(self) -> bool:
+        """Written by this schema version (another one is read as far as it goes)."""
+        return self.schema_version == SCHEMA_VERSION
+
+    @classmethod
+    def of(cls, x: Mapping[str, Any]) -> RunManifest:
+        return cls(
+            schema_version=_int(x.get("schema_version")),
+            status=_str(x.get("status")),
+            workload=_str(x.get("workload")),
+            error=_str(x.get("error")),
+            config=Config.of(x.get("config")),
+            metrics=Metrics.of(x.get("metrics")),
+            model=ModelInfo.of(x.get("model")),
+            optimizer=OptimizerInfo.of(x.get("optimizer")),
+            ceilings=Ceilings.of(x["ceilings"]) if isinstance(x.get("ceilings"), Mapping) else None,
+            artifacts=Artifacts.of(x.get("artifacts")),
+            distributed=Distributed.of(x.get("distributed")),
+            observer=_sub(x.get("observer")),
+            schedule_steps=_int(x.get("schedule_steps")),
+            total_steps=_int(x.get("total_steps")),
+            raw=x,
+        )
+
+
+def read_manifest(src: RunManifest | Mapping[str, Any] | str | Path | None) -> RunManifest | None:
+    """The typed manifest of a dictionary, a ``manifest.json`` path or a run folder.
+
+    None when there is none (no file, unreadable JSON, not an object); a typed record is
+    returned unchanged, so a reader may take either."""
+    if src is None or isinstance(src, RunManifest):
+        return src
+    if isinstance(src, Mapping):
+        return RunManifest.of(src)
+    p = Path(src)
+    if p.is_dir():
+        p = p / "manifest.json"
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    return RunManifest.of(doc) if isinstance(doc, Mapping) else None
+
+
+def manifest_or_empty(src: RunManifest | Mapping[str, Any] | str | Path | None) -> RunManifest:
+    """``read_manifest``, with an empty record (every field None) where there is none."""
+    return read_manifest(src) or RunManifest()
