@@ -30,6 +30,7 @@ from tracekit.analyse import Options, analyse, generates, load_run
 from tracekit.errors import TraceError, UsageError
 from tracekit.io import atomic_dir, atomic_write_json, atomic_write_text, readable_input
 from tracekit.jobs import Job, job_of
+from tracekit.manifest import manifest_or_empty
 from tracekit.parse import TRACE_SUFFIXES, Trace, find_trace
 from tracekit.summary import Summary, TraceFacts
 from tracekit.summary.timeline import MODES as TIMELINE_MODES
@@ -97,7 +98,7 @@ def _tb_target(
         found, manifest = find_trace(path)
         trace = trace or found
         if logdir is None:
-            rel = ((manifest or {}).get("artifacts") or {}).get("tensorboard")
+            rel = manifest_or_empty(manifest).artifacts.tensorboard
             if not rel:
                 return None
             logdir = path / str(rel)

@@ -24,6 +24,7 @@ from typing import Any
 from tracekit.classify.result import Classification
 from tracekit.errors import TraceError, UsageError
 from tracekit.io import readable_input
+from tracekit.manifest import read_manifest
 from tracekit.parse import Trace, load, parse_to_dir
 from tracekit.summary import Summary, TraceFacts, summarize, trace_facts
 
@@ -96,8 +97,8 @@ def cpu_run(trace: Trace) -> Trace:
 
 def generates(trace: Trace) -> bool:
     """A ``collect --workload generate`` run (its report has the generate section)."""
-    man = trace.manifest if isinstance(trace.manifest, dict) else {}
-    return (man.get("config") or {}).get("workload") == "generate"
+    m = read_manifest(trace.manifest) if isinstance(trace.manifest, dict) else None
+    return m is not None and m.config.workload == "generate"
 
 
 def classify_trace(

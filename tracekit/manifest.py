@@ -93,6 +93,8 @@ class Config:
     tokens_per_step: float | None = None
     samples_per_step: float | None = None
     tf32: bool | None = None
+    compile: bool | None = None
+    cuda_graphs: bool | None = None
     float32_matmul_precision: str | None = None
     workload: str | None = None
     optimizer: str | None = None
@@ -120,6 +122,8 @@ class Config:
             tokens_per_step=_num(c.get("tokens_per_step")),
             samples_per_step=_num(c.get("samples_per_step")),
             tf32=_bool(c.get("tf32")),
+            compile=_bool(c.get("compile")),
+            cuda_graphs=_bool(c.get("cuda_graphs")),
             float32_matmul_precision=_str(c.get("float32_matmul_precision")),
             workload=_str(c.get("workload")),
             optimizer=_str(c.get("optimizer")) or None,
@@ -147,7 +151,13 @@ class Metrics:
     n_params: int | None = None
     memory: dict[str, Any] | None = None
     tpot_ms_by_step: list[Any] | None = None
+    ttft_ms: StepTime | None = None
+    timeline_cost: dict[str, Any] | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def number(self, key: str) -> float | None:
+        """Any numeric metric by its key (None if absent or not a number)."""
+        return _num(self.raw.get(key))
 
     @property
     def step_median_ms(self) -> float | None:
@@ -173,6 +183,8 @@ class Metrics:
             n_params=_int(m.get("n_params")),
             memory=_sub(m.get("memory")),
             tpot_ms_by_step=list(by) if isinstance(by, list) else None,
+            ttft_ms=StepTime.of(m.get("ttft_ms")),
+            timeline_cost=_sub(m.get("timeline_cost")),
             raw=m,
         )
 
@@ -302,6 +314,9 @@ class RunManifest:
     artifacts: Artifacts = field(default_factory=Artifacts)
     distributed: Distributed | None = None
     observer: dict[str, Any] | None = None
+    generate: dict[str, Any] | None = None
+    device: dict[str, Any] | None = None
+    profiler: dict[str, Any] | None = None
     schedule_steps: int | None = None
     total_steps: int | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
@@ -314,14 +329,35 @@ class RunManifest:
     @property
     def n_params(self) -> int | None:
         """The model's parameter count: ``model``, else ``metrics``, else the top level."""
-        for v in (self.model.n_params, self.metrics.n_params):
-            if v is not None and v > 0:
-                return v
-        for k in ("n_params", "params", "num_params", "parameters"):
-            top = _int(self.raw.get(k))
-            if top is not None and top > 0:
-                return top
+        for where in (self.model.raw, self.metrics.raw, self.raw):
+            for k in ("n_params", "params", "num_params", "parameters"):
+                v = _int(where.get(k))
+                if v is not None and v > 0:
+                    return v
         return None
+
+    @property
+    def has_config(self) -> bool:
+        """The manifest has a ``config`` block (a run that tracekit configured)."""
+        return isinstance(self.raw.get("config"), Mapping)
+
+    @property
+    def device_threads(self) -> float | None:
+        """The CPU threads the run used (``device.threads``), if recorded."""
+        return _num(self.device.get("threads")) if self.device else None
+
+    def tf32_flag(self) -> tuple[bool | None, str]:
+        """Whether the run let fp32 matmuls use TF32, and the manifest entry that says so."""
+        for where in (self.raw, self.config.raw):
+            for key in ("tf32", "allow_tf32", "matmul_allow_tf32"):
+                if isinstance(where.get(key), bool):
+                    return bool(where[key]), f"manifest {key} = {where[key]}"
+            prec = where.get("float32_matmul_precision")
+            if isinstance(prec, str):
+                return prec in ("high", "medium"), f"manifest float32_matmul_precision = {prec!r}"
+        if self.ceilings is not None and self.ceilings.matmul_flops.get("tf32"):
+            return True, "manifest ceilings measured a tf32 matmul rate (TF32 enabled in the run)"
+        return None, ""
 
     @property
     def current(self) -> bool:
@@ -343,6 +379,9 @@ class RunManifest:
             artifacts=Artifacts.of(x.get("artifacts")),
             distributed=Distributed.of(x.get("distributed")),
             observer=_sub(x.get("observer")),
+            generate=_sub(x.get("generate")),
+            device=_sub(x.get("device")),
+            profiler=_sub(x.get("profiler")),
             schedule_steps=_int(x.get("schedule_steps")),
             total_steps=_int(x.get("total_steps")),
             raw=x,

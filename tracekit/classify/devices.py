@@ -36,6 +36,7 @@ import pandas as pd
 
 from tracekit.classify.families.registry import MATRIX_CLASSES
 from tracekit.errors import UsageError
+from tracekit.manifest import read_manifest
 
 PIPES: tuple[str, ...] = (
     "tensor_fp8", "tensor_bf16", "tensor_fp16", "tensor_tf32", "tensor_fp32", "tensor_fp64",
@@ -466,22 +467,8 @@ class Roofline:
 
 
 def _tf32_from_manifest(manifest: Mapping[str, Any] | None) -> tuple[bool | None, str]:
-    if not manifest:
-        return None, ""
-    for where in (manifest, manifest.get("config") or {}):
-        if not isinstance(where, Mapping):
-            continue
-        for key in ("tf32", "allow_tf32", "matmul_allow_tf32"):
-            if isinstance(where.get(key), bool):
-                return bool(where[key]), f"manifest {key} = {where[key]}"
-        prec = where.get("float32_matmul_precision")
-        if isinstance(prec, str):
-            return prec in ("high", "medium"), f"manifest float32_matmul_precision = {prec!r}"
-    ceil = manifest.get("ceilings") or {}
-    mm = ceil.get("matmul_flops") if isinstance(ceil, Mapping) else None
-    if isinstance(mm, Mapping) and mm.get("tf32"):
-        return True, "manifest ceilings measured a tf32 matmul rate (TF32 enabled in the run)"
-    return None, ""
+    m = read_manifest(manifest) if manifest else None
+    return m.tf32_flag() if m is not None else (None, "")
 
 
 def resolve_roofline(
@@ -542,22 +529,19 @@ class _Roofs:
 
     def measured(self, manifest: Mapping[str, Any] | None, spec: DeviceSpec | None) -> None:
         """The run's measured ceilings (``manifest['ceilings']``)."""
-        ceilings = (manifest or {}).get("ceilings") or {}
-        if not isinstance(ceilings, Mapping):
+        m = read_manifest(manifest)
+        ceilings = m.ceilings if m is not None else None
+        if ceilings is None:
             return
-        mbw = ceilings.get("memory_bandwidth_Bps")
-        if isinstance(mbw, (int, float)) and mbw > 0:
-            self.bw, self.bw_src = float(mbw), "measured (manifest ceilings: device-to-device copy)"
-        mm = ceilings.get("matmul_flops") or {}
-        if isinstance(mm, Mapping):
-            fp32_pipe = (
-                "tensor_fp32" if spec and "tensor_fp32" in spec.peaks_tflops else "simt_fp32"
-            )
-            for prec, value in mm.items():
-                pipe = _MEASURED_PIPE.get(prec, fp32_pipe if prec == "fp32" else None)
-                if pipe and isinstance(value, (int, float)) and value > 0:
-                    self.peaks[pipe] = float(value)
-                    self.sources[pipe] = f"measured (manifest ceilings: {prec} matmul)"
+        mbw = ceilings.memory_bandwidth_Bps
+        if mbw is not None and mbw > 0:
+            self.bw, self.bw_src = mbw, "measured (manifest ceilings: device-to-device copy)"
+        fp32_pipe = "tensor_fp32" if spec and "tensor_fp32" in spec.peaks_tflops else "simt_fp32"
+        for prec, value in ceilings.matmul_flops.items():
+            pipe = _MEASURED_PIPE.get(prec, fp32_pipe if prec == "fp32" else None)
+            if pipe and value is not None and value > 0:
+                self.peaks[pipe] = value
+                self.sources[pipe] = f"measured (manifest ceilings: {prec} matmul)"
 
     def from_spec(self, spec: DeviceSpec | None) -> None:
         """The spec table's figures where nothing was measured."""

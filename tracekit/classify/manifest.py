@@ -10,6 +10,8 @@ from typing import Any, Protocol
 
 import pandas as pd
 
+from tracekit.manifest import RunManifest, read_manifest
+
 
 class TraceLike(Protocol):
     kernels: pd.DataFrame
@@ -19,29 +21,23 @@ class TraceLike(Protocol):
 
 
 def run_artifact(trace: TraceLike, key: str) -> Path | None:
-    """``manifest['artifacts'][key]`` of the trace's run folder, if that file exists."""
+    """The artifact ``key`` of the trace's run folder (its manifest), if that file exists."""
     run_dir = getattr(trace, "run_dir", None)
-    manifest = getattr(trace, "manifest", None) or {}
-    arts = manifest.get("artifacts") if isinstance(manifest, Mapping) else None
-    rel = arts.get(key) if isinstance(arts, Mapping) else None
+    m = read_manifest(getattr(trace, "manifest", None) or None)
+    rel = m.artifacts.get(key) if m is not None else None
     if run_dir is None or not rel:
         return None
     p = Path(run_dir) / str(rel)
     return p if p.is_file() else None
 
 
-def profiler_overhead(manifest: Mapping[str, Any] | None) -> str:
+def profiler_overhead(manifest: Mapping[str, Any] | RunManifest | None) -> str:
     """A clause for the launch-bound note when profiling itself slowed the step down."""
-    m = (manifest or {}).get("metrics") if isinstance(manifest, Mapping) else None
-    if not isinstance(m, Mapping):
+    m = read_manifest(manifest) if isinstance(manifest, (Mapping, RunManifest)) else None
+    if m is None:
         return ""
-    prof = m.get("profiled_step_time_ms")
-    med = (
-        (m.get("step_time_ms") or {}).get("median")
-        if isinstance(m.get("step_time_ms"), Mapping)
-        else None
-    )
-    if not isinstance(prof, (int, float)) or not isinstance(med, (int, float)) or med <= 0:
+    prof, med = m.metrics.profiled_step_time_ms, m.metrics.step_median_ms
+    if prof is None or med is None or med <= 0:
         return ""
     if prof < 1.2 * med:
         return ""
@@ -51,14 +47,9 @@ def profiler_overhead(manifest: Mapping[str, Any] | None) -> str:
     )
 
 
-def n_params(manifest: Mapping[str, Any] | None) -> int | None:
-    for where in ((manifest or {}).get("model"), (manifest or {}).get("metrics"), manifest):
-        if isinstance(where, Mapping):
-            for k in ("n_params", "params", "num_params", "parameters"):
-                v = where.get(k)
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
-                    return int(v)
-    return None
+def n_params(manifest: Mapping[str, Any] | RunManifest | None) -> int | None:
+    m = read_manifest(manifest) if isinstance(manifest, (Mapping, RunManifest)) else None
+    return m.n_params if m is not None else None
 
 
 class AnalyticTraffic(Protocol):

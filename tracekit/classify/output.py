@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 from tracekit.classify.result import Classification, in_scope
 from tracekit.classify.schema import ARROW
 from tracekit.io import atomic_dir, atomic_write_json
+from tracekit.manifest import read_manifest
 
 FILES = {
     "op_roofline": "op_roofline.parquet",
@@ -97,8 +98,8 @@ def counters_of(path: Path, manifest: dict[str, Any] | None) -> Path | None:
     """The counters CSV of a run folder, if ``tracekit collect --counters`` wrote one."""
     if not path.is_dir():
         return None
-    arts = (manifest or {}).get("artifacts") or {}
-    cand = arts.get("counters") or arts.get("counters_csv") if isinstance(arts, dict) else None
+    m = read_manifest(manifest)
+    cand = m.artifacts.counters if m is not None else None
     for p in ([path / str(cand)] if cand else []) + [path / "counters.csv"]:
         if p.is_file():
             return p

@@ -17,6 +17,7 @@ import pandas as pd
 import tracekit.compare.diff as D
 import tracekit.ranks.scaling as SC
 from tracekit.analyse import Analysis, analyse
+from tracekit.manifest import manifest_or_empty
 from tracekit.summary import Summary
 from tracekit.summary.build import _clean
 from tracekit.summary.classes import in_steps
@@ -187,7 +188,9 @@ def compare(a: Analysis, b: Analysis, *, top: int = TOP) -> Comparison:
         notes.append(f"different PyTorch versions ({ta} vs {tb})")
     man_a = trace_a.manifest if isinstance(trace_a.manifest, dict) else None
     man_b = trace_b.manifest if isinstance(trace_b.manifest, dict) else None
-    cfg = D.config_diff((man_a or {}).get("config"), (man_b or {}).get("config"))
+    cfg = D.config_diff(
+        manifest_or_empty(man_a).config.raw or None, manifest_or_empty(man_b).config.raw or None
+    )
     for lab, man in ((la, man_a), (lb, man_b)):
         if man is None:
             notes.append(f"{lab}: no run manifest, so its configuration is unknown")

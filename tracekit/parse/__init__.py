@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from tracekit.errors import TraceError
 from tracekit.io import atomic_dir, atomic_write_json, keep_freed_memory, return_freed_memory
+from tracekit.manifest import manifest_or_empty
 from tracekit.parse.build import Tables, build
 from tracekit.parse.columns import Accumulator
 from tracekit.parse.parallel import parse_parallel
@@ -132,7 +133,7 @@ def find_trace(run_dir: Path) -> tuple[Path, dict[str, Any] | None]:
             manifest = json.loads(mpath.read_text())
         except (OSError, ValueError) as e:
             raise TraceError(f"{mpath}: unreadable manifest ({e})") from None
-        rel = (manifest or {}).get("artifacts", {}).get("trace")
+        rel = manifest_or_empty(manifest).artifacts.trace
         if rel:
             p = run_dir / rel
             if p.is_file():
@@ -142,7 +143,7 @@ def find_trace(run_dir: Path) -> tuple[Path, dict[str, Any] | None]:
         key=lambda p: p.stat().st_mtime,
     )
     if not found:
-        status = (manifest or {}).get("status")
+        status = manifest_or_empty(manifest).status
         extra = f" (run status: {status})" if status and status != "ok" else ""
         raise TraceError(
             f"{run_dir}: no *.pt.trace.json[.gz|.xz|.bz2|.zst] trace in this folder{extra}"

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.manifest import manifest_or_empty, read_manifest
 from tracekit.parse.intervals import climb_top, union_length
 
 KIND = "cpu_op"  # the kernels table's ``kind`` of a work operator
@@ -218,8 +219,8 @@ def not_cpu_run(trace: Any) -> str | None:
     ops = trace.ops
     if not len(ops) or not (ops["category"].astype(str) == "cpu_op").any():
         return "a trace without GPU activity and without CPU operators: nothing to report"
-    man = trace.manifest if isinstance(trace.manifest, Mapping) else {}
-    dev = man.get("device", {}).get("type") if isinstance(man.get("device"), Mapping) else None
+    man = manifest_or_empty(trace.manifest if isinstance(trace.manifest, Mapping) else None)
+    dev = (man.device or {}).get("type")
     if dev is not None and dev != "cpu":
         return (
             f"the run's device is {dev!r} (manifest) but the trace has no kernel, memcpy or "
@@ -243,8 +244,9 @@ def cpu_view(trace: Any) -> Any:
 def device_label(manifest: Any) -> str:
     """The CPU as the report names it: ``CPU (x86_64, 8 threads)`` from a run manifest's
     ``device`` (its ``name`` and intra-op ``threads``), else ``CPU``."""
-    dev = manifest.get("device") if isinstance(manifest, Mapping) else None
-    if not isinstance(dev, Mapping):
+    man = read_manifest(manifest) if isinstance(manifest, Mapping) else None
+    dev = man.device if man is not None else None
+    if dev is None:
         return "CPU"
     what = [str(dev["name"])] if dev.get("name") else []
     if isinstance(dev.get("threads"), int):

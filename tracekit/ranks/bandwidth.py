@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.classify.families.communication import COLLECTIVES, INTERCONNECT
+from tracekit.manifest import read_manifest
 
 AGG_COLUMNS = [
     "pg", "kind", "dtype", "message_bytes", "group_size", "count", "per_step", "dur_mean_ms",
@@ -69,7 +70,8 @@ class Ceiling:
 
 
 def measured_ceiling(manifest: Mapping[str, Any] | None) -> Ceiling | None:
-    ic = ((manifest or {}).get("ceilings") or {}).get("interconnect")
+    m = read_manifest(manifest)
+    ic = m.ceilings.interconnect if m is not None and m.ceilings is not None else None
     if not isinstance(ic, dict) or not isinstance(ic.get("busbw_Bps"), (int, float)):
         return None
     peaks: dict[str, float] = {}

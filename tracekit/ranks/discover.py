@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.errors import TraceError, TracekitError
+from tracekit.manifest import manifest_or_empty
 from tracekit.parse import TRACE_SUFFIXES
 from tracekit.parse.reader import TraceStream
 
@@ -173,9 +174,9 @@ def _manifest(folder: Path) -> dict[str, Any] | None:
 
 def _from_manifest(folder: Path, manifest: dict[str, Any]) -> list[RankTrace] | None:
     """The ranks' first traces as the manifest of a multi-GPU run lists them."""
-    dist = manifest.get("distributed")
-    ranks = dist.get("ranks") if isinstance(dist, dict) else None
-    if not isinstance(ranks, list) or len(ranks) < 2:
+    dist = manifest_or_empty(manifest).distributed
+    ranks = dist.ranks if dist is not None else []
+    if len(ranks) < 2:
         return None
     out: list[RankTrace] = []
     for entry in ranks:
@@ -253,7 +254,7 @@ def discover(path: Path) -> RankSet | None:
     damaged: dict[int, str] = {}
     if listed is not None:
         found = listed
-        repeat = manifest.get("config", {}).get("profiler", {}) if manifest else {}
+        repeat = manifest_or_empty(manifest).config.profiler
         if isinstance(repeat, dict) and (_int(repeat.get("repeat")) or 1) > 1:
             notes.append("the run has several profiling cycles per rank: the first is analysed")
     else:

@@ -32,6 +32,7 @@ import pandas as pd
 
 import tracekit.summary.steps as S
 import tracekit.summary.timeline as TL
+from tracekit.manifest import manifest_or_empty
 from tracekit.ranks.collectives import COMMUNICATION
 
 BOUND_COLUMNS = ["step", "start_ns", "step_time_ns", "cpu_ns"]
@@ -84,14 +85,13 @@ def full_activities(trace: Any, classes: np.ndarray) -> Activities:
 
 def _entry(manifest: dict[str, Any], trace: Path) -> dict[str, Any] | None:
     """The manifest's rank entry whose trace is ``trace``."""
-    dist = manifest.get("distributed")
-    ranks = dist.get("ranks") if isinstance(dist, dict) else None
-    for e in ranks if isinstance(ranks, list) else []:
-        arts = e.get("artifacts") if isinstance(e, dict) else None
+    dist = manifest_or_empty(manifest).distributed
+    for e in dist.ranks if dist is not None else []:
+        arts = e.get("artifacts")
         if not isinstance(arts, dict):
             continue
         if arts.get("trace") == trace.name or trace.name in (arts.get("traces") or []):
-            return cast(dict[str, Any], e)
+            return e
     return None
 
 

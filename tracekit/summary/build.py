@@ -30,6 +30,7 @@ import tracekit.summary.stepsummary as SS
 import tracekit.summary.timeline as TL
 import tracekit.summary.verdict as V
 from tracekit.classify.manifest import NO_TRAFFIC_NOTE
+from tracekit.manifest import manifest_or_empty
 from tracekit.parse.cpuview import device_label
 from tracekit.summary.decode_model import DecodeModel, DecodeTraffic
 from tracekit.summary.document import (
@@ -600,8 +601,8 @@ def _traffic(
     if f.memory_facts.model is not None:
         return MM.traffic(f.memory_facts.model)
     # a user script's run: its optimizer's tensors and the measured dynamic memory
-    opt = manifest.get("optimizer") if isinstance(manifest, dict) else None
-    return MM.traffic_from_optimizer(opt, f.memory_facts.dynamic_peak_bytes)
+    opt = manifest_or_empty(manifest if isinstance(manifest, dict) else None).optimizer.raw
+    return MM.traffic_from_optimizer(opt or None, f.memory_facts.dynamic_peak_bytes)
 
 
 def _flop_sources(k: pd.DataFrame) -> dict[str, float]:

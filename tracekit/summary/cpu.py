@@ -34,6 +34,7 @@ import pandas as pd
 
 import tracekit.summary.steps as S
 import tracekit.summary.verdict as V
+from tracekit.manifest import manifest_or_empty
 
 FRAMEWORK = "framework-overhead-bound"
 # a CPU run has no launches: the GPU launch check does not apply
@@ -95,13 +96,6 @@ class CpuUtilisation:
         }
 
 
-def _manifest_num(manifest: Any, *keys: str) -> Any:
-    d = manifest
-    for k in keys:
-        d = d.get(k) if isinstance(d, dict) else None
-    return d if isinstance(d, (int, float)) and not isinstance(d, bool) else None
-
-
 def utilisation(kernels: pd.DataFrame, table: pd.DataFrame, manifest: Any) -> CpuUtilisation:
     """:class:`CpuUtilisation` from a CPU view's kernels (the work operators) and the step
     table (``tracekit.summary.steps.step_table`` of the view's steps)."""
@@ -124,8 +118,9 @@ def utilisation(kernels: pd.DataFrame, table: pd.DataFrame, manifest: Any) -> Cp
             ),
         }
     ).sort_values("busy_ms_per_step", ascending=False, kind="stable", ignore_index=True)
-    threads_n = _manifest_num(manifest, "device", "threads")
-    overhead = _manifest_num(manifest, "metrics", "profiler_overhead_pct")
+    man = manifest_or_empty(manifest if isinstance(manifest, dict) else None)
+    threads_n = man.device_threads
+    overhead = man.metrics.profiler_overhead_pct
     return CpuUtilisation(
         busy_pct=busy,
         overhead_pct=100.0 - busy if busy is not None else None,

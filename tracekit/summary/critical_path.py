@@ -26,6 +26,7 @@ import pandas as pd
 import tracekit.summary.cpbuild as B
 import tracekit.summary.cpgraph as G
 import tracekit.summary.cptables as T
+from tracekit.manifest import manifest_or_empty
 from tracekit.summary.cpgraph import Weights
 
 COPIES = 3  # steps solved in a row: the last one's period is the steady state
@@ -486,11 +487,11 @@ def for_report(trace: Any, cls: Any, steps: Sequence[int]) -> CriticalPath | Non
         return None
     pick = [list(steps)[i] for i in _sample(len(steps), REPORT_STEPS)]
     cp = analyse(trace, cls, steps=pick)
-    man = trace.manifest if isinstance(getattr(trace, "manifest", None), dict) else {}
-    measured = ((man.get("metrics") or {}).get("step_time_ms") or {}).get("median")
-    if isinstance(measured, (int, float)) and not isinstance(measured, bool) and cp.steps:
-        cp.measured_ms = float(measured)
-        cp.host_speedup = calibrate_host(cp, float(measured))
+    man = getattr(trace, "manifest", None)
+    measured = manifest_or_empty(man if isinstance(man, dict) else None).metrics.step_median_ms
+    if measured is not None and cp.steps:
+        cp.measured_ms = measured
+        cp.host_speedup = calibrate_host(cp, measured)
     if len(pick) < len(steps):
         cp.notes.append(
             f"critical path: {len(pick)} of the {len(steps)} analysed steps, evenly spaced"

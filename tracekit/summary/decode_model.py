@@ -52,6 +52,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from tracekit.errors import UsageError
+from tracekit.manifest import manifest_or_empty
 from tracekit.summary.memory_model import DTYPE_BYTES, ModelShape
 
 
@@ -283,13 +284,15 @@ class DecodeModel:
     @classmethod
     def from_manifest(cls, manifest: Mapping[str, Any]) -> DecodeModel:
         """From a ``collect --workload generate`` manifest."""
-        cfg = manifest.get("config") or {}
-        g = manifest.get("generate")
-        if not g or cfg.get("workload") != "generate":
+        man = manifest_or_empty(manifest)
+        cfg, g = man.config, man.generate
+        if not g or cfg.workload != "generate":
             raise UsageError("not a generate run: its manifest has no 'generate' block")
+        if cfg.model is None or cfg.dtype is None:
+            raise UsageError("a generate run's manifest without its model config or dtype")
         return cls(
-            ModelShape.from_mapping(cfg["model"]),
-            str(cfg["dtype"]),
+            ModelShape.from_mapping(cfg.model),
+            cfg.dtype,
             int(g["batch"]),
             int(g["prompt"]),
             int(g["new_tokens"]),

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 import tracekit.summary.intervals as I
+from tracekit.manifest import manifest_or_empty
 from tracekit.summary.decode_model import DecodeModel, DecodeTraffic
 from tracekit.summary.memory_model import DTYPE_BYTES
 from tracekit.summary.roofs import Roofs
@@ -227,7 +228,7 @@ def prefill_facts(
 
 def _tpot_by_step(manifest: Mapping[str, Any], steps: list[int]) -> list[float] | None:
     """The unprofiled time per output token of each step index (None without it)."""
-    by = (manifest.get("metrics") or {}).get("tpot_ms_by_step")
+    by = manifest_or_empty(manifest).metrics.tpot_ms_by_step
     if not isinstance(by, list):
         return None
     vals = [_num(by[d]) if 0 <= d < len(by) else None for d in steps]
@@ -464,9 +465,9 @@ def time_shares(
     """Prefill against decode: of an unprofiled generation (TTFT against the decode steps'
     summed median times) and of the trace's GPU time (prefill against the recorded decode
     steps' mean × new tokens)."""
-    met = manifest.get("metrics") or {}
-    ttft = _num((met.get("ttft_ms") or {}).get("median"))
-    by = met.get("tpot_ms_by_step")
+    met = manifest_or_empty(manifest).metrics
+    ttft = met.ttft_ms.median if met.ttft_ms else None
+    by = met.tpot_ms_by_step
     decode = (
         float(sum(float(x) for x in by))
         if isinstance(by, list) and by and all(_num(x) is not None for x in by)
@@ -518,17 +519,17 @@ def analyse(
     steps = [d for d in steps if dm is not None and 0 <= d < dm.new_tokens]
     if dm is None or not steps:
         return None
-    met = manifest.get("metrics") or {}
-    cfg = manifest.get("config") or {}
+    man = manifest_or_empty(manifest)
     tpot = _tpot_by_step(manifest, steps)
     n = len(steps)
     gemms = gemm_table(operators, n, roofs)
-    pipe = _pipe(gemms, dm, bool(cfg.get("tf32")))
+    pipe = _pipe(gemms, dm, bool(man.config.tf32))
     peak = roofs.peaks.get(pipe)
     decode = kernels[kernels["step"].isin(steps).to_numpy()]
     per_step = per_step_table(dm, steps, step_table, kernel_bytes, decode, tpot, roofs, peak)
-    prefill = prefill_facts(dm, kernels, trace_ops, _num((met.get("ttft_ms") or {}).get("median")))
-    mem = met.get("memory") or {}
+    met = man.metrics
+    prefill = prefill_facts(dm, kernels, trace_ops, met.ttft_ms.median if met.ttft_ms else None)
+    mem = met.memory or {}
     gemm = gemm_totals(gemms, roofs, pipe)
     gemm_s = float(gemm["ms_per_step"]) / 1e3 if gemm["ms_per_step"] else None
     notes = []
@@ -553,7 +554,7 @@ def analyse(
         peak=peak,
         measured="source" in decode and bool((decode["source"] == "measured").any()),
         memory={
-            "peak_allocated_bytes": _num(met.get("peak_allocated_bytes")),
+            "peak_allocated_bytes": met.peak_allocated_bytes,
             "weights_bytes": _num(mem.get("weights_bytes")),
             "kv_cache_bytes": _num(mem.get("kv_cache_bytes")),
             "other_bytes": _num(mem.get("other_bytes")),

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.manifest import manifest_or_empty
 from tracekit.summary.decode_model import DecodeModel
 from tracekit.summary.memory_model import DTYPE_BYTES
 
@@ -89,12 +90,13 @@ def kv_growth(
     dm = DecodeModel.model_of(manifest)
     if dm is None:
         return None
-    g = manifest.get("generate") or {}
+    man = manifest_or_empty(manifest)
+    g = man.generate or {}
     s, B = dm.shape, dm.batch
     b = DTYPE_BYTES[dm.dtype]
     per_token = 2 * s.n_layer * s.n_embd * b
     ctx = [dm.prompt + int(d) + 1 for d in steps]
-    mem = (manifest.get("metrics") or {}).get("memory") or {}
+    mem = man.metrics.memory or {}
     weights = _num(mem.get("weights_bytes")) or _num(g.get("weight_bytes"))
     measured = _num(g.get("kv_cache_bytes_measured"))
     formula = dm.kv_cache_bytes()

@@ -86,6 +86,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tracekit.errors import UsageError
+from tracekit.manifest import read_manifest
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 ATTENTIONS = ("naive", "sdpa")
@@ -564,39 +565,41 @@ def from_manifest(manifest: Mapping[str, Any] | None) -> tuple[MemoryEstimate | 
     """The estimate for a ``tracekit collect`` run (its manifest's config), or None and why
     not. The second value is a caveat when there is an estimate (torch.compile), else the
     reason there is none."""
-    cfg = manifest.get("config") if isinstance(manifest, Mapping) else None
-    if not isinstance(cfg, Mapping):
+    man = read_manifest(manifest) if isinstance(manifest, Mapping) else None
+    if man is None or not man.has_config:
         return None, "no run manifest: the analytic model needs the model config"
-    model = cfg.get("model") or (manifest or {}).get("model")
-    if not isinstance(model, Mapping):
+    cfg = man.config
+    model = cfg.model or (dict(man.model.raw) or None)
+    if model is None:
         return None, "the manifest has no model config (config.model)"
-    if cfg.get("workload", "train") != "train":
+    if (cfg.workload or "train") != "train":
         return None, "the analytic memory model is of a training step; this run generates"
-    if missing := [k for k in ("batch", "seq") if cfg.get(k) is None]:
+    if missing := [k for k, v in (("batch", cfg.batch), ("seq", cfg.seq)) if v is None]:
         return None, (
             f"the run's config has no {' or '.join(missing)} (a script whose inputs "
             "tracekit could not read): the analytic model needs both"
         )
+    assert cfg.batch is not None and cfg.seq is not None
     try:
         est = estimate(
             model,
-            batch=int(cfg["batch"]),
-            seq=int(cfg["seq"]),
-            dtype=str(cfg.get("dtype") or "fp32"),
-            attention=str(cfg.get("attention") or model.get("attention") or "naive"),
-            device=str(cfg.get("device") or "cuda"),
-            options=StepOptions.from_config(cfg),
+            batch=cfg.batch,
+            seq=cfg.seq,
+            dtype=cfg.dtype or "fp32",
+            attention=str(cfg.attention or model.get("attention") or "naive"),
+            device=cfg.device or "cuda",
+            options=StepOptions.from_config(cfg.raw),
         )
     except (KeyError, TypeError, ValueError, UsageError) as e:
         return None, f"the analytic model does not apply to this run's config ({e})"
     caveats = [
         "torch.compile changes what is saved for backward: the model counts eager mode"
-        if cfg.get("compile")
+        if cfg.compile
         else "",
         "the model counts one micro-batch's activations (the gradients at every moment)"
-        if int(cfg.get("grad_accum") or 1) > 1
+        if (cfg.grad_accum or 1) > 1
         else "",
-        "the CUDA graph's private memory pool is not modelled" if cfg.get("cuda_graphs") else "",
+        "the CUDA graph's private memory pool is not modelled" if cfg.cuda_graphs else "",
     ]
     return est, "; ".join(c for c in caveats if c)
 

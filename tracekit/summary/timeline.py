@@ -42,6 +42,7 @@ import pandas as pd
 
 from tracekit.classify.classes import classify_kernel_name
 from tracekit.errors import TracekitError, UsageError
+from tracekit.manifest import RunManifest, manifest_or_empty
 from tracekit.parse import load
 from tracekit.parse.timeline import is_marker, with_light_steps
 from tracekit.summary.steps import step_table
@@ -129,10 +130,10 @@ def mismatch(joined_pct: float | None, per_step: pd.DataFrame, key: str,
     return None
 
 
-def _recorder(light: Any, manifest: dict[str, Any]) -> str:
+def _recorder(light: Any, manifest: RunManifest) -> str:
     """Which recorder made the light trace: the manifest's ``profiler.timeline``, else the
     trace itself (a kernels-only trace has no launch calls)."""
-    tl = (manifest.get("profiler") or {}).get("timeline")
+    tl = (manifest.profiler or {}).get("timeline")
     if isinstance(tl, dict) and tl.get("recorder") in RECORDERS:
         return str(tl["recorder"])
     return CUPTI if not len(light.runtime) and len(light.kernels) else KINETO
@@ -221,13 +222,13 @@ def with_classes(kernels: pd.DataFrame, classified: pd.DataFrame) -> pd.DataFram
     return frame
 
 
-def _manifest(trace: Any) -> dict[str, Any]:
+def _manifest(trace: Any) -> RunManifest:
     man = getattr(trace, "manifest", None)
-    return man if isinstance(man, dict) else {}
+    return manifest_or_empty(man if isinstance(man, dict) else None)
 
 
 def _artifact(trace: Any, key: str) -> Path | None:
-    rel = (_manifest(trace).get("artifacts") or {}).get(key)
+    rel = _manifest(trace).artifacts.get(key)
     run_dir = getattr(trace, "run_dir", None)
     if not rel or run_dir is None:
         return None
@@ -235,7 +236,7 @@ def _artifact(trace: Any, key: str) -> Path | None:
 
 
 def _absent(trace: Any) -> str:
-    why = (_manifest(trace).get("artifacts") or {}).get("timeline_trace_absent")
+    why = _manifest(trace).artifacts.get("timeline_trace_absent")
     if why:
         return f"no light timeline pass: {why}"
     if getattr(trace, "run_dir", None) is None:
@@ -282,9 +283,7 @@ def _mean_step(table: pd.DataFrame | None) -> float | None:
 
 
 def _metric(manifest: Any, key: str) -> float | None:
-    met = manifest.get("metrics") if isinstance(manifest, dict) else None
-    v = met.get(key) if isinstance(met, dict) else None
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    return manifest_or_empty(manifest if isinstance(manifest, dict) else None).metrics.number(key)
 
 
 @dataclass(frozen=True)
@@ -427,7 +426,6 @@ def timeline_facts(
 
 def _cost(manifest: Any) -> dict[str, Any] | None:
     """The manifest's ``metrics.timeline_cost`` where it has its figures."""
-    met = manifest.get("metrics") if isinstance(manifest, dict) else None
-    c = met.get("timeline_cost") if isinstance(met, dict) else None
+    c = manifest_or_empty(manifest if isinstance(manifest, dict) else None).metrics.timeline_cost
     keys = ("ratio", "pct", "iqr", "rounds")
     return dict(c) if isinstance(c, dict) and all(k in c for k in keys) else None
