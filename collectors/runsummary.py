@@ -11,6 +11,7 @@ from typing import Any
 from tracekit.collectors.cupti_pass import recorder_line
 from tracekit.collectors.dist_manifest import summary_lines
 from tracekit.collectors.run import MANIFEST, light_line
+from tracekit.manifest import RunManifest, manifest_or_empty
 
 # a run without CUDA allocator statistics (CPU): why collect's summary has no peak
 NO_CPU_PEAK = (
@@ -34,8 +35,8 @@ def overhead_words(met: dict[str, Any], digits: int) -> str:
     return f"profiler overhead {pct:+.1f} % over the unprofiled {base:.{digits}f} ms median"
 
 
-def _generate_lines(m: dict[str, Any]) -> list[str]:
-    met, g = m["metrics"], m["generate"]
+def _generate_lines(man: RunManifest) -> list[str]:
+    met, g = man.metrics.raw, man.generate or {}
     ft, tp, mem = met["ttft_ms"], met["tpot_ms"], met["memory"]
     return [
         f"generate: batch {g['batch']}, prompt {g['prompt']}, {g['new_tokens']} decode steps "
@@ -89,11 +90,12 @@ def observer_lines(obs: dict[str, Any] | None) -> list[str]:
 def summary(run_dir: Path) -> str:
     """A few lines describing a finished run folder (what the CLI prints)."""
     m = json.loads((Path(run_dir) / MANIFEST).read_text())
-    lines = [f"run folder: {run_dir}  (status {m['status']})"]
+    man = manifest_or_empty(m)
+    lines = [f"run folder: {run_dir}  (status {man.status})"]
     lines += [f"shortened: {shortened_text(c)}" for c in m.get("schedule_shortened") or []]
-    met = m.get("metrics")
+    met = man.metrics.raw
     if met and met.get("workload") == "generate":
-        lines += _generate_lines(m)
+        lines += _generate_lines(man)
     elif met:
         st = met["step_time_ms"]
         rates = [  # unknown for a script without tokens (tracekit run)
@@ -112,9 +114,9 @@ def summary(run_dir: Path) -> str:
             )
         if (line := light_line(met)) is not None:
             lines.append(line)
-        if (rec := recorder_line((m.get("profiler") or {}).get("timeline"))) is not None:
+        if (rec := recorder_line((man.profiler or {}).get("timeline"))) is not None:
             lines.append(rec)
-        lines += observer_lines(m.get("observer"))
+        lines += observer_lines(man.observer)
         lines.append(
             f"memory: peak allocated {_bytes(met['peak_allocated_bytes'])}, peak reserved "
             f"{_bytes(met['peak_reserved_bytes'])}, average allocated "
@@ -122,18 +124,18 @@ def summary(run_dir: Path) -> str:
             if met.get("peak_allocated_bytes") is not None
             else f"memory: {NO_CPU_PEAK}"
         )
-    c = m.get("ceilings")
-    if c:
+    c = man.ceilings
+    if c is not None and c.memory_bandwidth_Bps is not None:
         rates = ", ".join(
             f"{k} {v / 1e12:.1f} TFLOP/s" if v >= 1e11 else f"{k} {v / 1e9:.1f} GFLOP/s"
-            for k, v in c["matmul_flops"].items()
+            for k, v in c.matmul_flops.items()
             if v is not None
         )
-        lines.append(f"ceilings: copy {c['memory_bandwidth_Bps'] / 1e9:.0f} GB/s; matmul {rates}")
-    if m.get("distributed"):  # a multi-GPU run (collectors/dist_manifest.py)
+        lines.append(f"ceilings: copy {c.memory_bandwidth_Bps / 1e9:.0f} GB/s; matmul {rates}")
+    if man.distributed is not None and man.distributed.raw:  # a multi-GPU run (dist_manifest)
         lines += summary_lines(m)
-    arts = m["artifacts"]
-    lines.append(f"trace: {arts['trace'] or 'none'}")
+    arts = man.artifacts.raw
+    lines.append(f"trace: {man.artifacts.trace or 'none'}")
     for key in ("timeline_trace", "memory_timeline", "memory_snapshot"):
         if key not in arts:  # a manifest from before the light timeline pass
             continue
