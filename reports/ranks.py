@@ -162,56 +162,12 @@ JOB_COLL_TITLE = (
     "Collectives of a step, ms (transfer: median over the steps; wait: over ranks and "
     "steps; last: the rank most often last to arrive)"
 )
-SHOWN_WORDS = "the full table: ranks.parquet"
-NODE_ROWS = 8
-
-
-def terminal_ranks(rs: RanksSummary) -> list[int]:
-    """The per-rank rows of a large job's terminal: the first rank, each finding's rank
-    (a node's first two), and the median rank of the step."""
-    job = rs.job
-    want = [rs.ranks[0]] if rs.ranks else []
-    if job is not None:
-        for f in job.findings:
-            if f.kind not in ("damaged", "missing"):
-                want.extend(f.ranks[:2])
-        fig = job.figures.sort_values("step_time_ms")
-        if len(fig):
-            want.append(int(fig["rank"].iloc[len(fig) // 2]))
-    return sorted(set(want) & set(rs.ranks))
 
 
 def distribution_rows(rs: RanksSummary) -> pd.DataFrame:
     job = rs.job
     rows = [d.__dict__ for d in job.distributions] if job is not None else []
     return pd.DataFrame(rows)
-
-
-def node_rows(rs: RanksSummary) -> tuple[pd.DataFrame, str]:
-    """The nodes a finding names, then those farthest from the job's medians (step, own
-    transfer), at most :data:`NODE_ROWS`; and a line about the others."""
-    job = rs.job
-    nd = job.nodes if job is not None else pd.DataFrame()
-    if not len(nd):
-        return nd, ""
-    nd = nd.assign(span=list(zip(nd["first_rank"], nd["last_rank"], strict=True)))
-    far = pd.Series(0.0, index=nd.index)
-    for c in ("step_time_ms", "internode_transfer_ms", "compute_ms", "input_ms"):
-        med = float(nd[c].median())
-        if med > 0:
-            far = far.combine((nd[c] - med).abs() / med, max)
-    order = (nd["flagged"] * 1e6 + far).sort_values(ascending=False).index
-    top = nd.loc[order[:NODE_ROWS]].sort_values("first_rank")
-    others = nd.drop(index=top.index)
-    if not len(others):
-        return top, ""
-    rest = (
-        f"the other {len(others)} of {len(nd)} nodes: step "
-        f"{_n(others['step_time_ms'].min())} to {_n(others['step_time_ms'].max())} ms, "
-        f"own transfer {_n(others['internode_transfer_ms'].min())} to "
-        f"{_n(others['internode_transfer_ms'].max())} ms (rank_nodes.parquet)"
-    )
-    return top, rest
 
 
 TERMINAL_COLUMNS = {"per_rank": 7, "stragglers": 7, "collectives": 7}
@@ -382,6 +338,8 @@ def _rich_table(title: str, df: pd.DataFrame, cols: list[Col]) -> RenderableType
 
 
 def terminal(sm: Summary) -> list[RenderableType]:
+    """The ranks section of a job of a few ranks, a row per rank (reports/ranksterm.py has
+    the job at scale)."""
     rs: RanksSummary | None = sm.ranks
     if rs is None:
         return []
@@ -391,10 +349,6 @@ def terminal(sm: Summary) -> list[RenderableType]:
     ]
     if rs.job is not None and rs.job.findings:
         out.append(Group(*(Text(f"  ! {f.text}") for f in rs.job.findings)))
-    if len(rs.ranks) > LARGE and rs.job is not None:
-        out.extend(_terminal_at_scale(rs))
-        out.extend(Text(f"note: {x}", style="dim") for x in rs.notes)
-        return out
     n = TERMINAL_COLUMNS
     out.append(_rich_table(per_rank_title(rs), rs.per_rank.head(32), PER_RANK[: n["per_rank"]]))
     if len(rs.stragglers) and len(rs.ranks) > 1:
@@ -407,30 +361,6 @@ def terminal(sm: Summary) -> list[RenderableType]:
             _rich_table(title, rs.collective_table.head(12), COLLECTIVES[: n["collectives"]])
         )
     out.extend(Text(f"note: {x}", style="dim") for x in rs.notes)
-    return out
-
-
-def _terminal_at_scale(rs: RanksSummary) -> list[RenderableType]:
-    """A large job: distributions, a per-node summary, the collectives of a step and the
-    named ranks, never a row per rank."""
-    job = rs.job
-    assert job is not None
-    out: list[RenderableType] = [
-        _rich_table(DIST_TITLE, distribution_rows(rs), DISTRIBUTION),
-    ]
-    nodes, rest = node_rows(rs)
-    if len(nodes):
-        out.append(_rich_table(NODES_TITLE, nodes, NODES))
-        if rest:
-            out.append(Text(f"  {rest}"))
-    if len(job.collectives):
-        out.append(_rich_table(JOB_COLL_TITLE, job.collectives.head(16), JOB_COLLECTIVES))
-    shown = rs.per_rank[rs.per_rank["rank"].isin(terminal_ranks(rs))]
-    title = (
-        f"Ranks named above (a node: its first two), the first and the median rank ({SHOWN_WORDS})"
-    )
-    cols = [c for c in PER_RANK[:8] if c[1] in shown and shown[c[1]].notna().any()]
-    out.append(_rich_table(title, shown, [*cols, ("finding", "finding", str)]))
     return out
 
 

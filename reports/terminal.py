@@ -19,6 +19,7 @@ import tracekit.reports.fmt as fmt
 import tracekit.reports.generate as GR
 import tracekit.reports.parts as parts
 import tracekit.reports.ranks as ranks_view
+import tracekit.reports.ranksterm as ranksterm
 import tracekit.reports.verdict as VR
 import tracekit.summary.cpanchor as CPA
 from tracekit.summary import Summary
@@ -409,7 +410,9 @@ def kernels(sm: Summary, n: int = 10) -> RenderableType:
 
 
 def render(sm: Summary, console: Console, outputs: Iterable[str] = ()) -> None:
-    """Print every section to ``console``."""
+    """Print every section to ``console``; a job at scale: the job, not each rank's detail
+    (reports/ranksterm.py)."""
+    scale = ranksterm.at_scale(sm)
     console.print(header(sm))
     console.print(verdict(sm))
     said = sm.verdict is not None and sm.verdict.verdict == "launch/host-bound"
@@ -420,9 +423,20 @@ def render(sm: Summary, console: Console, outputs: Iterable[str] = ()) -> None:
     if sm.generate is not None:
         console.print()
         console.print(generate(sm))
-    for part in ranks_view.terminal(sm):  # a multi-rank report's ranks section
+    for part in ranksterm.terminal(sm) if scale else ranks_view.terminal(sm):
         console.print()
         console.print(part)
+    if not scale:
+        _detail(sm, console)
+    outs = list(outputs)
+    if outs:
+        console.print()
+        for o in outs:
+            console.print(Text(ranksterm.short_output(o) if scale else o, style="green"))
+
+
+def _detail(sm: Summary, console: Console) -> None:
+    """The (detailed rank's) sections: classes, operators, memory, GPU, kernels, path."""
     console.print()
     console.print(classes(sm))
     console.print()
@@ -438,11 +452,6 @@ def render(sm: Summary, console: Console, outputs: Iterable[str] = ()) -> None:
         console.print(critical_path(sm))
     for note in sm.notes:
         console.print(Text(f"note: {note}", style="dim"))
-    outs = list(outputs)
-    if outs:
-        console.print()
-        for o in outs:
-            console.print(Text(o, style="green"))
 
 
 def critical_path(sm: Summary) -> RenderableType:

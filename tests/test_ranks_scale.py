@@ -136,19 +136,42 @@ def test_robust_statistics_call_no_rank_of_a_healthy_job_a_straggler() -> None:
     assert np.isnan(robust_z(np.array([np.nan, np.nan]))).all()
 
 
-def test_the_terminal_fits_two_screens(built: tuple[Any, Path], summary: RanksSummary) -> None:
+def whole_report(folder: Path, trace: Path, summary: RanksSummary) -> list[str]:
+    """The whole terminal report of ``tracekit report`` at 80 columns: the detailed rank's
+    header and verdict, the ranks section, and the files written."""
+    from tracekit.analyse import analyse
+    from tracekit.reports import terminal
+
+    sm = analyse(trace, ranks=summary).summary
+    assert sm is not None
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    files = ", ".join(["classes.parquet", "report.html", *view_files()])
+    terminal.render(sm, console, [f"wrote {folder}/report/: {files}"])
+    return console.export_text().splitlines()
+
+
+def view_files() -> list[str]:
     from tracekit.reports import ranks as view
 
-    job, _ = built
-    console = Console(width=120, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
-    for part in view.terminal(SimpleNamespace(ranks=summary)):  # type: ignore[arg-type]
-        console.print(part)
-    text = console.export_text()
-    assert len(text.splitlines()) <= 100
+    return list(view.PARQUET)
+
+
+def test_the_whole_terminal_report_fits_two_screens(
+    built: tuple[Any, Path], summary: RanksSummary
+) -> None:
+    job, folder = built
+    lines = whole_report(folder, folder / job.files[0], summary)
+    text = "\n".join(lines)
+    assert len(lines) <= 100, text  # two screens of 50 lines, 80 columns
     assert f"node {job.hosts[job.slow_node]}" in text and "not analysed: rank" in text
-    table_rows = [ln for ln in text.splitlines() if ln.split()[:1] and ln.split()[0].isdigit()]
-    assert len(table_rows) <= 40  # nodes, collectives, named ranks: never a row per rank
-    assert "works longest" not in text
+    assert f"rank {job.straggler} is slow in compute" in text
+    assert f"rank {job.stall} stalls on input" in text and f"missing: rank {job.missing}" in text
+    assert "job: 62 of 64 ranks" in text and "held back by:" in text  # the verdict
+    assert "The step's parts over the ranks" in text and "Nodes" in text  # tail, nodes
+    table_rows = [ln for ln in lines if ln.split()[:1] and ln.split()[0].isdigit()]
+    assert len(table_rows) <= 20  # nodes, collectives, named ranks: never a row per rank
+    assert "works longest" not in text and "Top kernels" not in text  # detail: report.html
+    assert "and 6 more files" in " ".join(ln.strip() for ln in lines)
 
 
 def test_heatmaps_and_files(tmp_path: Path, summary: RanksSummary) -> None:
