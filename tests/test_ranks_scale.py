@@ -101,6 +101,11 @@ def test_all_five_faults_named_and_no_false_straggler(
     assert sorted(kinds["node"].ranks) == job.slow_node_ranks
     assert kinds["damaged"].ranks == (job.truncated,) and "truncated" in kinds["damaged"].text
     assert kinds["missing"].ranks == (job.missing,)
+    # the slow node's factor as injected (2x), not shortened by its late end at the anchor
+    node = v.nodes.set_index("host").loc[job.hosts[job.slow_node], "internode_transfer_ms"]
+    factor = node / np.median(v.figures["internode_transfer_ms"])
+    assert abs(factor / R.Spec().slow_factor - 1) < 0.10, factor
+    assert "2.0x the job's median" in kinds["node"].text
     assert summary.missing == [job.missing] and list(summary.damaged) == [job.truncated]
     # the straggler's compute is ~15 % over the median; the stall rank arrives last
     assert 0.12 < kinds["compute"].excess_ms / np.median(v.figures["compute_ms"]) < 0.18
@@ -109,6 +114,21 @@ def test_all_five_faults_named_and_no_false_straggler(
     assert "held back by: rank" in v.verdict[1] and f"rank {job.stall} (input" in v.verdict[1]
     pr = summary.per_rank.set_index("rank")
     assert pr.loc[job.straggler, "finding"] == "compute" and pr.loc[0, "finding"] == ""
+
+
+def test_a_slower_ranks_late_end_moves_its_clock_not_its_transfers() -> None:
+    from tracekit.ranks.latends import late_ends
+
+    # 4 ranks, 3 collectives (transfers 1, 4, 10 us from the last arrival);
+    # rank 3's links 2x slower: aligned on its end of the first, its clock is 1 us early
+    rows = []
+    for key, t in enumerate((1_000, 4_000, 10_000)):
+        for rank in range(4):
+            own = 2 * t if rank == 3 else t
+            rows.append((key, rank, key * 100_000 + 10 * (3 - rank), key * 100_000 + 30 + own))
+    inst = pd.DataFrame(rows, columns=["key", "rank", "ts", "end"])
+    assert late_ends(inst, {0: 0, 1: 0, 2: 0, 3: -1_000}) == {3: 1_000}
+    assert late_ends(inst, {r: 0 for r in range(4)}) == {}  # on time: nothing moves
 
 
 def test_the_distributions_name_their_tail(summary: RanksSummary) -> None:

@@ -5,7 +5,9 @@
    collective is impossible on their clocks (one rank finished it before another started
    it), are aligned on that first collective: each rank is shifted so that it *ends* the
    collective when the lowest rank does (a collective ends at nearly the same moment on
-   every rank; it starts when each rank arrives). :class:`Clock` says which was done.
+   every rank; it starts when each rank arrives), then a rank whose transfers are slower
+   than the job's is moved by its late end there (:mod:`tracekit.ranks.latends`).
+   :class:`Clock` says which was done.
 2. **Collectives** are matched across ranks (:func:`tracekit.ranks.collectives.match`):
    transfer, sync wait, algbw, busbw, who arrived last.
 3. **Per rank** (over the steps every rank has): step time, GPU busy, compute,
@@ -29,6 +31,7 @@ import pandas as pd
 
 from tracekit.ranks import bandwidth as BW
 from tracekit.ranks.collectives import COMMUNICATION, INSTANCE_COLUMNS, match
+from tracekit.ranks.latends import late_ends
 from tracekit.ranks.measured import Measured, reconcile
 from tracekit.ranks.nodes import inter_node
 from tracekit.ranks.perrank import RESULT, STEP_COLUMNS
@@ -146,6 +149,8 @@ def align_clocks(inst: pd.DataFrame, hosts: dict[int, str | None]) -> Clock:
     )
     ref = int(ends.loc[int(ends.index.min())])
     offsets = {r: (ref - int(ends.loc[r])) if r in ends.index else 0 for r in ranks}
+    for r, late in late_ends(inst2, offsets).items():
+        offsets[r] += late
     known = {h for h in hosts.values() if h}
     if len(known) > 1:
         return Clock(True, offsets, anchor, "aligned on the first collective (traces from "
