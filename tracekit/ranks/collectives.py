@@ -313,6 +313,17 @@ def _signature(kind: Any, nbytes: Any) -> tuple[str, float | None]:
     return str(kind), (round(float(nbytes)) if sized else None)
 
 
+def _agree(inst: pd.DataFrame, keys: pd.Series) -> pd.Series:
+    """Per key, whether its instances have one :func:`_signature` (vectorised: no Python
+    loop over the job's instances)."""
+    kind = inst["kind"].astype(str)
+    nbytes = pd.to_numeric(inst["message_bytes"], errors="coerce").astype(float)
+    size = nbytes.round().where((kind != "all_to_all") & nbytes.notna())
+    sig = pd.DataFrame({"kind": kind.to_numpy(), "size": size.to_numpy()}, index=inst.index)
+    n = sig.groupby(keys.to_numpy()).nunique(dropna=False)
+    return cast(pd.Series, (n["kind"] == 1) & (n["size"] == 1))
+
+
 def _by_order(inst: pd.DataFrame) -> pd.Series:
     """Keys by (group, seq) where every instance of the job has a sequence number, else by
     (group, step, index): NCCL's issue order."""
@@ -349,11 +360,7 @@ def assign_keys(inst: pd.DataFrame) -> pd.Series:
     by issue order, and, for a process group whose ranks disagree on what the k-th
     collective is, by aligning their sequences (:func:`_resequence`)."""
     keys = _by_order(inst)
-    sig = pd.Series(
-        [_signature(k, b) for k, b in zip(inst["kind"], inst["message_bytes"], strict=True)],
-        index=inst.index,
-    )
-    bad = sig.groupby(keys).nunique() > 1
+    bad = ~_agree(inst, keys)
     if not bad.any():
         return keys
     base = int(keys.max()) + 1
@@ -389,11 +396,7 @@ def match(inst: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     size = first["group_size"].astype("Float64").fillna(n_ranks.astype("Float64"))
     last = inst.loc[g["ts"].idxmax(), ["key", "rank"]].set_index("key")["rank"]
     median_start = g["ts"].median()
-    sigs = pd.Series(
-        [_signature(k, b) for k, b in zip(inst["kind"], inst["message_bytes"], strict=True)],
-        index=inst.index,
-    )
-    agree = sigs.groupby(inst["key"]).nunique() == 1
+    agree = _agree(inst, inst["key"])
     out = pd.DataFrame(
         {
             "key": first.index.astype(np.int64),

