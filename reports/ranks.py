@@ -511,11 +511,13 @@ HEATMAPS = {
 
 
 def heatmap_data(rs: RanksSummary) -> dict[str, dict[str, Any]]:
-    """The two heatmaps' matrices (rows: ranks), with the named ranks marked."""
+    """The two heatmaps' matrices (rows: ranks), with the named ranks marked and the
+    damaged and missing ranks as rows marked absent (empty)."""
     job = rs.job
     if job is None:
         return {}
     marks = {r: f.kind for f in job.findings for r in f.ranks if f.kind in CAUSES}
+    absent = {int(r): "damaged" for r in rs.damaged} | {int(r): "missing" for r in rs.missing}
     out = {}
     specs = (
         ("rank_step_heatmap", job.heat_steps, "step", "% over the step's median",
@@ -526,6 +528,7 @@ def heatmap_data(rs: RanksSummary) -> dict[str, dict[str, Any]]:
     for name, m, xlabel, unit, title, diverging in specs:
         if not len(m):
             continue
+        m = m.reindex(sorted({int(r) for r in m.index} | set(absent)))
         out[name] = {
             "title": title,
             "rows": [int(r) for r in m.index],
@@ -535,6 +538,7 @@ def heatmap_data(rs: RanksSummary) -> dict[str, dict[str, Any]]:
             "unit": unit,
             "diverging": diverging,
             "marks": marks,
+            "absent": absent,
         }
     return out
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
@@ -15,6 +16,7 @@ COLORS = {
     "comm_overlapped": ("#f0a030", "communication overlapped by compute"),
     "comm_exposed": ("#d9412b", "communication exposed"),
 }
+ABSENT_COLOR = "#bbbbbb"  # a damaged or missing rank's row
 KIND_COLORS = ("#d9412b", "#4a90d9", "#2e9e5b", "#8e5ac8", "#f0a030", "#666666")
 
 
@@ -84,36 +86,42 @@ MARK_COLORS = {"compute": "#d9412b", "input": "#8e5ac8", "node": "#2e9e5b"}
 
 def heatmap(d: dict[str, Any]) -> bytes:
     """``matrix`` (rows: ``rows`` ranks, columns: ``cols``), ``title``, ``xlabel``, ``unit``,
-    ``diverging`` (centred on 0), ``marks`` (rank -> finding kind: ticked on the left)."""
+    ``diverging`` (centred on 0), ``marks`` (rank -> finding kind: ticked on the left),
+    ``absent`` (rank -> damaged | missing: a grey row, ticked)."""
     ranks = d["rows"]
     fig = Figure(figsize=(11, 7))
-    fig.subplots_adjust(left=0.1, right=0.93, top=0.93, bottom=0.1)
+    fig.subplots_adjust(left=0.13, right=0.93, top=0.93, bottom=0.1)
     if not ranks:
         return message(fig, d["title"], "no ranks")
-    m = np.asarray(d["matrix"], dtype=float)
+    m = np.ma.masked_invalid(np.asarray(d["matrix"], dtype=float))
     ax = fig.add_subplot()
-    finite = m[np.isfinite(m)]
+    finite = m.compressed()
     if d["diverging"]:
         lim = float(np.percentile(np.abs(finite), 99.5)) if finite.size else 1.0
         lim = max(lim, float(np.abs(finite).max()) if finite.size else 1.0, 1e-9)
-        im = ax.imshow(m, aspect="auto", cmap="RdBu_r", vmin=-lim, vmax=lim,
+        cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad=ABSENT_COLOR)
+        im = ax.imshow(m, aspect="auto", cmap=cmap, vmin=-lim, vmax=lim,
                        interpolation="nearest")  # fmt: skip
     else:
-        im = ax.imshow(m, aspect="auto", cmap="magma_r", interpolation="nearest")
+        cmap = matplotlib.colormaps["magma_r"].with_extremes(bad=ABSENT_COLOR)
+        im = ax.imshow(m, aspect="auto", cmap=cmap, interpolation="nearest")
     cols = d["cols"]
     step = max(1, len(cols) // 20)
     ax.set_xticks(range(0, len(cols), step), cols[::step])
     marks = {int(r): k for r, k in d["marks"].items()}
+    absent = {int(r): k for r, k in d.get("absent", {}).items()}
     row = {r: i for i, r in enumerate(ranks)}
-    ticks = sorted({0, len(ranks) - 1} | {row[r] for r in marks if r in row})
-    ax.set_yticks(ticks, [f"rank {ranks[i]}" for i in ticks], fontsize=7)
+    ticks = sorted({0, len(ranks) - 1} | {row[r] for r in [*marks, *absent] if r in row})
+    names = [f"rank {ranks[i]}" + (f" ({absent[ranks[i]]})" if ranks[i] in absent else "")
+             for i in ticks]  # fmt: skip
+    ax.set_yticks(ticks, names, fontsize=7)
     for label, i in zip(ax.get_yticklabels(), ticks, strict=True):
         kind = marks.get(ranks[i])
         if kind:
             label.set_color(MARK_COLORS.get(kind, "black"))
             label.set_fontweight("bold")
     ax.set_xlabel(d["xlabel"])
-    ax.set_ylabel(f"{len(ranks)} ranks (named ranks ticked)")
+    ax.set_ylabel(f"{len(ranks)} ranks (named ranks ticked; grey: absent)")
     ax.set_title(plain(d["title"]), fontsize=10)
     fig.colorbar(im, ax=ax, label=d["unit"], fraction=0.04)
     return png(fig)

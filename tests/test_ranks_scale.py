@@ -199,7 +199,12 @@ def test_heatmaps_and_files(tmp_path: Path, summary: RanksSummary) -> None:
 
     data = view.heatmap_data(summary)
     steps, waits = data["rank_step_heatmap"], data["rank_wait_heatmap"]
-    assert len(steps["rows"]) == len(waits["rows"]) == 62
+    assert steps["rows"] == waits["rows"] == list(range(64))  # absent ranks as rows too
+    absent = {summary.missing[0]: "missing", next(iter(summary.damaged)): "damaged"}
+    assert steps["absent"] == waits["absent"] == absent
+    for r in absent:
+        assert np.isnan(steps["matrix"][r]).all() and np.isnan(waits["matrix"][r]).all()
+    assert not np.isnan(steps["matrix"][0]).any()
     assert len(waits["cols"]) == 14 and len(steps["cols"]) == 2
     png = view.plots(SimpleNamespace(ranks=summary))  # type: ignore[arg-type]
     assert png["rank_step_heatmap"][:4] == b"\x89PNG"
