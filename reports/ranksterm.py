@@ -68,9 +68,9 @@ def node_rows(rs: RanksSummary, n: int = NODE_ROWS) -> tuple[pd.DataFrame, str]:
     if not len(others):
         return top, ""
     rest = (
-        f"the other {len(others)} of {len(nd)} nodes: step "
-        f"{V._n(others['step_time_ms'].min())} to {V._n(others['step_time_ms'].max())} ms, "
-        f"own transfer {V._n(others['internode_transfer_ms'].min())} to "
+        f"other {len(others)} nodes: step {V._n(others['step_time_ms'].min())}-"
+        f"{V._n(others['step_time_ms'].max())}, own transfer "
+        f"{V._n(others['internode_transfer_ms'].min())}-"
         f"{V._n(others['internode_transfer_ms'].max())} ms"
     )
     return top, rest
@@ -86,8 +86,8 @@ def collective_rows(rs: RanksSummary, n: int = COLL_ROWS) -> tuple[pd.DataFrame,
     others = co.drop(index=top.index)
     last = others["last_rank"].mode()
     return top, (
-        f"the other {len(others)} of {len(co)}: wait mean {V._n(others['wait_mean_ms'].min())} "
-        f"to {V._n(others['wait_mean_ms'].max())} ms"
+        f"other {len(others)}: wait mean {V._n(others['wait_mean_ms'].min())}-"
+        f"{V._n(others['wait_mean_ms'].max())} ms"
         + (f", last most often rank {int(last.iloc[0])}" if len(last) else "")
     )
 
