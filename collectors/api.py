@@ -14,13 +14,13 @@
 
 The schedule, the measurements and the run folder are those of ``tracekit run``
 (:mod:`tracekit.collectors.session`). Without ``steps`` and ``warmup`` the schedule fits
-the loop: one warm-up step, on CUDA the light timeline pass, the profiler's steps, the
-category step (memory by category), a CUDA memory snapshot, then up to 20 steps timed
-without the profiler or the probes; a block that ends in the timed steps is complete with
-fewer (``manifest.schedule_shortened``). With ``steps`` or ``warmup`` it is fixed:
-``warmup`` warm-up steps (tracekit's probes run in those after the first), ``steps`` timed
-steps, then the profiled passes. The folder is written as soon as the schedule is complete
-(the loop goes on unprofiled), or when the block ends. A block that ends before it is
+the loop: 3 warm-up steps (tracekit's probes run in those after the first), 5 steps timed
+before any profiler runs, on CUDA the light timeline pass, the profiler's steps, the
+category step (memory by category), a CUDA memory snapshot. With ``steps`` or ``warmup``
+it is fixed: ``warmup`` warm-up steps, ``steps`` timed steps, then the profiled passes.
+Where the loop runs on, both time 10 more unprofiled steps after every pass (the residual
+check, ``manifest.observer``). The folder is written as soon as the schedule is done (the
+loop goes on unprofiled), or when the block ends. A block that ends before it is
 complete writes the folder with status ``incomplete`` and raises
 :class:`tracekit.errors.TracekitError`; a block that raises writes status ``error`` and
 lets the exception through.
@@ -203,9 +203,10 @@ def profile(
     the profiler's ``wait``/``profile_warmup``/``active`` steps (× ``repeat``) with the
     profiler options of ``tracekit collect``, and, unless ``with_stack`` or not
     ``memory_timeline``, two more steps for the memory by category (the category step);
-    with neither ``steps`` nor ``warmup`` given, one warm-up step, the profiled passes,
-    then up to 20 timed steps (fewer when the loop ends first: the schedule fits the loop);
-    where the light pass ran and the loop runs on, ``light_cost_rounds`` rounds of its cost
+    with neither ``steps`` nor ``warmup`` given, 3 warm-up and 5 timed steps (the schedule
+    fits a loop of unknown length); where the loop runs on, the residual check (10
+    unprofiled steps after every pass), then, where the light pass ran, ``light_cost_rounds``
+    rounds of its cost
     (5 unprofiled and 5 light steps each, the last 3 of each timed; 0: none);
     ``device``: ``auto`` (the optimizer's parameters' device), ``cuda`` or ``cpu``. Every
     value is checked first (:class:`tracekit.errors.UsageError`). Writes the run folder

@@ -21,9 +21,11 @@ when a step ends (:meth:`Session.boundary`: an optimizer step hook, a marked fun
    timed as above;
 4. on CUDA, ``snapshot_steps`` steps recorded into a memory snapshot.
 
-Then it is *complete*: the run folder (the same as ``collect``'s, built under a temporary
-name and renamed into place, ``manifest.json`` last) is written at once, or when the
-caller closes the session. A session closed before it is complete writes the folder with
+Then it is *complete*. Where the loop runs on, the residual check
+(:mod:`tracekit.collectors.observer`: what the passes left switched on, and unprofiled
+steps timed again against the first timed ones) and the light pass's cost rounds follow;
+then the run folder (the same as ``collect``'s, built under a temporary name and renamed
+into place, ``manifest.json`` last) is written, or when the caller closes the session. A session closed before it is complete writes the folder with
 status ``incomplete`` (or ``error``/``oom`` when the loop raised) and what it measured.
 """
 

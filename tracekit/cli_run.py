@@ -48,12 +48,12 @@ _Steps = Annotated[
     int | None,
     typer.Option(
         help="Timed (unprofiled) steps for the metrics; given (or --warmup): the fixed "
-        "schedule, which the script must complete  [default: up to 20, fitted]"
+        "schedule, which the script must complete  [default: 5 fitted, 20 fixed]"
     ),
 ]
 _Warmup = Annotated[
     int | None,
-    typer.Option(help="Warm-up steps, probed after the first (>= 1)  [default: 1 fitted, 5 fixed]"),
+    typer.Option(help="Warm-up steps, probed after the first (>= 1)  [default: 3 fitted, 5 fixed]"),
 ]
 _StepMarker = Annotated[
     str,
@@ -154,13 +154,14 @@ def run_script_cmd(
     """Profile a training script without editing it: tracekit run [OPTIONS] -- python
     train.py ARGS. Writes the same run folder as collect.
 
-    Schedule, in the script's steps, fitted by default: 1 warm-up, on CUDA the light
-    timeline pass (CUDA activity only; not with --single-pass), the profiled steps
-    (--profile-wait + --profile-warmup + --profile-active, x --profile-repeat), two category
-    steps (unless --with-stack or --no-memory-timeline; on CUDA the memory snapshot records
-    the last), then up to 20 timed steps, fewer if the script ends first: at least 12 steps
-    on CUDA, 8 on CPU. --steps or --warmup fix it (warm-up, timed, profiled: 36 steps on
-    CUDA, all needed). Where the script runs on, the light pass's cost rounds follow."""
+    Schedule, in the script's steps, fitted by default: 3 warm-up, 5 timed before any
+    profiler runs, on CUDA the light timeline pass (CUDA activity only; not with
+    --single-pass), the profiled steps (--profile-wait + --profile-warmup + --profile-active,
+    x --profile-repeat), two category steps (unless --with-stack or --no-memory-timeline; on
+    CUDA the memory snapshot records the last): at least 18 steps on CUDA, 14 on CPU.
+    --steps or --warmup fix it (warm-up, timed, profiled: 36 steps on CUDA, all needed).
+    Where the script runs on, the residual check (10 unprofiled steps after every pass,
+    against the first timed ones) and the light pass's cost rounds follow."""
     command = ctx.meta["tracekit.script"]
     if counters:
         _check_script_counters(device)
