@@ -90,3 +90,18 @@ def test_bad_input_is_a_one_line_error(
     trace.write_text("{}")
     assert main(["classify", str(trace), "--peak-tflops", "-5"]) == 2
     assert main(["classify", str(trace), "--counters", str(tmp_path / "nope.csv")]) == 2
+
+
+def test_a_cpu_run_is_classified_in_cpu_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 35: `classify` reads a CPU run through the pipeline's CPU view; its summary
+    says whose time the shares are of (the CPU's operators), not GPU time."""
+    import shutil
+
+    run = tmp_path / "cpu"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "cpu-tiny-fp32-naive", run)
+    assert main(["classify", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "CPU time by class: gemm" in out and "of the analysed steps' CPU time" in out
+    assert "GPU time" not in out

@@ -14,6 +14,7 @@ from tracekit.classify.result import Classification, in_scope
 from tracekit.classify.schema import ARROW
 from tracekit.io import atomic_dir, atomic_write_json
 from tracekit.manifest import read_manifest
+from tracekit.parse.cpuview import CPU_NOTE
 
 FILES = {
     "op_roofline": "op_roofline.parquet",
@@ -113,9 +114,11 @@ def describe(result: Classification, dest: Path) -> str:
         f"device: {dev.device_name or 'unknown'}"
         + (f" (spec {dev.spec_key})" if dev.spec_key else "")
     ]
+    # a CPU run's operators stand in for kernels (tracekit.parse.cpuview): its time is the CPU's
+    where = "CPU" if any(n.startswith(CPU_NOTE) for n in result.notes) else "GPU"
     c = result.classes[result.classes["gpu_time"] > 0].sort_values("gpu_time", ascending=False)
     shares = ", ".join(f"{r['class']} {r['time_share_pct']:.1f}%" for _, r in c.iterrows())
-    lines.append(f"GPU time by class: {shares or 'no GPU activity'}")
+    lines.append(f"{where} time by class: {shares or f'no {where} activity'}")
     k = result.kernels[in_scope(result.kernels)] if len(result.kernels) else result.kernels
     if len(k):
         t = float(k["dur"].sum()) or 1.0
@@ -123,7 +126,7 @@ def describe(result: Classification, dest: Path) -> str:
         comp = 100 * float(k.loc[k["bound"] == "compute-bound", "dur"].sum()) / t
         lines.append(
             f"memory-bound {mem:.1f}% / compute-bound {comp:.1f}% / "
-            f"unknown {100 - mem - comp:.1f}% of the analysed steps' GPU time"
+            f"unknown {100 - mem - comp:.1f}% of the analysed steps' {where} time"
         )
     lines += [f"note: {n}" for n in result.notes]
     lines.append(f"wrote {dest}")

@@ -254,12 +254,15 @@ def device_label(manifest: Any) -> str:
     return f"CPU ({', '.join(what)})" if what else "CPU"
 
 
+CPU_NOTE = "CPU run:"  # how the CPU view's note begins (a classification of a CPU run)
+
+
 def cpu_note(trace: Any) -> str:
     """The report's note on the rule, with the counts of this trace's CPU view."""
     acts = trace.kernels
     n_ops = int((trace.ops["category"].astype(str) == "cpu_op").sum())
     threads = int(acts["stream"].nunique()) if len(acts) else 0
     return (
-        f"CPU run: {len(acts)} work operators of {n_ops} stand in for kernels, on "
+        f"{CPU_NOTE} {len(acts)} work operators of {n_ops} stand in for kernels, on "
         f"{threads} thread(s) (rule: {RULE}); see docs/report.md#cpu-runs"
     )
