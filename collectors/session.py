@@ -25,8 +25,9 @@ Then it is *complete*. Where the loop runs on, the residual check
 (:mod:`tracekit.collectors.observer`: what the passes left switched on, and unprofiled
 steps timed again against the first timed ones) and the light pass's cost rounds follow;
 then the run folder (the same as ``collect``'s, built under a temporary name and renamed
-into place, ``manifest.json`` last) is written, or when the caller closes the session. A session closed before it is complete writes the folder with
-status ``incomplete`` (or ``error``/``oom`` when the loop raised) and what it measured.
+into place, ``manifest.json`` last) is written, or when the caller closes the session. A
+session closed before it is complete writes the folder with status ``incomplete`` (or
+``error``/``oom`` when the loop raised) and what it measured.
 """
 
 from __future__ import annotations
