@@ -152,6 +152,7 @@ class Metrics:
     memory: dict[str, Any] | None = None
     tpot_ms_by_step: list[Any] | None = None
     ttft_ms: StepTime | None = None
+    tpot_ms: StepTime | None = None
     timeline_cost: dict[str, Any] | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
@@ -184,6 +185,7 @@ class Metrics:
             memory=_sub(m.get("memory")),
             tpot_ms_by_step=list(by) if isinstance(by, list) else None,
             ttft_ms=StepTime.of(m.get("ttft_ms")),
+            tpot_ms=StepTime.of(m.get("tpot_ms")),
             timeline_cost=_sub(m.get("timeline_cost")),
             raw=m,
         )

@@ -14,6 +14,7 @@ import pandas as pd
 
 import tracekit.summary.critical_path as CP
 from tracekit.errors import UsageError
+from tracekit.manifest import manifest_or_empty
 from tracekit.summary.memory_model import MemoryEstimate, ModelShape, StepOptions, estimate
 from tracekit.summary.roofs import Roofs, roofs_from
 
@@ -103,14 +104,15 @@ def read_manifest(run: Path) -> dict[str, Any]:
         man = json.loads(path.read_text())
     except ValueError as e:
         raise UsageError(f"{path}: not JSON ({e})") from None
-    cfg = man.get("config") if isinstance(man, dict) else None
-    if isinstance(man, dict) and man.get("workload") == "script":
+    typed = manifest_or_empty(man) if isinstance(man, dict) else None
+    cfg = typed.config.raw if typed is not None and typed.has_config else None
+    if typed is not None and typed.workload == "script":
         raise UsageError(
             f"{run}: a `tracekit run` of a script: advise measures levers by re-running the "
             "workload with each lever as a collect flag, which it can only do for `tracekit "
             "collect` runs (docs/advise.md, supported runs)"
         )
-    if not isinstance(cfg, dict) or "preset" not in cfg or "model" not in cfg:
+    if cfg is None or "preset" not in cfg or "model" not in cfg:
         raise UsageError(
             f"{run}: not a `tracekit collect` run (its manifest has no preset and model "
             "config): advise measures levers by re-running the workload, which it owns only "
@@ -136,7 +138,7 @@ def _num(v: Any) -> float:
 def _peak(manifest: dict[str, Any], summary: Any) -> tuple[float, str]:
     """The measured peak: the allocator's (CUDA, unprofiled steps), else the trace's
     ``[memory]`` events (CPU)."""
-    peak = _num((manifest.get("metrics") or {}).get("peak_allocated_bytes"))
+    peak = _num(manifest_or_empty(manifest).metrics.peak_allocated_bytes)
     if peak == peak:
         return peak, "allocator (torch.cuda.max_memory_allocated)"
     mem = getattr(summary, "memory", None)
@@ -166,13 +168,14 @@ def analyse(run: Path | str) -> Baseline:
 
     run = Path(run)
     man = read_manifest(run)
-    cfg = dict(man["config"])
+    typed = manifest_or_empty(man)
+    cfg = dict(typed.config.raw)
     # the lever models read the run's own trace (a CPU run's threads); the verdict, its
     # step and whether there is a critical path are the report's (a CPU run's view)
     own, rep = host_and_report(run, Options(manifest=man))
     trace, cls, sm = own.trace, own.classification, rep.summary
     assert sm is not None
-    step_ms = _num(((man.get("metrics") or {}).get("step_time_ms") or {}).get("median"))
+    step_ms = _num(typed.metrics.step_median_ms)
     if not step_ms > 0:
         raise UsageError(f"{run}: the manifest has no unprofiled step time (metrics.step_time_ms)")
     cp = sm.critical_path

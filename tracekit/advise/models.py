@@ -14,6 +14,7 @@ import tracekit.advise.regions as R
 import tracekit.summary.critical_path as CP
 from tracekit.advise.baseline import Baseline
 from tracekit.advise.effects import Effect
+from tracekit.manifest import manifest_or_empty
 
 # fused AdamW reads param, grad and both moments and writes param and both moments, fp32
 FUSED_ADAMW_BYTES_PER_PARAM = 28
@@ -164,7 +165,8 @@ def gemm_rates(b: Baseline) -> dict[str, float]:
     ceiling (``collect``'s 8192³ ``torch.mm``) or, where a GEMM of the trace beat it, that
     GEMM's rate (FLOP/s)."""
     k = b.kernels
-    ceil = (b.manifest.get("ceilings") or {}).get("matmul_flops") or {}
+    ceilings = manifest_or_empty(b.manifest).ceilings
+    ceil = ceilings.matmul_flops if ceilings is not None else {}
     gemm = (k["class"] == "gemm").to_numpy(bool)
     pipe = k["pipe"].to_numpy(object)
     rate = k["flops"].to_numpy(float) / np.where(k["dur"] > 0, k["dur"], np.nan) * 1e9

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.classify.families.registry import CLASSES
+from tracekit.manifest import RunManifest, StepTime, manifest_or_empty
 from tracekit.summary.memory_model import (
     CATEGORIES,
     TIMELINE_CATEGORIES,
@@ -215,21 +216,21 @@ def generate_columns(
     the bandwidth the decode step achieved by the model's count)."""
     from tracekit.summary.decode_model import DecodeModel
 
-    met = manifest.get("metrics") or {}
-    g = manifest.get("generate") or {}
-    mem = met.get("memory") or {}
-    ft, tp = met.get("ttft_ms") or {}, met.get("tpot_ms") or {}
+    mf = manifest_or_empty(manifest)
+    met, g = mf.metrics, mf.generate or {}
+    mem = met.memory or {}
+    ft, tp = met.ttft_ms, met.tpot_ms
     cols: dict[str, Any] = {
         "prompt": _f(g.get("prompt")),
         "new_tokens": _f(g.get("new_tokens")),
-        "ttft_ms": _f(ft.get("median")),
-        "ttft_p10_ms": _f(ft.get("p10")),
-        "ttft_p90_ms": _f(ft.get("p90")),
-        "tpot_ms": _f(tp.get("median")),
-        "tpot_p10_ms": _f(tp.get("p10")),
-        "tpot_p90_ms": _f(tp.get("p90")),
-        "generated_tokens_per_s": _f(met.get("generated_tokens_per_s")),
-        "prefill_tokens_per_s": _f(met.get("prefill_tokens_per_s")),
+        "ttft_ms": _st(ft, "median"),
+        "ttft_p10_ms": _st(ft, "p10"),
+        "ttft_p90_ms": _st(ft, "p90"),
+        "tpot_ms": _st(tp, "median"),
+        "tpot_p10_ms": _st(tp, "p10"),
+        "tpot_p90_ms": _st(tp, "p90"),
+        "generated_tokens_per_s": _f(met.number("generated_tokens_per_s")),
+        "prefill_tokens_per_s": _f(met.number("prefill_tokens_per_s")),
         "weights_bytes": _f(mem.get("weights_bytes")),
         "kv_cache_bytes": _f(mem.get("kv_cache_bytes")),
         "other_peak_bytes": _f(mem.get("other_bytes")),
@@ -238,7 +239,7 @@ def generate_columns(
     cols["dynamic_peak_bytes"] = peak_bytes - cols["weights_bytes"]
     dm = DecodeModel.from_manifest(manifest)
     cols["time_per_token_ms"] = cols["tpot_ms"] / dm.batch
-    by = met.get("tpot_ms_by_step") or []
+    by = met.tpot_ms_by_step or []
     decode_ms = sum(_f(x) for x in by) if by else math.nan
     cols["prefill_pct"] = 100.0 * cols["ttft_ms"] / (cols["ttft_ms"] + decode_ms)
     cols["model_decode_bytes_per_step"] = dm.mean_bytes_per_step()
@@ -278,12 +279,13 @@ def run_row(
     row.update(_nan_row())
     notes: list[str] = []
     m = manifest or {}
+    mf = manifest_or_empty(m)
     row.update(manifest_columns(m))
     row.update(gpu_columns(point, m))
     row.update(memory_columns(point, run_dir, m, row["peak_allocated_bytes"], notes))
-    ceil = m.get("ceilings") or ceilings or {}
+    ceil = _own_ceilings(mf) or ceilings or {}
     row.update(roof_columns(point, ceil, row["model_flops_per_s"]))
-    config = m.get("config") or {}
+    config = mf.config.raw
     row.update({c: config.get(c) for c in LEVER_COLUMNS})
     if config.get("workload") == "generate":
         row.update(generate_columns(m, row["peak_bytes"], ceil))
@@ -293,9 +295,9 @@ def run_row(
         row.update(model_columns(point, m, row["peak_bytes"]))
     # the parsed trace: GPU idle share; classify's columns
     row["gpu_idle_pct"] = math.nan
-    if with_trace and (m.get("artifacts") or {}).get("trace"):
+    if with_trace and mf.artifacts.get("trace"):
         man = manifest
-        if config.get("workload") == "generate" and manifest and not manifest.get("ceilings"):
+        if config.get("workload") == "generate" and manifest and not _own_ceilings(mf):
             man = {**manifest, "ceilings": ceil}  # one roof for every row of the sweep
         row.update(trace_columns(run_dir, man, row["matmul_roof_flops"], notes))
     if config.get("workload") == "generate":  # what limits the decode step: host or GPU
@@ -307,34 +309,35 @@ def run_row(
 def manifest_columns(m: Mapping[str, Any]) -> dict[str, Any]:
     """Step time, throughput, allocator memory and the device, as the manifest records
     them (measured on unprofiled steps)."""
-    met = m.get("metrics") or {}
-    st = met.get("step_time_ms") or {}
-    dev = m.get("device") or {}
+    mf = manifest_or_empty(m)
+    met, st = mf.metrics, mf.metrics.step_time_ms
+    dev = mf.device or {}
     return {
-        "timed_steps": _f((m.get("config") or {}).get("steps")),
-        "step_time_ms": _f(st.get("median")),
-        "step_time_p10_ms": _f(st.get("p10")),
-        "step_time_p90_ms": _f(st.get("p90")),
-        "samples_per_s": _f(met.get("samples_per_s")),
-        "tokens_per_s": _f(met.get("tokens_per_s")),
-        "model_flops_per_s": _f(met.get("model_flops_per_s")),
-        "peak_allocated_bytes": _f(met.get("peak_allocated_bytes")),
-        "peak_reserved_bytes": _f(met.get("peak_reserved_bytes")),
-        "avg_allocated_bytes": _f(met.get("avg_allocated_bytes")),
-        "profiler_overhead_pct": _f(met.get("profiler_overhead_pct")),
+        "timed_steps": _f(mf.config.raw.get("steps")),
+        "step_time_ms": _st(st, "median"),
+        "step_time_p10_ms": _st(st, "p10"),
+        "step_time_p90_ms": _st(st, "p90"),
+        "samples_per_s": _f(met.samples_per_s),
+        "tokens_per_s": _f(met.tokens_per_s),
+        "model_flops_per_s": _f(met.number("model_flops_per_s")),
+        "peak_allocated_bytes": _f(met.peak_allocated_bytes),
+        "peak_reserved_bytes": _f(met.peak_reserved_bytes),
+        "avg_allocated_bytes": _f(met.number("avg_allocated_bytes")),
+        "profiler_overhead_pct": _f(met.profiler_overhead_pct),
         "device_name": dev.get("name"),
         "device_total_bytes": _f(dev.get("total_memory")),
-        "n_params": _f((m.get("model") or {}).get("n_params")),
+        "n_params": _f(mf.model.n_params),
     }
 
 
 def gpu_columns(point: Point, m: Mapping[str, Any]) -> dict[str, Any]:
     """Throughput per GPU (the manifest's tokens/s counts all of them), the parallelism and
     the run's measured all-reduce bus bandwidth (NaN on one GPU)."""
-    interconnect = (m.get("ceilings") or {}).get("interconnect") or {}
+    mf = manifest_or_empty(m)
+    interconnect = (mf.ceilings.interconnect if mf.ceilings else None) or {}
     return {
-        "tokens_per_s_per_gpu": _f((m.get("metrics") or {}).get("tokens_per_s")) / point.gpus,
-        "parallel": (m.get("distributed") or {}).get("parallel"),
+        "tokens_per_s_per_gpu": _f(mf.metrics.tokens_per_s) / point.gpus,
+        "parallel": mf.distributed.raw.get("parallel") if mf.distributed else None,
         "interconnect_busbw_Bps": _f(interconnect.get("busbw_Bps")),
     }
 
@@ -345,7 +348,8 @@ def memory_columns(
     """The measured peak (the allocator's on CUDA, else the memory timeline's) and its
     split into CATEGORIES at the timeline's peak; a note when there is no timeline."""
     row: dict[str, Any] = {}
-    tl_name = (m.get("artifacts") or {}).get("memory_timeline")
+    mf = manifest_or_empty(m)
+    tl_name = mf.artifacts.get("memory_timeline")
     tl = {}
     if tl_name and (run_dir / tl_name).is_file():
         tl = timeline_at_peak(run_dir / tl_name)
@@ -373,7 +377,7 @@ def memory_columns(
         for c in CATEGORIES:
             row[f"mem_{c}_bytes"] = math.nan
     row["mem_per_token_bytes"] = row["peak_bytes"] / point.tokens
-    static = 3 * 4 * _f((m.get("model") or {}).get("n_params"))  # fp32 weights + AdamW moments
+    static = 3 * 4 * _f(mf.model.n_params)  # fp32 weights + AdamW moments
     row["dynamic_peak_bytes"] = row["peak_bytes"] - static
     return row
 
@@ -393,7 +397,8 @@ def roof_columns(point: Point, ceil: Mapping[str, Any], model_flops: float) -> d
 def model_columns(point: Point, m: Mapping[str, Any], peak: float) -> dict[str, Any]:
     """The analytic memory model next to the measured peak (none without the manifest's
     model config)."""
-    config = m.get("config") or {}
+    mf = manifest_or_empty(m)
+    config = mf.config.raw
     model_cfg = config.get("model")
     if not model_cfg or config.get("workload", "train") != "train":
         return {}  # the model is of a training step
@@ -403,7 +408,7 @@ def model_columns(point: Point, m: Mapping[str, Any], peak: float) -> dict[str, 
         seq=point.seq,
         dtype=point.dtype,
         attention=point.attention,
-        device=(m.get("device") or {}).get("type") or "cuda",
+        device=(mf.device or {}).get("type") or "cuda",
         options=StepOptions.from_config(config),  # the levers the run used
     )
     row: dict[str, Any] = {"model_peak_bytes": float(est.peak), "model_peak_phase": est.peak_phase}
@@ -430,7 +435,7 @@ def trace_columns(
     row["kernels_per_step"] = float(len(k)) / max(1, len(trace.steps)) if len(k) else math.nan
     row.update(classify_frames_to_columns(result.classes, getattr(result, "steps", None)))
     row["kernel_flops_util_pct"] = 100.0 * row["achieved_flops"] / matmul_roof
-    if (manifest or {}).get("config", {}).get("workload") == "generate":
+    if manifest_or_empty(manifest).config.workload == "generate":
         row.update(decode_trace_columns(trace, result, manifest))
     return row
 
@@ -482,6 +487,16 @@ def decode_trace_columns(trace: Any, result: Any, manifest: Any) -> dict[str, fl
         out[col] = _f(g.mean(key) if where == "mean" else g.gemm.get(key))
     out["prefill_gpu_ms"] = g.prefill.gpu_busy_ms
     return out
+
+
+def _own_ceilings(mf: RunManifest) -> Mapping[str, Any] | None:
+    """The run's own measured ceilings (None for a run collected with --no-ceilings)."""
+    return mf.ceilings.raw if mf.ceilings is not None and mf.ceilings.raw else None
+
+
+def _st(s: StepTime | None, key: str) -> float:
+    """One figure of a step-time distribution (NaN when not recorded)."""
+    return _f(getattr(s, key)) if s is not None else math.nan
 
 
 def _f(v: Any) -> float:

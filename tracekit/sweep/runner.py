@@ -25,6 +25,7 @@ import pandas as pd
 
 from tracekit.errors import UsageError
 from tracekit.io import atomic_write_bytes, atomic_write_json
+from tracekit.manifest import read_manifest
 from tracekit.sweep.plan import Point, SweepPlan
 from tracekit.sweep.rows import base_row, complete, oom_requested_bytes, run_row
 
@@ -149,23 +150,20 @@ def run_point(
         err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr
         stderr, timed_out = err or "", True
     wall = time.monotonic() - t0
-    manifest: dict[str, Any] | None = None
     mpath = run_dir / "manifest.json"
-    if not timed_out and mpath.is_file():
-        with contextlib.suppress(OSError, ValueError):
-            manifest = json.loads(mpath.read_text())
+    mf = read_manifest(mpath) if not timed_out and mpath.is_file() else None
     if timed_out:
         row = base_row(point)
         row.update(status="error", error=f"timed out after {plan.timeout_s:g} s")
-    elif manifest is not None and manifest.get("status") == "ok" and code == 0:
-        row = run_row(point, run_dir, manifest, ceilings=ceilings)
+    elif mf is not None and mf.status == "ok" and code == 0:
+        row = run_row(point, run_dir, mf.raw, ceilings=ceilings)
         row.update(status="ok", error=None)
-    elif manifest is not None:
+    elif mf is not None:
         row = base_row(point)
-        status = str(manifest.get("status") or "error")
+        status = mf.status or "error"
         row.update(
             status=status if status in ("oom", "error") else "error",
-            error=manifest.get("error") or _last_error_line(stderr),
+            error=mf.error or _last_error_line(stderr),
         )
     else:
         row = base_row(point)
@@ -179,7 +177,7 @@ def run_point(
     row["run_dir"] = str(Path(RUNS) / point.key) if run_dir.is_dir() else None
     if row["status"] == "error" and stderr and not timed_out:
         row["stderr_tail"] = stderr[-STDERR_TAIL:]
-    measured = (manifest or {}).get("ceilings") if measure_ceilings else None
+    measured = dict(mf.ceilings.raw) if measure_ceilings and mf and mf.ceilings else None
     return row, measured
 
 
