@@ -49,9 +49,9 @@ def test_the_line_for_a_lever_that_slows_the_step(
     line = W.slower_line("bf16", 1.23, "90 % interval 1.17-1.29, 12 rounds", fp32, bf16)
     assert line == (
         "bf16: x1.23 slower (90 % interval 1.17-1.29, 12 rounds): the step becomes "
-        "launch/host-bound (was compute-bound); host idle 42 % of the 14.6 ms step; 1,452 -> "
-        "1,599 host operators per step (+147), 19.4 -> 23.9 ms of traced host work per step "
-        "(+4.5 ms)"
+        "launch/host-bound (the re-measured baseline: compute-bound); host idle 42 % of the "
+        "14.6 ms step; 1,452 -> 1,599 host operators per step (+147), 19.4 -> 23.9 ms of traced "
+        "host work per step (+4.5 ms)"
     )
     same = W.slower_line("checkpoint", 1.6, "x", fp32, fp32)
     assert same is not None and "the step stays compute-bound; GPU work 96 %" in same

@@ -3,9 +3,10 @@
 Each measured row is a ``tracekit collect`` run; its summary has a verdict (the step's
 split into GPU work, exposed communication, input wait and host idle) and its trace the
 host's outermost operators. Against the re-measured baseline's, they say what changed:
-``bf16: x1.23 slower: the step becomes launch/host-bound (was compute-bound): host idle
-36 % of the unprofiled 30.1 ms step; 1,510 -> 2,700 host operators per step, 24.1 -> 32.3
-ms of traced host work per step (+8.2 ms)``. Pure: facts in, a line out.
+``bf16: x1.23 slower: the step becomes launch/host-bound (the re-measured baseline:
+compute-bound): host idle 36 % of the unprofiled 30.1 ms step; 1,510 -> 2,700 host operators
+per step, 24.1 -> 32.3 ms of traced host work per step (+8.2 ms)``. Pure: facts in, a line
+out.
 """
 
 from __future__ import annotations
@@ -81,7 +82,11 @@ def slower_line(
     if after.verdict is not None:
         was = before.verdict if before is not None else None
         if was is not None and was != after.verdict:
-            parts.append(f"the step becomes {after.verdict} (was {_short(was)})")
+            # the re-measured baseline's, which can differ from the original run's verdict
+            # near a boundary: named, so that the header's verdict does not contradict it
+            parts.append(
+                f"the step becomes {after.verdict} (the re-measured baseline: {_short(was)})"
+            )
         else:
             parts.append(f"the step stays {after.verdict}")
         share = VERDICT_SHARE.get(after.verdict)
