@@ -134,6 +134,17 @@ def left_behind(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     return out
 
 
+def after_passes(before: dict[str, Any], model: Any, device: Any) -> dict[str, Any]:
+    """The manifest's ``observer`` entries once every pass has stopped: the state then, what
+    differs from ``before`` and, on CUDA, whether CUPTI stayed attached."""
+    after = state(model)
+    seen: dict[str, Any] = {"state_before": before, "state_after": after,
+                            "left_behind": left_behind(before, after)}  # fmt: skip
+    if getattr(device, "type", None) == "cuda":
+        seen["cupti_attached"] = teardown_now()
+    return seen
+
+
 @dataclass(frozen=True)
 class Residual:
     """The steps timed after the passes against those timed before any pass."""
@@ -205,3 +216,35 @@ def residual(
     )
     lo, hi = boots[int(0.05 * _BOOT)], boots[int(0.95 * _BOOT) - 1]
     return Residual(mb, ma, ma / mb, lo, hi, len(b), len(a), before_steps, after_steps)
+
+
+def block(
+    seen: dict[str, Any],
+    before: Sequence[float] | None,
+    after: Sequence[float] | None,
+    *,
+    before_steps: tuple[int, int] | None = None,
+    after_steps: tuple[int, int] | None = None,
+) -> dict[str, Any]:
+    """The manifest's ``observer``: ``seen`` (the teardown arranged, what the passes left
+    switched on) and the residual of the steps timed ``after`` the passes against those
+    timed ``before`` any (None, with ``residual_absent`` saying why: the loop ended before
+    the check, or too few steps)."""
+    r = (
+        residual(before, after, before_steps=before_steps, after_steps=after_steps)
+        if before and after
+        else None
+    )
+    why = None
+    if r is None:
+        why = (
+            "the loop ended before the residual check"
+            if not after
+            else "too few steps timed before or after the passes"
+        )
+    return {
+        **seen,
+        "left_behind": seen.get("left_behind"),
+        "residual": r.to_dict() if r else None,
+        "residual_absent": why,
+    }

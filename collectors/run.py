@@ -309,18 +309,14 @@ def _residual_check(
     """After every pass: what was left switched on, and the residual of
     :data:`~tracekit.collectors.observer.RESIDUAL_STEPS` unprofiled steps against the
     steps timed before any pass (the manifest's ``observer``). Returns the next step."""
-    after = observer.state(wl.model)
-    seen["state_after"] = after
-    seen["left_behind"] = observer.left_behind(seen["state_before"], after)
-    if wl.device.type == "cuda":
-        seen["cupti_attached"] = observer.teardown_now()
+    seen.update(observer.after_passes(seen["state_before"], wl.model, wl.device))
     ui.phase("residual check (unprofiled)", observer.RESIDUAL_STEPS)
     timer = StepTimer(wl.device)
     run_steps(wl.step, observer.RESIDUAL_STEPS, start=n, timer=timer, on_step=ui.advance)
-    r = observer.residual(timed_ms, timer.millis(), before_steps=timed_steps,
-                          after_steps=(n + 1, n + observer.RESIDUAL_STEPS))  # fmt: skip
-    manifest["observer"] = {**seen, "residual": r.to_dict() if r else None,
-                            "residual_absent": None if r else "too few timed steps"}  # fmt: skip
+    after = (n + 1, n + observer.RESIDUAL_STEPS)
+    manifest["observer"] = observer.block(
+        seen, timed_ms, timer.millis(), before_steps=timed_steps, after_steps=after
+    )
     return n + observer.RESIDUAL_STEPS
 
 

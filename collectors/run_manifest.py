@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from tracekit.collectors.observer import residual
+from tracekit.collectors.observer import block
 from tracekit.collectors.run import timeline_metrics
 from tracekit.collectors.train import summarize_ms
 
@@ -204,27 +204,7 @@ def build(
 
 
 def observer_block(seen: dict[str, Any], m: Measured) -> dict[str, Any]:
-    """The manifest's ``observer``: whether the passes left anything behind in the process
-    (CUPTI's teardown, hooks, the profiler) and the residual the steps timed after them
-    show against the steps timed before any pass (None: the loop ended before it, or too
-    few steps: ``residual_absent`` says why)."""
-    r = (
-        residual(
-            m.timed_ms, m.residual_ms, before_steps=m.timed_steps, after_steps=m.residual_steps
-        )
-        if m.timed_ms and m.residual_ms
-        else None
+    """The manifest's ``observer`` of a session (:func:`tracekit.collectors.observer.block`)."""
+    return block(
+        seen, m.timed_ms, m.residual_ms, before_steps=m.timed_steps, after_steps=m.residual_steps
     )
-    why = None
-    if r is None:
-        why = (
-            "the loop ended before the residual check"
-            if not m.residual_ms
-            else "too few steps timed before or after the passes"
-        )
-    return {
-        **seen,
-        "left_behind": seen.get("left_behind"),
-        "residual": r.to_dict() if r else None,
-        "residual_absent": why,
-    }

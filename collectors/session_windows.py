@@ -291,11 +291,7 @@ class ResidualCheck:
 
     def start(self, before: dict[str, Any], model: Any) -> dict[str, Any]:
         """The manifest's ``observer`` entries of the state now; starts the timer."""
-        after = observer.state(model)
-        seen: dict[str, Any] = {"state_before": before, "state_after": after,
-                                "left_behind": observer.left_behind(before, after)}  # fmt: skip
-        if self.device.type == "cuda":
-            seen["cupti_attached"] = observer.teardown_now()
+        seen = observer.after_passes(before, model, self.device)
         self.timer.start()
         return seen
 
