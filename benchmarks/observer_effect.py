@@ -88,6 +88,9 @@ def _pairs(name: str, args: argparse.Namespace, tmp: Path) -> list[dict[str, Any
     extra = args.tracekit_args.split() if args.tracekit_args else []
     rows = []
     for i in range(args.pairs):
+        if args.deadline and time.monotonic() > args.deadline:
+            print(f"{name}: stopped after {i} pairs (--max-seconds)", flush=True)
+            break
         row: dict[str, Any] = {"script": name, "pair": i}
         for side in ("alone", "under") if i % 2 == 0 else ("under", "alone"):
             t0 = time.perf_counter()
@@ -121,7 +124,10 @@ def main() -> None:
     )
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tracekit-args", default="", help="more options for tracekit run")
+    ap.add_argument("--max-seconds", type=float, default=0,
+                    help="start no pair after this many seconds (0: no limit)")  # fmt: skip
     args = ap.parse_args()
+    args.deadline = time.monotonic() + args.max_seconds if args.max_seconds else 0.0
     with tempfile.TemporaryDirectory() as d:
         got = {n: _pairs(n, args, Path(d)) for n in args.scripts.split(",")}
     print("\nscript    pairs  under/alone median [min-max]  tracekit's residual % per run"
