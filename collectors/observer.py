@@ -22,6 +22,7 @@ Only :func:`state` and :func:`settle` import torch (lazily): the rest is plain d
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import statistics
@@ -34,6 +35,9 @@ RESIDUAL_STEPS = 10  # unprofiled steps timed after the passes, where the loop r
 RESIDUAL_WARN = 0.03  # a residual beyond +3 % is warned about
 MIN_STEPS = 3  # steps a window needs for a residual
 _BOOT = 2000  # bootstrap resamples of the ratio of medians
+BLOCK = 5  # steps per level when the residual window is cut to measure the drift
+MIN_WINDOWS = 3  # other windows (seconds apart) the drift between windows needs
+_Z90 = 1.6449  # two-sided 90 % normal quantile
 _GRAPHS_SAFE = (12, 6)  # CUDA from which teardown with CUDA graphs is safe (torch's rule)
 
 
@@ -146,18 +150,56 @@ def after_passes(before: dict[str, Any], model: Any, device: Any) -> dict[str, A
 
 
 @dataclass(frozen=True)
+class Drift:
+    """How far apart windows of unprofiled steps run when nothing differs between them but
+    the moment: the spread of the levels (each window's mean step) of the windows timed
+    after the passes: the residual check in blocks of :data:`BLOCK` steps and, where they
+    ran, the light pass's cost rounds' unprofiled windows, seconds apart."""
+
+    sigma: float  # robust SD of the windows' log levels (1.4826 x MAD)
+    windows: int
+
+    @property
+    def pct(self) -> float:
+        return self.sigma * 100
+
+
+def drift(after: Sequence[float], windows: Sequence[float] = ()) -> Drift | None:
+    """The drift between windows timed after the passes: ``after`` cut into blocks of
+    :data:`BLOCK` steps, with ``windows`` (other unprofiled windows' mean steps); None
+    with fewer than :data:`MIN_WINDOWS` of those: consecutive blocks of one window show
+    the steps' jitter, not the drift over seconds."""
+    others = [float(x) for x in windows if x > 0]
+    if len(others) < MIN_WINDOWS:
+        return None
+    levels = drift_levels(after) + others
+    logs = [math.log(x) for x in levels]
+    mid = statistics.median(logs)
+    mad = statistics.median(abs(x - mid) for x in logs)
+    return Drift(1.4826 * mad, len(levels))
+
+
+def drift_levels(after: Sequence[float]) -> list[float]:
+    """The mean step of each whole block of :data:`BLOCK` steps of ``after``."""
+    a = [float(x) for x in after if x > 0]
+    return [statistics.fmean(a[i : i + BLOCK]) for i in range(0, len(a) - BLOCK + 1, BLOCK)]
+
+
+@dataclass(frozen=True)
 class Residual:
     """The steps timed after the passes against those timed before any pass."""
 
     before_ms: float  # median
     after_ms: float
     ratio: float  # after / before
-    lo: float  # 90 % interval of the ratio (bootstrap of both windows' medians)
+    lo: float  # 90 % interval of the ratio: the wider of the steps' and the drift's
     hi: float
     n_before: int
     n_after: int
     before_steps: tuple[int, int] | None = None
     after_steps: tuple[int, int] | None = None
+    drift_pct: float | None = None  # the drift between windows (Drift.pct), None: unknown
+    drift_windows: int = 0
 
     @property
     def pct(self) -> float:
@@ -167,6 +209,14 @@ class Residual:
     def beyond(self) -> bool:
         """Beyond +3 %, and the interval says it is not noise."""
         return self.ratio - 1.0 > RESIDUAL_WARN and self.lo > 1.0
+
+    def _basis(self) -> str:
+        if self.drift_pct is None:
+            return "the interval holds the steps' spread, not the host's drift between windows"
+        return (
+            f"the interval holds the host's drift between windows, {self.drift_pct:.1f} % "
+            f"over {self.drift_windows} windows after the passes"
+        )
 
     def sentence(self) -> str:
         steps = (
@@ -181,11 +231,8 @@ class Residual:
             f"after against {self.n_before} before any pass{steps}"
         )
         if self.beyond:
-            return (
-                f"{head}: beyond 3 %: the steps after the passes ran slower (the interval holds "
-                "the steps' spread, not the host's drift between the two windows)"
-            )
-        return f"{head}: within 3 % or within the noise"
+            return f"{head}: beyond 3 %: the steps after the passes ran slower ({self._basis()})"
+        return f"{head}: within 3 % or within the noise ({self._basis()})"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -198,12 +245,18 @@ def residual(
     before: Sequence[float],
     after: Sequence[float],
     *,
+    windows: Sequence[float] = (),
     before_steps: tuple[int, int] | None = None,
     after_steps: tuple[int, int] | None = None,
     seed: int = 0,
 ) -> Residual | None:
-    """The ratio of the two windows' medians with a bootstrap 90 % interval; None when a
-    window has fewer than :data:`MIN_STEPS` steps."""
+    """The ratio of the two windows' medians with a 90 % interval; None when a window has
+    fewer than :data:`MIN_STEPS` steps.
+
+    Two intervals, the wider kept at each end: a bootstrap of both windows' steps (their
+    spread), and the host's drift between windows (:func:`drift`, from ``after`` in blocks
+    and the other unprofiled ``windows`` timed after the passes): the two windows compared
+    are each one draw of that drift, so their log ratio carries ``sqrt(2)`` times its SD."""
     b = [float(x) for x in before if x > 0]
     a = [float(x) for x in after if x > 0]
     if len(b) < MIN_STEPS or len(a) < MIN_STEPS:
@@ -215,7 +268,15 @@ def residual(
         for _ in range(_BOOT)
     )
     lo, hi = boots[int(0.05 * _BOOT)], boots[int(0.95 * _BOOT) - 1]
-    return Residual(mb, ma, ma / mb, lo, hi, len(b), len(a), before_steps, after_steps)
+    ratio = ma / mb
+    d = drift(a, windows)
+    if d is not None:
+        half = _Z90 * math.sqrt(2.0) * d.sigma
+        lo, hi = min(lo, ratio * math.exp(-half)), max(hi, ratio * math.exp(half))
+    return Residual(
+        mb, ma, ratio, lo, hi, len(b), len(a), before_steps, after_steps,
+        d.pct if d else None, d.windows if d else 0,
+    )  # fmt: skip
 
 
 def block(
@@ -223,15 +284,18 @@ def block(
     before: Sequence[float] | None,
     after: Sequence[float] | None,
     *,
+    windows: Sequence[float] = (),
     before_steps: tuple[int, int] | None = None,
     after_steps: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """The manifest's ``observer``: ``seen`` (the teardown arranged, what the passes left
     switched on) and the residual of the steps timed ``after`` the passes against those
-    timed ``before`` any (None, with ``residual_absent`` saying why: the loop ended before
-    the check, or too few steps)."""
+    timed ``before`` any, its interval widened by the drift among ``windows`` (the light
+    pass's cost rounds' unprofiled windows' mean steps, where they ran) and ``after`` (None,
+    with ``residual_absent`` saying why: the loop ended before the check, or too few
+    steps)."""
     r = (
-        residual(before, after, before_steps=before_steps, after_steps=after_steps)
+        residual(before, after, windows=windows, before_steps=before_steps, after_steps=after_steps)
         if before and after
         else None
     )

@@ -284,7 +284,8 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
     if arts["memory_snapshot"]:
         n += cfg.snapshot_steps
     timed = (cfg.warmup + 1, cfg.warmup + cfg.steps)
-    n = _residual_check(wl, ui, manifest, seen, timed_ms, timed, n)
+    windows = (cost or {}).get("unprofiled_ms") or []
+    n = _residual_check(wl, ui, manifest, seen, (timed_ms, timed), windows, n)
     manifest["total_steps"] = n
 
 
@@ -302,21 +303,25 @@ def _residual_check(
     ui: Display,
     manifest: dict[str, Any],
     seen: dict[str, Any],
-    timed_ms: list[float],
-    timed_steps: tuple[int, int],
+    timed: tuple[list[float], tuple[int, int]],
+    windows: list[float],
     n: int,
 ) -> int:
     """After every pass: what was left switched on, and the residual of
     :data:`~tracekit.collectors.observer.RESIDUAL_STEPS` unprofiled steps against the
-    steps timed before any pass (the manifest's ``observer``). Returns the next step."""
+    ``timed`` steps (their times and numbers) before any pass, with the drift between the
+    cost rounds' unprofiled ``windows`` (the manifest's ``observer``). Returns the next
+    step."""
+    timed_ms, timed_steps = timed
     seen.update(observer.after_passes(seen["state_before"], wl.model, wl.device))
     ui.phase("residual check (unprofiled)", observer.RESIDUAL_STEPS)
     timer = StepTimer(wl.device)
     run_steps(wl.step, observer.RESIDUAL_STEPS, start=n, timer=timer, on_step=ui.advance)
     after = (n + 1, n + observer.RESIDUAL_STEPS)
     manifest["observer"] = observer.block(
-        seen, timed_ms, timer.millis(), before_steps=timed_steps, after_steps=after
-    )
+        seen, timed_ms, timer.millis(), windows=windows, before_steps=timed_steps,
+        after_steps=after,
+    )  # fmt: skip
     return n + observer.RESIDUAL_STEPS
 
 

@@ -205,6 +205,6 @@ def build(
 
 def observer_block(seen: dict[str, Any], m: Measured) -> dict[str, Any]:
     """The manifest's ``observer`` of a session (:func:`tracekit.collectors.observer.block`)."""
-    return block(
-        seen, m.timed_ms, m.residual_ms, before_steps=m.timed_steps, after_steps=m.residual_steps
-    )
+    windows = (m.timeline_cost or {}).get("unprofiled_ms") or []
+    return block(seen, m.timed_ms, m.residual_ms, windows=windows, before_steps=m.timed_steps,
+                 after_steps=m.residual_steps)  # fmt: skip

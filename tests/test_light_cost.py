@@ -143,18 +143,21 @@ def test_collect_states_the_interleaved_cost(
 ) -> None:
     fake = F.FakeCupti()
     on_gpu(fake)
-    m, said = _collect(tmp_path / "run", capsys, "--light-cost-rounds", "2")
+    m, said = _collect(tmp_path / "run", capsys, "--light-cost-rounds", "3", "--steps", "3")
     met = m["metrics"]
     c = met["timeline_cost"]
-    assert (c["rounds"], c["window_steps"], c["recorder"]) == (2, 3, "cupti-kernels")
-    assert len(c["round_ratios"]) == 2 and c["ratio"] > 0
+    assert (c["rounds"], c["window_steps"], c["recorder"]) == (3, 3, "cupti-kernels")
+    assert len(c["round_ratios"]) == 3 and c["ratio"] > 0
+    # the rounds' unprofiled windows measure the drift the residual's interval takes in
+    assert m["observer"]["residual"]["drift_windows"] == 3 + 2
     assert met["timeline_overhead_pct"] == pytest.approx(c["pct"])
     assert met["timeline_overhead_basis"] == L.INTERLEAVED
     # the light pass's one trace; the cost windows' records dropped; 12 more steps
     assert m["artifacts"]["timeline_traces"] == [m["artifacts"]["timeline_trace"]]
-    # U x 5 | L x 5 (on) | L x 5 | U x 5 (off): registered by the pass and once here
-    assert fake.registrations == 2 and fake.enabled == set()
-    assert m["total_steps"] == 1 + 2 + 4 + 20 + 4 + 10  # + the residual check
+    # U x 5 | L x 5 (on) | L x 5 | U x 5 (off) | U x 5 | L x 5 (on, off): registered by
+    # the pass and twice here
+    assert fake.registrations == 3 and fake.enabled == set()
+    assert m["total_steps"] == 1 + 3 + 4 + 30 + 4 + 10  # + the residual check
     assert f"its cost {L.cost_text(c)}" in said
     # the report says it on its timeline line, and judges the light pass by it
     facts = TimelineFacts(
@@ -165,7 +168,7 @@ def test_collect_states_the_interleaved_cost(
         light_cost={**c, "ratio": 1.2, "pct": 20.0, "iqr": [1.1, 1.3]},
     )  # fmt: skip
     assert facts.faithful is False and facts.vs_unprofiled_pct == pytest.approx(20.0)
-    assert "costs the step x1.200 (IQR 1.100-1.300, 2 interleaved rounds" in str(facts.warning())
+    assert "costs the step x1.200 (IQR 1.100-1.300, 3 interleaved rounds" in str(facts.warning())
     drift = TimelineFacts(**{**facts.__dict__, "light_cost": {**c, "pct": 2.0, "ratio": 1.02}})
     assert drift.faithful is True and drift.warning() is None  # +20 % apart is the drift
 
@@ -197,10 +200,10 @@ def test_profile_runs_the_rounds_where_the_loop_runs_on(
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(4, 8)
 
-    def loop(out: Path, n: int) -> Any:
+    def loop(out: Path, n: int, rounds: int = 2) -> Any:
         opts: dict[str, Any] = dict(
             wait=0, profile_warmup=0, active=1, ceilings=False, quiet=True,
-            memory_timeline=False, light_cost_rounds=2,
+            memory_timeline=False, light_cost_rounds=rounds,
         )  # fmt: skip
         with tracekit.profile(out, **opts) as prof:
             for _ in range(n):
@@ -224,3 +227,10 @@ def test_profile_runs_the_rounds_where_the_loop_runs_on(
     assert m["metrics"]["timeline_cost"] is None
     assert m["metrics"]["timeline_overhead_basis"] == L.APART
     assert fake.enabled == set()
+    # with 3 rounds, their 3 unprofiled windows and the residual check's 2 blocks of 5
+    # steps measure the drift between windows that the residual's interval takes in
+    m = loop(tmp_path / "c", 50, rounds=3)
+    res = m["observer"]["residual"]
+    assert len(m["metrics"]["timeline_cost"]["unprofiled_ms"]) == 3
+    assert res["drift_windows"] == 5 and res["drift_pct"] is not None
+    assert "the interval holds the host's drift between windows" in res["sentence"]

@@ -5,7 +5,9 @@ data, the state is read from torch's own registries, which a CPU run has too."""
 
 from __future__ import annotations
 
+import math
 import random
+import statistics
 from typing import Any
 
 import pytest
@@ -104,10 +106,41 @@ def test_residual_is_the_ratio_of_medians_with_an_interval() -> None:
     assert "beyond 3 %: the steps after the passes ran slower (the interval" in r.sentence()
     same = O.residual(before, before[::-1][:10])
     assert same is not None and same.lo < 1.0 < same.hi and not same.beyond
-    assert same.sentence().endswith("within 3 % or within the noise")
+    assert "within 3 % or within the noise (the interval holds the steps' spread" in (
+        same.sentence()
+    )
     assert O.residual(before, [20.0, 21.0]) is None  # too few steps after
     # deterministic: the same figures every time
     assert O.residual(before, slowed) == O.residual(before, slowed)
+
+
+def test_the_drift_between_windows_after_the_passes_widens_the_interval() -> None:
+    """On a host whose speed drifts between seconds, two windows seconds apart differ with
+    no pass between them: the light pass's cost rounds' unprofiled windows (after the
+    passes too) show by how much, and the residual's interval takes it in."""
+    rng = random.Random(2)
+    before = [20.0 + rng.gauss(0, 0.1) for _ in range(20)]
+    after = [22.0 + rng.gauss(0, 0.1) for _ in range(10)]  # +10 %, steady steps
+    steady = O.residual(before, after, windows=[22.0, 22.1, 21.9, 22.05, 21.95, 22.0])
+    assert steady is not None and steady.beyond and steady.drift_windows == 8
+    assert steady.drift_pct is not None and steady.drift_pct < 1.0
+    # the same steps, on a host whose windows wander by ~15 % (as the H200's did)
+    drifting = O.residual(before, after, windows=[18.0, 25.0, 21.0, 26.0, 19.5, 23.5])
+    assert drifting is not None and not drifting.beyond
+    assert drifting.ratio == steady.ratio and drifting.lo < 1.0 < drifting.hi
+    # sqrt(2) x 1.645 x sigma each side, sigma = 1.4826 x MAD of the 8 log levels
+    d = O.drift(after, [18.0, 25.0, 21.0, 26.0, 19.5, 23.5])
+    assert d is not None and d.windows == 8
+    logs = sorted(math.log(x) for x in [*O.drift_levels(after), 18.0, 25.0, 21.0, 26.0, 19.5, 23.5])
+    mid = statistics.median(logs)
+    assert d.sigma == pytest.approx(1.4826 * statistics.median(abs(x - mid) for x in logs))
+    half = 1.6449 * math.sqrt(2) * d.sigma
+    assert drifting.hi == pytest.approx(drifting.ratio * math.exp(half))
+    assert "the interval holds the host's drift between windows" in drifting.sentence()
+    assert "over 8 windows after the passes" in drifting.sentence()
+    # fewer than 3 other windows: blocks of one window show jitter, not drift: not used
+    assert O.drift(after, [22.0, 22.1]) is None
+    assert O.residual(before, after, windows=[22.0, 22.1]) == O.residual(before, after)
 
 
 def test_the_summary_warns_about_a_residual_and_what_was_left() -> None:
