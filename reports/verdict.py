@@ -101,6 +101,8 @@ def timeline_text(sm: Summary, brief: bool = False) -> str | None:
             f", its cost x{tf.light_cost['ratio']:.3f} in {tf.light_cost['rounds']} interleaved "
             f"rounds ({within} {TL.FAITHFUL_PCT:.0f} %)"
         )
+        if tf.apart_agrees is False and vs is not None:
+            gap += f", its steps {vs:+.1f} % timed apart (the host's speed: see the notes)"
     if tf.source == "light":
         per = [int(r["light_kernels"]) for r in tf.per_step]
         n = sum(per) / len(per) if per else 0

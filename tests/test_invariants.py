@@ -59,6 +59,16 @@ def test_step_time_quoted_is_a_named_basis() -> None:
     assert _names(INV.step_times(doc)) == ["step_time"]
 
 
+def test_light_steps_apart_outside_the_cost_carry_their_note() -> None:
+    tl = {"apart_agrees": False, "light_step_time_ms": 39.54, "unprofiled_step_time_ms": 30.3}
+    doc: dict[str, Any] = {"timeline": tl, "notes": []}
+    assert _names(INV.light_apart(doc)) == ["light_apart"]
+    doc["notes"] = ["the light pass's steps (39.54 ms) ran +30.5 % against the unprofiled "
+                    "steps timed apart (30.30 ms), outside its cost …"]  # fmt: skip
+    assert INV.light_apart(doc) == []
+    assert INV.light_apart({"timeline": {**tl, "apart_agrees": True}, "notes": []}) == []
+
+
 def test_memory_floor_and_peak() -> None:
     cat = {"parameters": 564224.0, "optimizer_state": 1128560.0, "activations": 21e6}
     mem = {"floor_allocated_bytes": 0, "peak_allocated_bytes": 19473436,

@@ -6,6 +6,7 @@ summary and report. On the CPU with CUPTI stood in (tests/fake_cupti.py), as on 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from tracekit.collectors import cupti_pass as C
 from tracekit.collectors import light_cost as L
 from tracekit.collectors import passes
 from tracekit.errors import UsageError
+from tracekit.reports.verdict import timeline_text
 from tracekit.summary.timeline import TimelineFacts
 
 from . import fake_cupti as F
@@ -234,3 +236,40 @@ def test_profile_runs_the_rounds_where_the_loop_runs_on(
     assert len(m["metrics"]["timeline_cost"]["unprofiled_ms"]) == 3
     assert res["drift_windows"] == 5 and res["drift_pct"] is not None
     assert "the interval holds the host's drift between windows" in res["sentence"]
+
+
+def _facts(light_ms: float, unprofiled_ms: float, cost: dict[str, Any]) -> TimelineFacts:
+    return TimelineFacts(
+        source="light", requested="auto", reason=None, brief=None, light_trace=None,
+        step_markers=None, matched_pct=None, joined_pct=None, recorder="cupti-kernels",
+        light_step_time_ms=light_ms, light_measured_step_time_ms=None, full_step_time_ms=None,
+        full_measured_step_time_ms=None, unprofiled_step_time_ms=unprofiled_ms, per_step=[],
+        notes=[], light_cost=cost,
+    )  # fmt: skip
+
+
+def test_light_steps_timed_apart_outside_the_cost_are_explained() -> None:
+    """Three default collects on an H200 (b8 s128 fp32-naive): the light pass's steps
+    against the unprofiled ones timed a second apart, beside the cost its interleaved
+    rounds measured. Where the two disagree the report says both and why."""
+    c2 = {"ratio": 1.062, "pct": 6.2, "iqr": [1.058, 1.177], "rounds": 6,
+          "unprofiled_ms": [28.0, 38.2, 33.9, 39.8, 44.1, 42.3]}  # fmt: skip
+    f = _facts(39.54, 30.30, c2)  # +30.5 %, outside [1.0 x 0.97, 1.177 x 1.03]
+    assert f.apart_agrees is False and f.faithful is True and f.warning() is None
+    assert f.apart_note() == (
+        "the light pass's steps (39.54 ms) ran +30.5 % against the unprofiled steps timed "
+        "apart (30.30 ms), outside its cost x1.062 (IQR 1.058-1.177) measured in 6 "
+        "interleaved rounds: the rest is the host's speed in the light pass's window, not the "
+        "recorder's cost; the unprofiled windows of those rounds ran 28.00-44.10 ms"
+    )
+    line = timeline_text(SimpleNamespace(timeline_facts=f))  # type: ignore[arg-type]
+    assert line is not None and "its steps +30.5 % timed apart (the host's speed" in line
+    # -11.6 % against a cost of x1.181 [1.110-1.256]: also outside (below 1 x 0.97)
+    c3 = {"ratio": 1.181, "pct": 18.1, "iqr": [1.110, 1.256], "rounds": 6}
+    assert "ran -11.6 % against" in str(_facts(33.88, 38.32, c3).apart_note())
+    # +0.8 % against x1.069 [1.010-1.126]: within (the IQR stretched to 1, then 3 %)
+    c1 = {"ratio": 1.069, "pct": 6.9, "iqr": [1.010, 1.126], "rounds": 6}
+    ok = _facts(43.83, 43.49, c1)
+    assert ok.apart_agrees is True and ok.apart_note() is None
+    assert "timed apart" not in str(timeline_text(SimpleNamespace(timeline_facts=ok)))  # type: ignore[arg-type]
+    assert _facts(43.83, 43.49, None).apart_agrees is None  # type: ignore[arg-type]

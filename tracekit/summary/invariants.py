@@ -18,6 +18,8 @@ The invariants (``name``: what holds):
   on the memory side (unless the evidence says why they differ);
 * ``step_time``: every step time a sentence quotes is one of the report's named bases
   (profiled, light pass, unprofiled);
+* ``light_apart``: the light pass's steps and the unprofiled ones, timed apart, agree
+  within the light pass's cost from its interleaved rounds, or a note says why not;
 * ``memory_floor``: the memory floor is at least the parameters and optimizer state;
 * ``memory_peak``: the peak allocated is at least the per-category total at its peak
   (the same memory counted two ways; the per-category timeline comes from a step of its
@@ -70,7 +72,7 @@ def violations(
     classified kernel rows: ``kind``, ``op_id``, ``flops``) and ``ops`` (``op_id``,
     ``parent``) add the FLOP-count check of a CPU run."""
     out = [*shares(doc), *roof(doc), *verdict(doc), *step_times(doc), *memory(doc)]
-    out += absent(doc)
+    out += light_apart(doc) + absent(doc)
     if kernels is not None and ops is not None:
         out += flops_once(kernels, ops)
     return out
@@ -178,6 +180,19 @@ def step_times(doc: Mapping[str, Any]) -> list[Violation]:
             if not _matches(next(g for g in m.groups() if g), bases):
                 out.append(Violation("step_time", f"{where}: {m.group(0)!r} is no basis"))
     return out
+
+
+def light_apart(doc: Mapping[str, Any]) -> list[Violation]:
+    """``light_apart``: a light pass whose steps and the unprofiled ones disagree beyond
+    its stated cost (``timeline.apart_agrees`` false) has the note that says both."""
+    tl = doc.get("timeline") or {}
+    if tl.get("apart_agrees") is not False:
+        return []
+    if any("timed apart" in str(n) for n in doc.get("notes") or []):
+        return []
+    light, unprof = tl.get("light_step_time_ms"), tl.get("unprofiled_step_time_ms")
+    return [Violation("light_apart", f"light pass {light} ms against unprofiled {unprof} ms, "
+                      "outside its stated cost, with no note")]  # fmt: skip
 
 
 def memory(doc: Mapping[str, Any]) -> list[Violation]:

@@ -33,7 +33,7 @@ fallback); :attr:`Timeline.recorder` says which (the manifest's
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,8 @@ from tracekit.summary.timeline_join import join_streams
 MODES = ("auto", "light", "full")
 MIN_JOINED_PCT = 99.0  # below this share of GPU time joined the light pass is not used
 FAITHFUL_PCT = 10.0  # a timeline step further than this from the unprofiled one is flagged
+# the light pass's steps timed apart agree with its interleaved cost within its IQR and this
+APART_SLACK_PCT = 3.0
 KERNEL_COLUMNS = ("step", "kind", "name", "ts", "dur", "runtime_id")
 LIGHT = "light"
 FULL = "full"
@@ -347,6 +349,41 @@ class TimelineFacts:
         v = cost if cost is not None else self.vs_unprofiled_pct
         return None if v is None else abs(v) <= FAITHFUL_PCT
 
+    @property
+    def apart_agrees(self) -> bool | None:
+        """Whether the light pass's steps, timed apart from the unprofiled ones, sit where
+        its interleaved cost puts them: their ratio within the rounds' IQR (stretched to
+        include 1) widened by :data:`APART_SLACK_PCT` (None: nothing to compare)."""
+        c, v = self.light_cost, self.light_vs_unprofiled_pct
+        if self.source != LIGHT or c is None or v is None:
+            return None
+        lo, hi = (float(x) for x in c["iqr"])
+        slack = APART_SLACK_PCT / 100
+        return min(lo, 1.0) * (1 - slack) <= 1 + v / 100 <= max(hi, 1.0) * (1 + slack)
+
+    def apart_note(self) -> str | None:
+        """Where the light pass's steps and the unprofiled ones disagree by more than its
+        cost: the two figures and why both hold (the host's speed between windows seconds
+        apart, which the cost rounds' own unprofiled windows show)."""
+        if self.apart_agrees is not False:
+            return None
+        c, v = self.light_cost, self.light_vs_unprofiled_pct
+        assert c is not None and v is not None
+        lo, hi = c["iqr"]
+        u = [float(x) for x in c.get("unprofiled_ms") or [] if isinstance(x, (int, float))]
+        seen = (
+            f"; the unprofiled windows of those rounds ran {min(u):.2f}-{max(u):.2f} ms"
+            if len(u) >= 2
+            else ""
+        )
+        return (
+            f"the light pass's steps ({self.light_step_time_ms:.2f} ms) ran {v:+.1f} % against "
+            f"the unprofiled steps timed apart ({self.unprofiled_step_time_ms:.2f} ms), outside "
+            f"its cost x{c['ratio']:.3f} (IQR {lo:.3f}-{hi:.3f}) measured in {c['rounds']} "
+            "interleaved rounds: the rest is the host's speed in the light pass's window, not "
+            f"the recorder's cost{seen}"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "source": self.source,
@@ -371,6 +408,7 @@ class TimelineFacts:
             "faithful_pct": FAITHFUL_PCT,
             "light_cost": self.light_cost,
             "light_cost_pct": self.light_cost_pct,
+            "apart_agrees": self.apart_agrees,
             "per_step": self.per_step,
             "notes": self.notes,
         }
@@ -403,7 +441,7 @@ def timeline_facts(
     """The timeline block from the join and the full pass's step table
     (``tracekit.summary.steps.step_table``)."""
     light_table = step_table(tl.steps) if len(tl.steps) else None
-    return TimelineFacts(
+    facts = TimelineFacts(
         source=tl.source,
         requested=tl.requested,
         reason=tl.reason,
@@ -422,6 +460,8 @@ def timeline_facts(
         notes=list(tl.notes),
         light_cost=_cost(manifest),
     )
+    note = facts.apart_note()
+    return replace(facts, notes=[*facts.notes, note]) if note else facts
 
 
 def _cost(manifest: Any) -> dict[str, Any] | None:
