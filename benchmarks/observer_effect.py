@@ -72,6 +72,7 @@ def _under(script: list[str], tail: list[str], out: Path, extra: list[str]) -> d
         tracekit_ms=(met.get("step_time_ms") or {}).get("median"),
         residual_pct=res.get("pct"),
         residual_ci=[(res["lo"] - 1) * 100, (res["hi"] - 1) * 100] if res else None,
+        drift_pct=res.get("drift_pct"),  # the drift between windows the interval holds
         left_behind=obs.get("left_behind"),
         cupti=(obs.get("cupti_teardown") or {}).get("why"),
         light_pct=met.get("timeline_overhead_pct"),
