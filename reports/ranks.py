@@ -312,14 +312,16 @@ def union_note(sm: Summary) -> str | None:
     rank = (
         sm.ranks.rank_steps["rank"].min() if sm.ranks.detail_rank is None else sm.ranks.detail_rank
     )
-    text = (
-        f"rank {rank}; shares of the union of GPU activity (work overlapping on several "
-        "streams counted once), so they add up to more than 100 % where streams overlap"
-    )
+    text = f"rank {rank}; shares of summed GPU activity time"
     if len(comm):
         r = comm.iloc[0]
+        busy = (
+            f"running during {fmt.pct(r['busy_share_pct'])} of the GPU's busy time, "
+            if "busy_share_pct" in comm
+            else ""
+        )
         text += (
-            f"; communication {fmt.pct(r['time_share_pct'])} as kernel time, "
+            f"; communication {fmt.pct(r['time_share_pct'])} of it, {busy}"
             f"{fmt.pct(r['exposed_share_pct'])} exposed (no compute beside it)"
         )
     return text

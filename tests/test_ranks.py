@@ -343,8 +343,11 @@ def test_report_on_a_folder_of_ranks(tmp_path: Path) -> None:
     # the verdict's exposed communication is the multi-rank analysis's for rank 0 (its own
     # 19 %, not the 14 % mean: tests/test_ranks_verdict.py)
     assert doc["step_summary"]["shares_pct"]["exposed_communication"] == pytest.approx(19.0)
-    # rank 0's class shares are of the union of its GPU activity: 3.0 of 7.4 ms
-    assert doc["time_share_pct"]["communication"] == pytest.approx(100 * 3.0 / 7.4)
+    # rank 0's class shares are of its summed GPU activity, 3.0 of 8.5 ms, and add up to
+    # 100 %; beside them the share of its busy time (the union, 7.4 ms) each class ran in
+    assert doc["time_share_pct"]["communication"] == pytest.approx(100 * 3.0 / 8.5)
+    assert sum(doc["time_share_pct"].values()) == pytest.approx(100.0)
+    assert doc["busy_share_pct"]["communication"] == pytest.approx(100 * 3.0 / 7.4)
     runs = sorted(p.parent.name for p in tb.rglob("events.out.tfevents*"))
     assert runs.count("rank0") == 1 and runs.count("rank1") == 1
     assert (tmp_path / "rep.ranks" / "rank1" / "perrank.json").is_file()  # kept, reused

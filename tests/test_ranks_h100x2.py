@@ -410,3 +410,18 @@ def test_compare_splits_the_unprofiled_step_with_the_measured_cost(
         "grew +14.980 ms (exposed communication +29.074 ms, GPU idle -16.483 ms, compute "
         "+2.389 ms), not on this basis"
     )
+
+
+@pytest.mark.parametrize("src", [DDP_BF16, FSDP], ids=lambda p: p.name)
+def test_bf16_and_fsdp_reports_keep_the_invariants(
+    src: Path, work: Path, results: dict[str, Path]
+) -> None:
+    """The report never contradicts itself on the other two-GPU runs either: on FSDP
+    communication runs beside compute most of the step (its kernels 98 % of the busy
+    time), and the time shares still add up to 100 % (summary/invariants.py)."""
+    _reduce(src, results[src.name])  # the per-rank results, reused by the report
+    _, doc = _report(src, work / f"{src.name}-report", results[src.name])
+    assert [w for w in doc["warnings"] if w.startswith("report invariant broken")] == []
+    assert sum(doc["time_share_pct"].values()) == pytest.approx(100.0)
+    busy = doc["busy_share_pct"]
+    assert all(0 <= v <= 100 for v in busy.values()) and sum(busy.values()) > 100

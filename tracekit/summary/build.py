@@ -439,8 +439,8 @@ def summarize(
     ``operators`` and ``classes`` tables as soon as each is computed (so that a report can
     draw them while the rest is summarised). ``exposed_comm_pct``: the share of the step
     in which communication runs exposed, from a multi-rank analysis (replaces this trace's
-    own figure and the manifest's ``metrics.exposed_comm_pct``). ``union_shares``: class
-    time shares of the union of GPU activity (a multi-rank report; see
+    own figure and the manifest's ``metrics.exposed_comm_pct``). ``union_shares``: each
+    class's share of the GPU's busy time beside its time share (a multi-rank report; see
     :func:`tracekit.summary.classes.union_shares`). ``timeline``: see :func:`trace_facts`
     (ignored when ``facts`` is given). ``comm_ms``: (ms per step, words) of communication
     measured on the unprofiled step, replacing the trace's exposed communication in the

@@ -4,9 +4,11 @@ kernels (``Classification.kernels``: one row per GPU activity with its ``class``
 All shares are of *summed GPU activity time* — kernels + memcpy + memset durations added
 up, overlaps counted twice — over the analysed steps, so they add up to 100 % and each
 class's share is exactly its summed durations over the total. A multi-rank report (whose
-communication kernels overlap compute on their own streams) asks for shares of the
-*union* of GPU activity instead (``class_table(..., union=True)``, :func:`union_shares`),
-with communication's exposed share beside its kernel share.
+communication kernels overlap compute on their own streams) adds, beside them, each
+class's share of the GPU's *busy* time (``busy_share_pct``: the union of the class's
+activities over the union of all, :func:`union_shares`; a class overlapping others counts
+in each, so these do not add up to 100 %) and communication's exposed share
+(``class_table(..., union=True)``).
 """
 
 from __future__ import annotations
@@ -110,9 +112,9 @@ def class_table(kernels: pd.DataFrame, n_steps: int, union: bool = False) -> pd.
         ok = (gt > 0) & (judged > 0)
         out["memory_bound_pct"] = np.where(ok, 100.0 * g["mem_dur"].to_numpy() / gt, np.nan)
         out["compute_bound_pct"] = np.where(ok, 100.0 * g["cmp_dur"].to_numpy() / gt, np.nan)
-    if union:  # a multi-rank report: shares of the union of GPU activity (union_shares)
+    if union:  # a multi-rank report: shares of the GPU's busy time too (union_shares)
         shares, exposed = union_shares(kernels)
-        out["time_share_pct"] = [shares.get(c, 0.0) for c in out["class"]]
+        out["busy_share_pct"] = [shares.get(c, 0.0) for c in out["class"]]
         comm = out["class"] == "communication"
         out["exposed_share_pct"] = np.where(comm, np.nan if exposed is None else exposed, np.nan)
     keep = out["class"].isin(FIRST) | (out["kernel_count"] > 0)

@@ -130,6 +130,11 @@ def _time(sm: Summary) -> dict[str, Any]:
     return {
         "gpu_time_ms_per_step": float(cl["ms_per_step"].sum()),
         "time_share_pct": dict(zip(cl["class"], cl["time_share_pct"], strict=True)),
+        "busy_share_pct": (
+            dict(zip(cl["class"], cl["busy_share_pct"], strict=True))
+            if "busy_share_pct" in cl
+            else None
+        ),
         "ms_per_step": dict(zip(cl["class"], cl["ms_per_step"], strict=True)),
         "flop_share_pct": (
             dict(zip(cl["class"], cl["flop_share_pct"], strict=True)) if has_flops else None
@@ -261,6 +266,10 @@ def _sources(sm: Summary) -> dict[str, Any]:
     light = sm.timeline_facts is not None and sm.timeline_facts.source == "light"
     return {
         "time_share_pct": "measured: kernel, memcpy and memset durations in the trace",
+        "busy_share_pct": "measured: the union of each class's activities over the union "
+        "of all GPU activity (a class overlapping others counts in each)"
+        if "busy_share_pct" in sm.classes
+        else None,
         "step_time_ms": STEP_TIME_SOURCE[light],
         "gpu_idle_pct": "measured: union of GPU activity per step in the "
         + ("light timeline pass" if light else "trace"),
