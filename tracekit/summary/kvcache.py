@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.classify.models.decode import DecodeModel
+from tracekit.classify.models.shape import DTYPE_BYTES
 from tracekit.manifest import manifest_or_empty
-from tracekit.summary.decode_model import DecodeModel
-from tracekit.summary.memory_model import DTYPE_BYTES
 
 
 def _num(v: Any) -> float | None:
