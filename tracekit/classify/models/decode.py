@@ -282,9 +282,8 @@ class DecodeModel:
 
     def kv_cache_bytes(self) -> int:
         """The preallocated cache: 2·L·B·(prompt + new_tokens)·C·b."""
-        b = bytes_per_elem(self.dtype)
         ctx = self.prompt + self.new_tokens
-        return 2 * self.shape.n_layer * self.batch * ctx * self.shape.n_embd * b
+        return self.batch * ctx * self.shape.kv_bytes_per_token(self.dtype)
 
     def gemm_flops_per_seq(self) -> int:
         """2·N: the weight GEMMs' FLOPs per sequence of a decode step."""

@@ -423,8 +423,7 @@ def kv_cache_bytes(
 ) -> int:
     """Inference KV cache: keys and values of every layer, 2·B·T·C·L·bytes
     (multi-head attention: kv_head_ratio 1)."""
-    shape = shape_of(model)
-    return 2 * batch * seq * shape.n_embd * shape.n_layer * DTYPE_BYTES[dtype]
+    return batch * seq * shape_of(model).kv_bytes_per_token(dtype)
 
 
 def from_manifest(manifest: Mapping[str, Any] | None) -> tuple[MemoryEstimate | None, str]:

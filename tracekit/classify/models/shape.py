@@ -68,6 +68,11 @@ class ModelShape:
         C, hid = self.n_embd, self.mlp_hidden
         return self.n_layer * (3 * C * C + C * C + 2 * C * hid) + self.vocab_size * C
 
+    def kv_bytes_per_token(self, dtype: str) -> int:
+        """KV cache bytes of one token of one sequence: keys and values of every layer,
+        2·L·C·bytes (multi-head attention: kv_head_ratio 1)."""
+        return 2 * self.n_layer * self.n_embd * bytes_per_elem(dtype)
+
 
 def shape_of(model: Mapping[str, Any] | ModelShape) -> ModelShape:
     """``model`` as a :class:`ModelShape` (a manifest's ``config.model`` mapping, or one)."""
