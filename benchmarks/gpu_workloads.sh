@@ -50,7 +50,7 @@ fi
 
 python3 - <<'EOF' | tee "$OUT/summary.txt"
 import json, pathlib
-from tracekit.summary.decode_model import DecodeModel
+from tracekit.classify.models.decode import DecodeModel
 GiB = 2**30
 def levers(c):
     on = [c["optimizer"], "checkpoint" if c["checkpoint"] else "", f"accum {c['grad_accum']}"

@@ -228,7 +228,7 @@ def run_generate(
 
 def generate_entry(cfg: CollectConfig, gen: Generator) -> dict[str, Any]:
     """The manifest's ``generate`` block: the run's shape and the analytic decode model's
-    inputs (``tracekit.summary.decode_model`` reads them with ``model``)."""
+    inputs (``tracekit.classify.models.decode`` reads them with ``model``)."""
     return {
         "prompt": cfg.prompt_tokens,
         "new_tokens": cfg.decode_steps,

@@ -16,12 +16,12 @@ from typing import Any
 import pandas as pd
 
 import tracekit.reports.sweepgen as sweepgen
+from tracekit.classify.models.memory import CATEGORIES
 from tracekit.io import atomic_write_bytes
 from tracekit.reports.sweepparts import figures
 from tracekit.reports.sweepparts import plt_module as _plt
 from tracekit.reports.sweepparts import save_png as _save
 from tracekit.reports.sweepparts import table_html as _table_html
-from tracekit.summary.memory_model import CATEGORIES
 from tracekit.sweep.analysis import SweepAnalysis
 from tracekit.sweep.rows import CLASSES
 

@@ -188,7 +188,7 @@ def figures(sm: Summary) -> list[tuple[str, str]]:
 
 def traffic_text(t: dict[str, Any]) -> str:
     """The analytic traffic with its formula, and the kernels' bytes as a multiple of it."""
-    if "weights" in t:  # a decode step (tracekit.summary.decode_model): each term read once
+    if "weights" in t:  # a decode step (tracekit.classify.models.decode): each term read once
         terms = " + ".join(f"{name} {fmt.si(t[k], 'B')}" for k, name in DECODE_TERMS.items())
         line = f"analytic {fmt.si(t['total'], 'B')}/decode step = {terms}"
     else:

@@ -22,7 +22,7 @@ from tracekit.advise import limits as LIM
 from tracekit.advise.baseline import ASSUMED_HOST_SPEEDUP, Baseline, analyse
 from tracekit.advise.effects import Effect, scenario
 from tracekit.advise.predict import Prediction, predict
-from tracekit.summary.memory_model import StepOptions, estimate
+from tracekit.classify.models.memory import StepOptions, estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "fixtures"

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 
 from tracekit.classify import classify
+from tracekit.classify.models.traffic import manifest_traffic
 from tracekit.classify.result import Classification
 from tracekit.cli import main
 from tracekit.parse import load
-from tracekit.summary.memory_model import manifest_traffic
 from tracekit.sweep.rows import classify_columns
 
 FIX = Path(__file__).parents[1] / "fixtures"

@@ -14,11 +14,12 @@ import pytest
 from tests._synth import Builder, Trace
 from tracekit.classify import classify, write_classification
 from tracekit.classify.families.registry import CLASSES
+from tracekit.classify.models.traffic import Traffic, manifest_traffic
 from tracekit.classify.schema import ARROW, TABLES
 from tracekit.errors import TraceError
-from tracekit.summary.memory_model import Traffic
 
 BF = "c10::BFloat16"
+TINY_GPT = {"vocab_size": 512, "n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 128}
 GEMM = (
     "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_"
     "execute_segment_k_off_kernel__5x_cublas"
@@ -267,22 +268,30 @@ def test_measured_ceilings_change_the_roofline() -> None:
     assert r.device.bandwidth_source.startswith("measured")
 
 
-def test_analytic_traffic_is_the_one_passed_in() -> None:
-    """classify knows no model: the step table shows the estimate its caller passes
-    (tracekit.summary.memory_model.traffic, which the report and the sweep show too)."""
-    traffic = Traffic(parameters=10, gradients=20, optimizer_state=40, activations=30)
+def test_analytic_traffic_comes_from_the_manifest() -> None:
+    """classify computes the step table's analytic traffic from the run's manifest (the
+    model config: tracekit.classify.models.traffic, which the report and the sweep show
+    too); without one, NaN and a note; ``traffic=`` overrides it."""
+    cfg = {"model": TINY_GPT, "batch": 2, "seq": 16, "dtype": "bf16", "attention": "sdpa"}
+    manifest = {"config": cfg}
+    want = manifest_traffic(manifest)
+    assert want is not None and want.total > 0
     b, _ = gpt_block()
-    s = classify(b.trace(), traffic=traffic).steps.iloc[0]
+    s = classify(b.trace(manifest=manifest)).steps.iloc[0]
+    assert s["analytic_bytes"] == want.total and s["analytic_act_bytes"] == want.activations
+    assert s["analytic_param_bytes"] == want.parameters
+    assert s["bytes_vs_analytic"] == pytest.approx(s["bytes"] / want.total)
+    r = classify(b.trace())  # a bare trace: no model config, no estimate
+    assert math.isnan(r.steps["analytic_bytes"].iloc[0])
+    assert any("analytic traffic estimate unavailable" in n for n in r.notes)
+    traffic = Traffic(parameters=10, gradients=20, optimizer_state=40, activations=30)
+    s = classify(b.trace(manifest=manifest), traffic=traffic).steps.iloc[0]
     assert s["analytic_param_bytes"] == 10 and s["analytic_grad_bytes"] == 20
     assert s["analytic_optim_bytes"] == 40 and s["analytic_act_bytes"] == 30
     assert s["analytic_bytes"] == 100
-    assert s["bytes_vs_analytic"] == pytest.approx(s["bytes"] / 100)
-    r = classify(b.trace(), traffic=None)  # the caller looked: the run has none
+    r = classify(b.trace(manifest=manifest), traffic=None)  # the override: the run has none
     assert math.isnan(r.steps["analytic_bytes"].iloc[0])
     assert any("analytic traffic estimate unavailable" in n for n in r.notes)
-    r = classify(b.trace())  # not asked for (ranks, advise): NaN, and no note
-    assert math.isnan(r.steps["analytic_bytes"].iloc[0])
-    assert not any("analytic traffic" in n for n in r.notes)
 
 
 def test_trace_without_operators() -> None:

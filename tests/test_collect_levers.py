@@ -244,7 +244,7 @@ def test_whole_step_graph_plumbing_with_stand_ins(monkeypatch: pytest.MonkeyPatc
 
 
 def test_memory_model_says_what_it_does_not_count() -> None:
-    from tracekit.summary.memory_model import from_manifest
+    from tracekit.classify.models.memory import from_manifest
 
     cfg = _cfg(checkpoint=True, grad_accum=2).to_dict()
     est, caveat = from_manifest({"config": cfg})

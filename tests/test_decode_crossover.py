@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 
 from tracekit.analyse import classify_trace
-from tracekit.parse import load
-from tracekit.summary import summarize
-from tracekit.summary.decode_model import (
+from tracekit.classify.models.decode import (
     DecodeModel,
     achieved_gemm_ridge_batch,
     gemm_ridge_batch,
     weight_stream_time,
 )
-from tracekit.summary.memory_model import ModelShape
+from tracekit.classify.models.shape import ModelShape
+from tracekit.parse import load
+from tracekit.summary import summarize
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GPT2 = ModelShape(vocab_size=50304, n_layer=12, n_head=12, n_embd=768, block_size=1024)

@@ -7,8 +7,7 @@ from fractions import Fraction
 
 import pytest
 
-from tracekit.errors import UsageError
-from tracekit.summary.decode_model import (
+from tracekit.classify.models.decode import (
     DecodeModel,
     decode_step,
     gemm_ridge_batch,
@@ -18,7 +17,8 @@ from tracekit.summary.decode_model import (
     step_ridge_batch,
     weight_bytes,
 )
-from tracekit.summary.memory_model import ModelShape
+from tracekit.classify.models.shape import ModelShape
+from tracekit.errors import UsageError
 
 GPT2_SMALL = {"vocab_size": 50304, "n_layer": 12, "n_head": 12, "n_embd": 768,
               "block_size": 1024}  # fmt: skip

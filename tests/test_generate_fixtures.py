@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from tracekit.analyse import classify_trace
+from tracekit.classify.models.decode import DecodeModel
 from tracekit.parse import load
 from tracekit.summary import summarize
-from tracekit.summary.decode_model import DecodeModel
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 # fixture name -> summary.json generate key path -> value (the captured H200 fixtures)

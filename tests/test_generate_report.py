@@ -170,7 +170,7 @@ def test_summary_json_generate_block(summary: Any) -> None:
     assert len(g["per_step"]) == 4 and len(g["gemm"]["table"]) == 5
     assert g["time"]["prefill_gpu_pct"] == pytest.approx(37.5)
     assert doc["step_summary"]["analytic_traffic"]["weights"] == W
-    assert "decode_model" in doc["sources"]["analytic_traffic"]
+    assert "models.decode" in doc["sources"]["analytic_traffic"]
     json.dumps(doc)  # JSON-safe
 
 

@@ -46,7 +46,7 @@ STAGES: dict[str, tuple[str, set[str]]] = {
             "tracekit.ranks",
         },
     ),
-    # sweep reads the analytic memory model, which the report shares (tracekit.summary)
+    # sweep reads the analytic models (tracekit.classify.models) and the summary stage
     "tracekit/sweep": (
         "tracekit.sweep",
         {"tracekit.parse", "tracekit.classify", "tracekit.summary", "tracekit.analyse"},

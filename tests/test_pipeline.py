@@ -152,3 +152,33 @@ def test_the_scan_sees_a_composition(tmp_path: Path, src: str, bad: bool) -> Non
     (tmp_path / "reports").mkdir()
     (tmp_path / "reports" / "x.py").write_text(src)
     assert ("reports/x.py" in compositions(tmp_path)) is bad
+
+
+CLASSIFY = {"tracekit.classify.classify", "tracekit.classify.roofline.classify"}
+
+
+def traffic_handovers(root: Path = ROOT) -> list[str]:
+    """``file:line`` of every call of ``classify`` that hands it ``traffic=``: classify
+    computes the analytic traffic from the manifest itself (the override is for tests)."""
+    out = []
+    for folder in FOLDERS:
+        for f in sorted((root / folder).rglob("*.py")):
+            tree = ast.parse(f.read_text())
+            names = _names(tree, _module(f, root))
+            for node in ast.walk(tree):
+                if (
+                    isinstance(node, ast.Call)
+                    and _dotted(node.func, names) in CLASSIFY
+                    and any(k.arg == "traffic" for k in node.keywords)
+                ):
+                    out.append(f"{f.relative_to(root).as_posix()}:{node.lineno}")
+    return out
+
+
+def test_classify_computes_the_traffic_itself(tmp_path: Path) -> None:
+    assert not traffic_handovers(), traffic_handovers()
+    (tmp_path / "tracekit").mkdir()
+    (tmp_path / "tracekit" / "x.py").write_text(
+        "from tracekit.classify import classify\ndef f(t, e):\n    return classify(t, traffic=e)\n"
+    )
+    assert traffic_handovers(tmp_path) == ["tracekit/x.py:3"]  # the scan is not blind

@@ -324,7 +324,6 @@ def test_report_gets_from_a_run_manifest_what_it_gets_from_collect(
     from tracekit.collectors.run import empty_artifacts
     from tracekit.parse import load
     from tracekit.summary import summarize
-    from tracekit.summary.memory_model import manifest_traffic
 
     out = tmp_path / "mlp"
     opts = [a for a in FAST if a != "--no-ceilings"]  # measured after the script ended
@@ -363,7 +362,7 @@ def test_report_gets_from_a_run_manifest_what_it_gets_from_collect(
 
     def summary(p: Path) -> dict[str, Any]:
         t = load(p)
-        cls = classify(t, manifest=t.manifest, traffic=manifest_traffic(t.manifest))
+        cls = classify(t, manifest=t.manifest)
         doc: dict[str, Any] = summarize(t, cls).summary  # as tracekit report does
         return doc
 
@@ -379,7 +378,7 @@ def test_report_gets_from_a_run_manifest_what_it_gets_from_collect(
     }  # fmt: skip
     # no "analytic traffic estimate unavailable" note: the summary's own estimate stands
     assert set(got.pop("notes")) ^ set(want.pop("notes")) == set()
-    # the analytic memory and traffic models are tracekit's GPT's (tracekit.summary.memory_model)
+    # the analytic memory and traffic models are tracekit's GPT's (tracekit.classify.models)
     assert want["memory"]["model"]["peak_bytes"] > 0
     assert got["memory"]["model"]["peak_bytes"] is None
     assert "does not apply" in got["memory"]["model"]["note"]

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracekit.summary.decode_model import DecodeModel, gemm_ridge_batch
-from tracekit.summary.memory_model import ModelShape
+from tracekit.classify.models.decode import DecodeModel, gemm_ridge_batch
+from tracekit.classify.models.shape import ModelShape
 from tracekit.sweep import DECODE_CSV, describe, finish
 from tracekit.sweep.decode import (
     capacity_wall,

@@ -8,15 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from tracekit.classify.models.memory import block_saved, estimate, from_manifest, kv_cache_bytes
+from tracekit.classify.models.shape import ModelShape
+from tracekit.classify.models.traffic import traffic
 from tracekit.errors import UsageError
-from tracekit.summary.memory_model import (
-    ModelShape,
-    block_saved,
-    estimate,
-    from_manifest,
-    kv_cache_bytes,
-    traffic,
-)
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(vocab_size=512, n_layer=2, n_head=4, n_embd=64, block_size=128)

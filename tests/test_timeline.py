@@ -23,7 +23,6 @@ from tracekit.errors import UsageError
 from tracekit.parse import find_trace, load
 from tracekit.parse import timeline as PT
 from tracekit.summary import summarize
-from tracekit.summary.memory_model import manifest_traffic
 
 from . import stepgen as sg
 from . import timelinegen as G
@@ -46,7 +45,7 @@ def _run(tmp: Path, marked: dict[str, Any], **light: Any) -> Path:
 
 def _summary(path: Path, timeline: Any = "auto") -> Any:
     t = load(path)
-    cls = classify(t, manifest=t.manifest, traffic=manifest_traffic(t.manifest))
+    cls = classify(t, manifest=t.manifest)
     return summarize(t, cls, timeline=timeline)
 
 

@@ -5,9 +5,9 @@ Every command that analyses a run comes here (``report``, ``compare``, ``classif
 ``advise``, the sweep's rows, the per-rank function): no other module chains the stages
 (``tests/test_pipeline.py``), so they cannot tell two stories about one run. The choices
 made once here: a trace without GPU activity is read through its CPU view
-(:func:`cpu_run`); classify gets the run's manifest and its analytic traffic estimate
-(``tracekit.summary.memory_model.manifest_traffic``), the figure the report, the sweep and
-``tracekit classify`` show.
+(:func:`cpu_run`); classify gets the run's manifest, from which it computes the analytic
+traffic estimate (``tracekit.classify.models.traffic.manifest_traffic``), the figure the
+report, the sweep and ``tracekit classify`` show.
 
 A multi-rank folder's per-rank analysis and reduction are the ranks stage's
 (:func:`tracekit.ranks.run.analyse_ranks`, which runs after this module); a report of one
@@ -110,15 +110,13 @@ def classify_trace(
     manifest: Mapping[str, Any] | None = None,
 ) -> Classification:
     """The classify stage on a parsed trace, with its manifest (``manifest``, default the
-    trace's) and the manifest's analytic traffic estimate."""
+    trace's), from which classify computes the analytic traffic estimate itself."""
     from tracekit.classify import classify
-    from tracekit.summary.memory_model import manifest_traffic
 
     man = dict(manifest) if manifest else trace.manifest
     return classify(
-        trace, manifest=man, peak_tflops=peak_tflops, bandwidth_gbs=bandwidth_gbs,
-        counters=counters, traffic=manifest_traffic(man),
-    )  # fmt: skip
+        trace, manifest=man, peak_tflops=peak_tflops, bandwidth_gbs=bandwidth_gbs, counters=counters
+    )
 
 
 def comm_of(ranks: Any, rank: int | None) -> tuple[float, str] | None:

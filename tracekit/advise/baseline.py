@@ -13,9 +13,10 @@ import numpy as np
 import pandas as pd
 
 import tracekit.summary.critical_path as CP
+from tracekit.classify.models.memory import MemoryEstimate, StepOptions, estimate
+from tracekit.classify.models.shape import ModelShape
 from tracekit.errors import UsageError
 from tracekit.manifest import manifest_or_empty
-from tracekit.summary.memory_model import MemoryEstimate, ModelShape, StepOptions, estimate
 from tracekit.summary.roofs import Roofs, roofs_from
 
 # Host speed-up assumed when the unprofiled step cannot calibrate it (a GPU-bound step

@@ -13,7 +13,7 @@ import tracekit.advise.levers as L
 import tracekit.advise.models as M
 from tracekit.advise.baseline import Baseline
 from tracekit.advise.effects import Effect, predict_ratio
-from tracekit.summary.memory_model import MemoryEstimate
+from tracekit.classify.models.memory import MemoryEstimate
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """What a run folder's manifest tells the classifier: the model's parameter count, the
-unprofiled step time, artifacts beside the trace; and the shape of the analytic traffic
-estimate its caller may pass in."""
+unprofiled step time, artifacts beside the trace, and the analytic traffic estimate of its
+model (:mod:`tracekit.classify.models.traffic`) for the step table."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
+from tracekit.classify.models.traffic import Traffic, manifest_traffic
 from tracekit.manifest import RunManifest, read_manifest
 
 
@@ -52,41 +53,30 @@ def n_params(manifest: Mapping[str, Any] | RunManifest | None) -> int | None:
     return m.n_params if m is not None else None
 
 
-class AnalyticTraffic(Protocol):
-    """The analytic per-step traffic of a run's model, per term (bytes moved).
-
-    ``tracekit.summary.memory_model.Traffic`` is one (``traffic(from_manifest(m))``): the
-    same estimate the report shows and the sweep tabulates. classify knows no model; its
-    caller passes the estimate (``classify(..., traffic=...)``)."""
-
-    @property
-    def parameters(self) -> int: ...
-    @property
-    def gradients(self) -> int: ...
-    @property
-    def optimizer_state(self) -> int: ...
-    @property
-    def activations(self) -> int: ...
-    @property
-    def total(self) -> int: ...
-
-
-class NotGiven:
-    """``classify(traffic=...)`` left out: the caller did not look for an estimate (the
-    ``analytic_*`` columns are NaN without a note); ``None`` says the run has none."""
+class FromManifest:
+    """``classify(traffic=...)`` left out: classify computes the estimate from the run's
+    manifest (:func:`tracekit.classify.models.traffic.manifest_traffic`)."""
 
     def __repr__(self) -> str:
-        return "NOT_GIVEN"
+        return "FROM_MANIFEST"
 
 
-NOT_GIVEN = NotGiven()
+FROM_MANIFEST = FromManifest()
 _NO_MODEL = "the manifest gives no model parameter count and config"
 NO_TRAFFIC_NOTE = f"analytic traffic estimate unavailable: {_NO_MODEL}"
 
 
-def analytic_columns(traffic: AnalyticTraffic | NotGiven | None) -> dict[str, float] | None:
+def run_traffic(
+    manifest: Mapping[str, Any] | None, traffic: Traffic | FromManifest | None
+) -> Traffic | None:
+    """The analytic traffic of the step table: the run's own (computed from ``manifest``)
+    unless the caller gave one (a test's override; ``None``: the run has none)."""
+    return manifest_traffic(manifest) if isinstance(traffic, FromManifest) else traffic
+
+
+def analytic_columns(traffic: Traffic | None) -> dict[str, float] | None:
     """The step table's ``analytic_*`` columns from an estimate (None: none)."""
-    if traffic is None or isinstance(traffic, NotGiven):
+    if traffic is None:
         return None
     return {
         "analytic_bytes": float(traffic.total),

@@ -38,16 +38,17 @@ from tracekit.classify.classes import OpContext, kernel_classes, op_context
 from tracekit.classify.columns import KernelColumns, require
 from tracekit.classify.devices import Roofline, resolve_roofline
 from tracekit.classify.manifest import (
+    FROM_MANIFEST,
     NO_TRAFFIC_NOTE,
-    NOT_GIVEN,
-    AnalyticTraffic,
-    NotGiven,
+    FromManifest,
     TraceLike,
     analytic_columns,
     n_params,
     profiler_overhead,
+    run_traffic,
 )
 from tracekit.classify.measured import Counters, Measured, apply_measured, join_measured
+from tracekit.classify.models.traffic import Traffic
 from tracekit.classify.profiler_flops import run_profiler_flops, with_profiler_flops
 from tracekit.classify.result import Classification, in_scope, n_steps
 from tracekit.classify.tables import class_table, kernel_table, op_roofline, step_table
@@ -66,7 +67,7 @@ def classify(
     counters_mode: str = "auto",
     profiler_flops: pd.DataFrame | str | Path | None = None,
     gemm_counters: Counters = None,
-    traffic: AnalyticTraffic | NotGiven | None = NOT_GIVEN,
+    traffic: Traffic | FromManifest | None = FROM_MANIFEST,
 ) -> Classification:
     """Classify every GPU activity and operator of ``trace`` against the device roofline.
 
@@ -79,10 +80,11 @@ def classify(
     ``profiler_flops``: torch's own per-(operator, shapes) FLOP estimates (the collector's
     ``*.profiler_flops.json.gz``, found through the manifest by default); they fill
     ``ops.flops`` where the trace has none, and are preferred to the model.
-    ``traffic``: the run's analytic per-step traffic (``tracekit.summary.memory_model``'s
-    ``traffic(from_manifest(manifest))``, as the report and the sweep use it) for the step
-    table's ``analytic_*`` columns; ``None`` (the run has none: a note says so) or left out
-    (the caller did not look: no note) makes them NaN.
+    The step table's ``analytic_*`` columns are the run's analytic per-step traffic, which
+    classify computes from the manifest's model config
+    (:func:`tracekit.classify.models.traffic.manifest_traffic`: the figure the report and
+    the sweep show); a run without one gets NaN and a note. ``traffic`` overrides it (tests:
+    an estimate, or ``None`` for a run that has none).
     """
     kernels, ops, manifest = _inputs(trace, manifest)
     notes: list[str] = []
@@ -129,7 +131,8 @@ def classify(
         op_df = op_roofline(kr, ops, roof, ctx)
     # 7. tables
     steps_in = getattr(trace, "steps", None)
-    return _tables(kr, op_df, steps_in, roof, manifest, traffic, measured, notes, cpu)
+    est = run_traffic(manifest, traffic)
+    return _tables(kr, op_df, steps_in, roof, manifest, est, measured, notes, cpu)
 
 
 def _inputs(
@@ -215,7 +218,7 @@ def _tables(
     steps_in: pd.DataFrame | None,
     roof: Roofline,
     manifest: Mapping[str, Any] | None,
-    traffic: AnalyticTraffic | NotGiven | None,
+    traffic: Traffic | None,
     measured: Measured | None,
     notes: list[str],
     cpu: bool = False,

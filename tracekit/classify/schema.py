@@ -184,7 +184,7 @@ STEP_SUMMARY: list[Column] = [
         "analytic_bytes",
         F64,
         "bytes",
-        "Analytic traffic (tracekit.summary.memory_model, as in the report): parameters, "
+        "Analytic traffic (tracekit.classify.models.traffic, as in the report): parameters, "
         "gradients, optimizer state and saved activations each moved twice per step (NaN "
         "without a model config).",
     ),

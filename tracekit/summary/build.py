@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+import tracekit.classify.models.memory as MM
+import tracekit.classify.models.traffic as TR
 import tracekit.summary.classes as C
 import tracekit.summary.cpanchor as CPA
 import tracekit.summary.cpu as CPU
@@ -24,15 +26,14 @@ import tracekit.summary.gendoc as GD
 import tracekit.summary.generate as GEN
 import tracekit.summary.invariants as INV
 import tracekit.summary.memory as M
-import tracekit.summary.memory_model as MM
 import tracekit.summary.steps as S
 import tracekit.summary.stepsummary as SS
 import tracekit.summary.timeline as TL
 import tracekit.summary.verdict as V
 from tracekit.classify.manifest import NO_TRAFFIC_NOTE
+from tracekit.classify.models.decode import DecodeModel
 from tracekit.manifest import manifest_or_empty
 from tracekit.parse.cpuview import device_label
-from tracekit.summary.decode_model import DecodeModel, DecodeTraffic
 from tracekit.summary.document import (
     SUMMARY_FORMAT,
     SUMMARY_VERSION,
@@ -591,18 +592,18 @@ def _verdict(
 
 def _traffic(
     f: TraceFacts, dm: DecodeModel | None, steps: list[int], manifest: Any
-) -> MM.Traffic | DecodeTraffic | None:
+) -> TR.Traffic | TR.DecodeTraffic | None:
     """The analytic traffic beside the kernels' bytes: a training step's (memory model, or
     for a user script's run the optimizer's tensors and the measured dynamic memory), or a
     decode step's (decode model: weights + KV cache, mean of the recorded steps)."""
     if dm is not None:
         recorded = [d for d in steps if 0 <= d < dm.new_tokens]
-        return DecodeTraffic.mean_of([dm.step(d) for d in recorded]) if recorded else None
+        return TR.DecodeTraffic.mean_of([dm.step(d) for d in recorded]) if recorded else None
     if f.memory_facts.model is not None:
-        return MM.traffic(f.memory_facts.model)
+        return TR.traffic(f.memory_facts.model)
     # a user script's run: its optimizer's tensors and the measured dynamic memory
     opt = manifest_or_empty(manifest if isinstance(manifest, dict) else None).optimizer.raw
-    return MM.traffic_from_optimizer(opt or None, f.memory_facts.dynamic_peak_bytes)
+    return TR.traffic_from_optimizer(opt or None, f.memory_facts.dynamic_peak_bytes)
 
 
 def _flop_sources(k: pd.DataFrame) -> dict[str, float]:

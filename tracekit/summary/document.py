@@ -217,7 +217,7 @@ def _traffic_source(sm: Summary) -> str | None:
     if sm.step_summary.traffic is None:
         return None
     if sm.memory_facts.model is not None:
-        return "modelled: tracekit.summary.memory_model from the run's model config"
+        return "modelled: tracekit.classify.models.traffic from the run's model config"
     return (
         "estimated: parameter, gradient and optimizer-state bytes read from the run's "
         "optimizer (manifest), activations = the measured dynamic memory"
@@ -301,7 +301,7 @@ def _sources(sm: Summary) -> dict[str, Any]:
             else "measured with the profiler on (trace): rates are too low"
         ),
         "analytic_traffic": (
-            "modelled: tracekit.summary.decode_model (a decode step) from the run's model config"
+            "modelled: tracekit.classify.models.decode (a decode step) from the run's model config"
             if sm.generate is not None and ss.traffic is not None
             else _traffic_source(sm)
         ),

@@ -9,12 +9,12 @@ from typing import Any
 
 import pandas as pd
 
+import tracekit.classify.models.memory as MM
 import tracekit.summary.cpanchor as CPA
 import tracekit.summary.cpu as CPU
 import tracekit.summary.critical_path as CP
 import tracekit.summary.generate as GEN
 import tracekit.summary.memory as M
-import tracekit.summary.memory_model as MM
 import tracekit.summary.steps as S
 import tracekit.summary.stepsummary as SS
 import tracekit.summary.timeline as TL

@@ -15,9 +15,9 @@ import math
 from dataclasses import replace
 from typing import Any
 
+from tracekit.classify.models.shape import DTYPE_BYTES
 from tracekit.summary.generate import GenerateFacts
 from tracekit.summary.kvcache import KVGrowth
-from tracekit.summary.memory_model import DTYPE_BYTES
 from tracekit.summary.verdict import Verdict
 
 GENERATE_VERSION = 1

@@ -10,7 +10,7 @@ Definitions (docs/generate.md repeats them):
   median of that step index over the unprofiled generations, CUDA events); without it the
   profiled step time of the trace (``basis`` says which).
 * **Bytes** of a decode step, three ways: the decode model's (weights + KV cache read +
-  KV write, :mod:`tracekit.summary.decode_model`), the kernels' modelled bytes (classify:
+  KV write, :mod:`tracekit.classify.models.decode`), the kernels' modelled bytes (classify:
   every input read once, every output written once) and the measured DRAM bytes (Nsight
   Compute, ``--counters``; modelled bytes for the kernels without counters). Each over the
   step's time per output token is an **achieved bandwidth**; its share of the bandwidth
@@ -39,9 +39,10 @@ import numpy as np
 import pandas as pd
 
 import tracekit.summary.intervals as I
+from tracekit.classify.models.decode import DecodeModel
+from tracekit.classify.models.shape import DTYPE_BYTES
+from tracekit.classify.models.traffic import DecodeTraffic
 from tracekit.manifest import manifest_or_empty
-from tracekit.summary.decode_model import DecodeModel, DecodeTraffic
-from tracekit.summary.memory_model import DTYPE_BYTES
 from tracekit.summary.roofs import Roofs
 
 PREFILL_RANGE = "tracekit.prefill"  # collectors/generate.py: PREFILL_RANGE

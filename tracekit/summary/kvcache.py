@@ -16,9 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.classify.models.decode import DecodeModel
 from tracekit.manifest import manifest_or_empty
-from tracekit.summary.decode_model import DecodeModel
-from tracekit.summary.memory_model import DTYPE_BYTES
 
 
 def _num(v: Any) -> float | None:
@@ -92,9 +91,8 @@ def kv_growth(
         return None
     man = manifest_or_empty(manifest)
     g = man.generate or {}
-    s, B = dm.shape, dm.batch
-    b = DTYPE_BYTES[dm.dtype]
-    per_token = 2 * s.n_layer * s.n_embd * b
+    B = dm.batch
+    per_token = dm.shape.kv_bytes_per_token(dm.dtype)
     ctx = [dm.prompt + int(d) + 1 for d in steps]
     mem = man.metrics.memory or {}
     weights = _num(mem.get("weights_bytes")) or _num(g.get("weight_bytes"))

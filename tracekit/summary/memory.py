@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-import tracekit.summary.memory_model as MM
+import tracekit.classify.models.memory as MM
 from tracekit.errors import TraceError
 
 CUDA = 1  # c10::DeviceType::CUDA, the memory table's device_type
@@ -268,9 +268,9 @@ def category_peak(tl: CategoryTimeline) -> dict[str, float]:
 
 def model_categories(at_peak: dict[str, float], allocator_peak: float | None) -> dict[str, float]:
     """Timeline categories at the peak mapped onto the memory model's five
-    (:data:`memory_model.TIMELINE_TO_CATEGORY`; unknown names go to ``other``), plus the
-    allocator memory the timeline does not see (``allocator_peak`` − timeline total:
-    library workspaces, block rounding) in ``other``."""
+    (:data:`tracekit.classify.models.memory.TIMELINE_TO_CATEGORY`; unknown names go to
+    ``other``), plus the allocator memory the timeline does not see (``allocator_peak`` −
+    timeline total: library workspaces, block rounding) in ``other``."""
     out = {c: 0.0 for c in MM.CATEGORIES}
     for cat, v in at_peak.items():
         out[MM.TIMELINE_TO_CATEGORY.get(cat, "other")] += v

@@ -34,9 +34,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.classify.models.traffic import DecodeTraffic, Traffic
 from tracekit.schema import COMPUTE_KINDS
-from tracekit.summary.decode_model import DecodeTraffic
-from tracekit.summary.memory_model import Traffic
 from tracekit.summary.roofs import Roofs
 
 # the classified kernels' columns the step summary reads

@@ -14,8 +14,8 @@ from typing import Any
 
 import pandas as pd
 
+from tracekit.classify.models.memory import estimate, kv_cache_bytes
 from tracekit.io import atomic_write_bytes, atomic_write_text
-from tracekit.summary.memory_model import estimate, kv_cache_bytes
 from tracekit.sweep.analysis import SweepAnalysis, analyse_sweep, memory_unit
 from tracekit.sweep.decode import generate_findings, generate_fits, prepared
 from tracekit.sweep.decode_limits import short_limit

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from tracekit.classify.families.registry import CLASSES
-from tracekit.summary.memory_model import CATEGORIES
+from tracekit.classify.models.memory import CATEGORIES
 from tracekit.sweep.decode import (
     CapacityWall,
     Crossover,

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.summary.decode_model import achieved_gemm_ridge_batch, weight_stream_time
+from tracekit.classify.models.decode import achieved_gemm_ridge_batch, weight_stream_time
 from tracekit.sweep.decode_limits import HOST, change_words, host_words, span, with_limits
 from tracekit.sweep.findings import PLATEAU_GAIN, _gib, _num, failed_findings
 from tracekit.sweep.fit import fit_table
@@ -116,7 +116,7 @@ class Crossover:
     max_batch: int
     growth_at_max: float  # value at the largest batch / at the smallest
     # the decode model's prediction: the ridge at the bandwidth the GEMMs stream their
-    # weights at, from their time at the smallest batch (decode_model.achieved_gemm_ridge_batch)
+    # weights at, from their time at the smallest batch (models.decode.achieved_gemm_ridge_batch)
     predicted: float | None
     weight_stream_Bps: float  # W / t_w at the smallest batch, the prediction's bandwidth
     roofline: float | None  # the roofline's ridge batch R·W/(2N): weights at the copy ceiling

@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.classify.families.registry import CLASSES
-from tracekit.manifest import RunManifest, StepTime, manifest_or_empty
-from tracekit.summary.memory_model import (
+from tracekit.classify.models.memory import (
     CATEGORIES,
     TIMELINE_CATEGORIES,
     TIMELINE_TO_CATEGORY,
     StepOptions,
     estimate,
 )
+from tracekit.manifest import RunManifest, StepTime, manifest_or_empty
 from tracekit.sweep.decode_limits import limit_columns
 from tracekit.sweep.plan import Point
 
@@ -94,7 +94,7 @@ def classify_columns(
 
     ``classes`` gives ``time_share_pct`` per class; ``steps`` gives bandwidth/FLOP/s
     achieved and their utilisation, the memory-/compute-bound time shares and the
-    analytic traffic (``memory_model.traffic``: the figure the report shows).
+    analytic traffic (``tracekit.classify.models.traffic``: the figure the report shows).
     """
     result = _classify(trace, manifest)
     return classify_frames_to_columns(result.classes, getattr(result, "steps", None)), None
@@ -214,7 +214,7 @@ def generate_columns(
     """A generate run's columns: TTFT and TPOT, the memory split, and the analytic decode
     model beside the measurement (bytes per step over the measured time per token gives
     the bandwidth the decode step achieved by the model's count)."""
-    from tracekit.summary.decode_model import DecodeModel
+    from tracekit.classify.models.decode import DecodeModel
 
     mf = manifest_or_empty(manifest)
     met, g = mf.metrics, mf.generate or {}

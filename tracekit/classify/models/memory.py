@@ -69,14 +69,6 @@ Not modelled: library workspaces (cuBLAS/cuBLASLt, ~tens of MiB on a GPU) and ca
 allocator rounding; torch.compile changes what is saved (the model is for eager mode).
 
 KV cache for inference (the memory-wall tutorial's formula): 2·B·T·C·L·bytes.
-
-Traffic (:func:`traffic`), the per-step DRAM traffic users estimate by hand from the same
-sizes: every byte of the parameters (with their autocast copies), gradients, AdamW state
-and saved activations is moved twice per step, ``2·(4P + 4P + 8P + A)``: weights are read
-in the forward and the backward, gradients written by the backward and read by the
-optimizer, both AdamW moments read and written by the optimizer, saved activations
-written by the forward and read by the backward. A floor: tensors that are not saved
-(logits, temporaries, attention scores of the backward) and re-reads are not counted.
 """
 
 from __future__ import annotations
@@ -85,13 +77,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tracekit.classify.models.shape import DTYPE_BYTES, FP32, ModelShape, bytes_per_elem, shape_of
 from tracekit.errors import UsageError
 from tracekit.manifest import read_manifest
 
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 ATTENTIONS = ("naive", "sdpa")
 POOL_BATCHES = 8  # collectors/train.py: POOL_BATCHES
-FP32 = 4
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "other")
 
 # PyTorch's memory-timeline categories (torch/profiler/_memory_profiler.py, Category)
@@ -110,61 +101,6 @@ TIMELINE_TO_CATEGORY = {
     "input": "other",
 }
 TIMELINE_CATEGORIES = tuple(TIMELINE_TO_CATEGORY)
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """The GPTConfig fields the model needs (``collectors/gpt.py``)."""
-
-    vocab_size: int
-    n_layer: int
-    n_head: int
-    n_embd: int
-    block_size: int
-    mlp_ratio: float = 4.0
-    dropout: float = 0.0
-    tie_embeddings: bool = True
-    bias: bool = True
-
-    @classmethod
-    def from_mapping(cls, m: Mapping[str, Any]) -> ModelShape:
-        try:
-            return cls(
-                vocab_size=int(m["vocab_size"]),
-                n_layer=int(m["n_layer"]),
-                n_head=int(m["n_head"]),
-                n_embd=int(m["n_embd"]),
-                block_size=int(m["block_size"]),
-                mlp_ratio=float(m.get("mlp_ratio", 4.0)),
-                dropout=float(m.get("dropout", 0.0)),
-                tie_embeddings=bool(m.get("tie_embeddings", True)),
-                bias=bool(m.get("bias", True)),
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            raise UsageError(f"model config lacks or mangles a GPTConfig field: {e}") from None
-
-    @property
-    def mlp_hidden(self) -> int:
-        return round(self.mlp_ratio * self.n_embd)
-
-    def n_params(self) -> int:
-        """Same count as ``collectors.gpt.count_params``."""
-        C, V, hid, b = self.n_embd, self.vocab_size, self.mlp_hidden, int(self.bias)
-        ln = C + b * C
-        attn = (C * 3 * C + b * 3 * C) + (C * C + b * C)
-        mlp = (C * hid + b * hid) + (hid * C + b * C)
-        emb = V * C + self.block_size * C
-        head = 0 if self.tie_embeddings else V * C
-        return emb + self.n_layer * (2 * ln + attn + mlp) + ln + head
-
-    def largest_param(self) -> int:
-        C, hid = self.n_embd, self.mlp_hidden
-        return max(self.vocab_size * C, self.block_size * C, 3 * C * C, hid * C)
-
-    def linear_weights(self) -> int:
-        """Elements of all Linear weights (what autocast copies), incl. lm_head."""
-        C, hid = self.n_embd, self.mlp_hidden
-        return self.n_layer * (3 * C * C + C * C + 2 * C * hid) + self.vocab_size * C
 
 
 OPTIMIZERS = ("adamw", "adamw-foreach", "adamw-fused")
@@ -295,8 +231,7 @@ class _Held:
 
 
 def _check(dtype: str, attention: str, batch: int, seq: int) -> None:
-    if dtype not in DTYPE_BYTES:
-        raise UsageError(f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
+    bytes_per_elem(dtype)
     if attention not in ATTENTIONS:
         raise UsageError(f"attention must be one of {', '.join(ATTENTIONS)}, got {attention!r}")
     if batch < 1 or seq < 1:
@@ -456,7 +391,7 @@ def estimate(
 ) -> MemoryEstimate:
     """The analytic memory of one steady-state training step (see the module docstring);
     ``options``: the training levers the step runs with."""
-    shape = model if isinstance(model, ModelShape) else ModelShape.from_mapping(model)
+    shape = shape_of(model)
     _check(dtype, attention, batch, seq)
     opts = options or StepOptions()
     h = _held(shape, batch, seq, dtype, attention, opts.checkpoint)
@@ -483,82 +418,12 @@ def estimate(
     )
 
 
-TRAFFIC_FORMULA = (
-    "2 × (parameters + gradients + AdamW state + saved activations): each written once "
-    "and read once per step"
-)
-
-
-@dataclass(frozen=True)
-class Traffic:
-    """Analytic DRAM bytes of one training step, per term (see the module docstring)."""
-
-    parameters: int  # 2 × (fp32 weights + autocast copies)
-    gradients: int  # 2 × 4P
-    optimizer_state: int  # 2 × 2·4P
-    activations: int  # 2 × saved activations
-    formula: str = TRAFFIC_FORMULA
-    basis: str = "model"  # "model": tracekit's GPT config; "optimizer": a script's optimizer
-
-    @property
-    def total(self) -> int:
-        return self.parameters + self.gradients + self.optimizer_state + self.activations
-
-    def terms(self) -> dict[str, int]:
-        return {
-            "parameters": self.parameters,
-            "gradients": self.gradients,
-            "optimizer_state": self.optimizer_state,
-            "activations": self.activations,
-        }
-
-
-def traffic(est: MemoryEstimate) -> Traffic:
-    """The per-step traffic estimate from a memory estimate: each term moved twice."""
-    return Traffic(
-        parameters=2 * (est.parameters + est.autocast_weights),
-        gradients=2 * est.gradients_total,
-        optimizer_state=2 * est.optimizer_state,
-        activations=2 * est.activations_saved,
-    )
-
-
-OPTIMIZER_TRAFFIC_FORMULA = (
-    "2 × (parameters + gradients + optimizer state, from the optimizer's tensors, + "
-    "activations, the measured dynamic memory): each written once and read once per step"
-)
-
-
-def traffic_from_optimizer(optimizer: Any, dynamic_bytes: int | None) -> Traffic | None:
-    """The same estimate for a run whose model tracekit does not know (``tracekit run``,
-    ``tracekit.profile``): parameter, gradient and optimizer-state bytes as the run's
-    manifest read them from the optimizer (``optimizer.param_bytes``, ``grad_bytes``,
-    ``state_bytes``), and the saved activations taken as the measured dynamic memory (peak
-    minus the floor of the analysed steps). None when the manifest lacks those sizes."""
-    if not isinstance(optimizer, Mapping) or dynamic_bytes is None:
-        return None
-    try:
-        sizes = [int(optimizer[k]) for k in ("param_bytes", "grad_bytes", "state_bytes")]
-    except (KeyError, TypeError, ValueError):
-        return None
-    params, grads, state = sizes
-    return Traffic(
-        parameters=2 * params,
-        gradients=2 * grads,
-        optimizer_state=2 * state,
-        activations=2 * max(0, int(dynamic_bytes)),
-        formula=OPTIMIZER_TRAFFIC_FORMULA,
-        basis="optimizer",
-    )
-
-
 def kv_cache_bytes(
     model: Mapping[str, Any] | ModelShape, *, batch: int, seq: int, dtype: str = "bf16"
 ) -> int:
     """Inference KV cache: keys and values of every layer, 2·B·T·C·L·bytes
     (multi-head attention: kv_head_ratio 1)."""
-    shape = model if isinstance(model, ModelShape) else ModelShape.from_mapping(model)
-    return 2 * batch * seq * shape.n_embd * shape.n_layer * DTYPE_BYTES[dtype]
+    return batch * seq * shape_of(model).kv_bytes_per_token(dtype)
 
 
 def from_manifest(manifest: Mapping[str, Any] | None) -> tuple[MemoryEstimate | None, str]:
@@ -602,10 +467,3 @@ def from_manifest(manifest: Mapping[str, Any] | None) -> tuple[MemoryEstimate | 
         "the CUDA graph's private memory pool is not modelled" if cfg.cuda_graphs else "",
     ]
     return est, "; ".join(c for c in caveats if c)
-
-
-def manifest_traffic(manifest: Mapping[str, Any] | None) -> Traffic | None:
-    """:func:`traffic` of a ``tracekit collect`` run's model (None: no estimate), the one
-    figure the report, the sweep and ``tracekit classify``'s step table show."""
-    est, _ = from_manifest(manifest)
-    return traffic(est) if est is not None else None

@@ -51,24 +51,14 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from tracekit.classify.models.shape import ModelShape, bytes_per_elem, shape_of
 from tracekit.errors import UsageError
 from tracekit.manifest import manifest_or_empty
-from tracekit.summary.memory_model import DTYPE_BYTES, ModelShape
-
-
-def _shape(model: Mapping[str, Any] | ModelShape) -> ModelShape:
-    return model if isinstance(model, ModelShape) else ModelShape.from_mapping(model)
-
-
-def _bytes_per_elem(dtype: str) -> int:
-    if dtype not in DTYPE_BYTES:
-        raise UsageError(f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
-    return DTYPE_BYTES[dtype]
 
 
 def matmul_params(model: Mapping[str, Any] | ModelShape) -> int:
     """N: parameters that do matmul work per token (``collectors.gpt.matmul_params``)."""
-    s = _shape(model)
+    s = shape_of(model)
     n = s.n_params() - s.block_size * s.n_embd
     if not s.tie_embeddings:
         n -= s.vocab_size * s.n_embd
@@ -77,7 +67,7 @@ def matmul_params(model: Mapping[str, Any] | ModelShape) -> int:
 
 def weight_bytes(model: Mapping[str, Any] | ModelShape, dtype: str) -> int:
     """W: bytes of the weights one decode step reads (every multiplied weight, once)."""
-    return matmul_params(model) * _bytes_per_elem(dtype)
+    return matmul_params(model) * bytes_per_elem(dtype)
 
 
 @dataclass(frozen=True)
@@ -136,8 +126,8 @@ def decode_step(
     """Bytes and FLOPs of one decode step (see the module docstring)."""
     if batch < 1 or context < 1:
         raise UsageError(f"batch and context must be >= 1, got {batch}, {context}")
-    s = _shape(model)
-    b = _bytes_per_elem(dtype)
+    s = shape_of(model)
+    b = bytes_per_elem(dtype)
     L, C, B, c = s.n_layer, s.n_embd, batch, context
     return DecodeStep(
         batch=B,
@@ -148,45 +138,6 @@ def decode_step(
         gemm_flops=2 * matmul_params(s) * B,
         attention_flops=4 * L * C * c * B,
     )
-
-
-DECODE_TRAFFIC_FORMULA = (
-    "weights (every multiplied weight once) + KV cache read 2·L·B·c·C·b + KV cache "
-    "write 2·L·B·C·b, c = the cached tokens a decode step attends to"
-)
-
-
-@dataclass(frozen=True)
-class DecodeTraffic:
-    """Analytic DRAM bytes of a decode step (the mean of the steps given): what the
-    report puts beside the kernels' bytes, as :class:`memory_model.Traffic` does for a
-    training step."""
-
-    weights: float
-    kv_cache_read: float
-    kv_cache_write: float
-    formula: str = DECODE_TRAFFIC_FORMULA
-    basis: str = "decode"  # the decode model (memory_model.Traffic: "model" / "optimizer")
-
-    @property
-    def total(self) -> float:
-        return self.weights + self.kv_cache_read + self.kv_cache_write
-
-    def terms(self) -> dict[str, float]:
-        return {
-            "weights": self.weights,
-            "kv_cache_read": self.kv_cache_read,
-            "kv_cache_write": self.kv_cache_write,
-        }
-
-    @classmethod
-    def mean_of(cls, steps: list[DecodeStep]) -> DecodeTraffic:
-        n = max(1, len(steps))
-        return cls(
-            sum(s.weight_bytes for s in steps) / n,
-            sum(s.kv_read_bytes for s in steps) / n,
-            sum(s.kv_write_bytes for s in steps) / n,
-        )
 
 
 @dataclass(frozen=True)
@@ -208,8 +159,8 @@ class Prefill:
 def prefill(
     model: Mapping[str, Any] | ModelShape, *, batch: int, prompt: int, dtype: str
 ) -> Prefill:
-    s = _shape(model)
-    b = _bytes_per_elem(dtype)
+    s = shape_of(model)
+    b = bytes_per_elem(dtype)
     L, C, V, B, P = s.n_layer, s.n_embd, s.vocab_size, batch, prompt
     head = V * C  # the LM head runs on the last position only
     flops = B * (2 * (matmul_params(s) - head) * P + 2 * head + 4 * L * C * P * P)
@@ -331,9 +282,8 @@ class DecodeModel:
 
     def kv_cache_bytes(self) -> int:
         """The preallocated cache: 2·L·B·(prompt + new_tokens)·C·b."""
-        b = _bytes_per_elem(self.dtype)
         ctx = self.prompt + self.new_tokens
-        return 2 * self.shape.n_layer * self.batch * ctx * self.shape.n_embd * b
+        return self.batch * ctx * self.shape.kv_bytes_per_token(self.dtype)
 
     def gemm_flops_per_seq(self) -> int:
         """2·N: the weight GEMMs' FLOPs per sequence of a decode step."""
