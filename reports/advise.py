@@ -210,18 +210,22 @@ def ranked(doc: Mapping[str, Any], table: pd.DataFrame) -> RenderableType:
     return Group(t, *why, legend)
 
 
-def why(table: pd.DataFrame) -> Table:
+def why(table: pd.DataFrame) -> RenderableType:
     """What each lever addresses, the baseline's verdict (✓: among them) and the lever
-    run's verdict."""
+    run's verdict; where that is unknown, a line on why."""
     t = _table("bottlenecks (✓: the lever addresses the baseline's verdict)",
                [("lever", "left"), ("verdict", "left")])  # fmt: skip
     t.add_column("addresses", overflow="fold")
+    notes: list[Text] = []
     for r in table.to_dict(orient="records"):
         if r["status"] == "skipped":
             continue
         t.add_row(Text(str(r["lever"]), no_wrap=True, overflow="ellipsis"), bottleneck(r),
                   Text(str(r["addresses"])))  # fmt: skip
-    return t
+        if isinstance(r.get("verdict_after_why"), str):
+            notes.append(Text(f"  {r['lever']}: its run's verdict is unknown: "
+                              f"{r['verdict_after_why']}", style="dim"))  # fmt: skip
+    return Group(t, *notes) if notes else t
 
 
 def _iv_text(iv: Mapping[str, Any] | None) -> str:
@@ -286,6 +290,8 @@ def evidence(table: pd.DataFrame) -> RenderableType:
         if r["status"] == "skipped":
             continue
         lines.append(Text(f"  {r['lever']}: time: {r['time_evidence']}"))
+        if isinstance(r.get("time_basis"), str) and r["time_basis"]:
+            lines.append(Text(f"    rests on: {r['time_basis']}"))
         lines.append(Text(f"    memory: {r['memory_evidence']}"))
     return Group(*lines)
 
@@ -325,6 +331,8 @@ _COLS: list[tuple[str, str, str, Callable[[Any], str]]] = [
     ("addresses", "l", "addresses", str),
     ("verdict before", "l", "verdict_before", short),
     ("verdict after", "l", "verdict_after", short),
+    ("why no verdict", "l", "verdict_after_why", lambda v: v if isinstance(v, str) else fmt.DASH),
+    ("prediction rests on", "l", "time_basis", lambda v: v if isinstance(v, str) else fmt.DASH),
 ]  # fmt: skip
 
 

@@ -43,15 +43,16 @@ def base() -> dict[str, Baseline]:
 # (baseline, lever): predicted step-time ratio (the lever's step / the baseline's, both
 # for the unprofiled run); None: skipped
 RATIOS = {
-    ("bf16-sdpa", "adamw-fused"): 0.9024, ("bf16-sdpa", "compile"): 0.8294,
-    ("bf16-sdpa", "checkpoint"): 1.2261, ("bf16-sdpa", "cuda-graphs"): 0.7479,
+    ("bf16-sdpa", "adamw-fused"): 0.9024, ("bf16-sdpa", "compile"): 0.8771,
+    ("bf16-sdpa", "checkpoint"): 1.2707, ("bf16-sdpa", "cuda-graphs"): 0.7479,
     ("bf16-sdpa", "batch"): 1.0103, ("bf16-sdpa", "grad-accum"): 1.8221,
     ("bf16-sdpa", "sdpa"): None, ("bf16-sdpa", "bf16"): None,
     ("bf16-naive", "sdpa"): 0.8167, ("bf16-naive", "adamw-fused"): 0.8990,
     ("fp32-naive", "bf16"): 0.5724, ("fp32-naive", "sdpa"): 0.9549,
     ("fp32-naive", "cuda-graphs"): 0.9928, ("fp32-naive", "batch"): 1.4489,
+    ("fp32-naive", "compile"): 0.9453, ("fp32-naive", "checkpoint"): 1.2405,
     ("cpu-tiny-fp32-naive", "sdpa"): 0.8091, ("cpu-tiny-fp32-naive", "adamw-fused"): 0.9021,
-    ("cpu-tiny-fp32-naive", "checkpoint"): 1.0545, ("cpu-tiny-fp32-naive", "grad-accum"): 1.8923,
+    ("cpu-tiny-fp32-naive", "checkpoint"): 1.0560, ("cpu-tiny-fp32-naive", "grad-accum"): 1.8923,
     ("cpu-tiny-fp32-naive", "cuda-graphs"): None,
 }  # fmt: skip
 

@@ -84,3 +84,31 @@ def test_only_rows_that_slow_the_step_get_a_line(
     assert math.isnan(rows[1]["slower_why"])  # its interval holds 1.0
     assert rows[2]["slower_why"].startswith("batch: x1.50 slower (1 round, no interval)")
     assert math.isnan(rows[3]["slower_why"])
+
+
+def test_an_unknown_verdict_says_why() -> None:
+    """A CUDA graph's kernels replay without their operators: its run's verdict is
+    ``unknown`` (no FLOPs or bytes), and the row says so instead of a bare 'unknown'."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import pandas as pd
+
+    ops = pd.DataFrame({"category": ["user_annotation", "cpu_op"]})
+    # 3 kernels: 6 + 2 µs inside the step's annotation only (the graph), 2 µs under an op
+    k = pd.DataFrame({"dur": [6000.0, 2000.0, 2000.0], "op_id": np.array([0, -1, 1])})
+    line = W.unknown_why(SimpleNamespace(kernels=k, ops=ops), ["the GPU is busy, but …"])
+    assert line.startswith("80 % of its GPU time is in kernels no traced operator launched")
+    k["op_id"] = 1  # every kernel under an operator: the verdict's own reason
+    assert W.unknown_why(SimpleNamespace(kernels=k, ops=ops), ["why"]) == "why"
+    meas = {"status": "ok", "step_time_ms": 10.0, "peak_bytes": 1.0, "tokens_per_s": 1.0}
+    p = TB.Prediction("cuda-graphs", "", ["cuda-graphs"], {}, step_ratio=1.0, tokens=1)
+    row = TB.row(p, "lever", meas, meas, {}, ("compute-bound", "unknown"), line)
+    assert row["verdict_after"] == "unknown" and row["verdict_after_why"] == line
+    from rich.console import Console
+
+    import tracekit.reports.advise as RA
+
+    con = Console(width=300, record=True)
+    con.print(RA.why(pd.DataFrame([row], columns=list(TB.COLUMNS))))
+    assert "cuda-graphs: its run's verdict is unknown: 80 % of its GPU time" in con.export_text()

@@ -16,10 +16,11 @@ TOLERANCE_PCT = 15.0  # the predictions' target: within +-15 % of the measured r
 
 LEAVES_OUT: dict[str, str] = {
     "compile": (
-        "the model shortens the fusible elementwise, activation and norm kernels by the time "
-        "ratio of the s128 fixtures and takes the host as it was; inductor's fusion of the "
-        "naive attention's mask, scale and softmax over the T² scores into one kernel each "
-        "way, and the host time its fewer launches save, are not modelled"
+        "the model takes inductor's fusion (the fusible kernels' time and launches) and its "
+        "host cost per launch from one H200 pair (bf16 SDPA at s128, tracekit.advise.fits); "
+        "a fusion worth more than that pair's average — the naive attention's mask, scale "
+        "and softmax over the T² scores in one kernel each way — and any change to the GEMMs "
+        "(kept as they are) are not modelled"
     ),
     "cuda-graphs": (
         "the model removes the host and launch time on the unprofiled step's critical path; "
@@ -38,10 +39,10 @@ LEAVES_OUT: dict[str, str] = {
         "at the same efficiency; overlap between micro-batches is not modelled"
     ),
     "checkpoint": (
-        "the model counts the recomputed forward as its kernels and host time once more; "
-        "its launches queued behind the backward's and the extra synchronisation with the "
-        "saved inputs are not modelled, which on a host-bound step costs more than the "
-        "forward's own time"
+        "the model runs the blocks' forward span (host time and kernels) once more; the "
+        "checkpoint's own host work — a Python hook per saved tensor to pack it in the "
+        "forward and unpack (recompute) it in the backward, the saved RNG state — is not "
+        "modelled, nor fitted: no checkpointed fixture exists"
     ),
     "sdpa": (
         "the model replaces the attention core's kernels by its GEMMs' FLOPs at the roof as "

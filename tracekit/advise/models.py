@@ -10,6 +10,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+import tracekit.advise.fits as F
 import tracekit.advise.regions as R
 import tracekit.summary.critical_path as CP
 from tracekit.advise.baseline import Baseline
@@ -23,17 +24,6 @@ SDPA_OPS = 1  # per layer and pass: scaled_dot_product_attention, or its backwar
 # a fused attention kernel does the two GEMMs' FLOPs, halved by the causal mask it skips;
 # its backward recomputes QKᵀ: 2.5 instead of 2 GEMMs' worth
 SDPA_FORWARD, SDPA_BACKWARD = 0.5, 0.5 * 2.5 / 2
-# the kernel classes inductor replaces by fused Triton kernels (GEMMs, convolutions,
-# attention and the optimizer, which is not compiled, stay), and what it made of them on
-# the H200 fixtures (`tracekit compare fixtures/h200-gpt2s-b8-s128-bf16-sdpa{,-compile}`:
-# 566 of these kernels in the forward/backward -> 407; their time 2.60 -> 1.56 ms). The
-# GPT has no rmsnorm, batchnorm or groupnorm kernels: inductor lowers them too, at ratios
-# taken to be the same
-COMPILE_FUSES = ("elementwise", "activation", "layernorm", "rmsnorm", "batchnorm",
-                 "groupnorm", "layout", "softmax", "reduction", "loss", "memcpy",
-                 "memset")  # fmt: skip
-COMPILE_KERNELS = 407 / 566
-COMPILE_TIME = 1.56 / 2.60
 FLOOR_PCT = 5  # a kernel's fixed cost: this percentile of the region's durations
 NOT_MODELLED = "not modelled"
 
@@ -121,9 +111,11 @@ def sdpa(b: Baseline) -> tuple[Effect, str]:
 
 
 def checkpoint(b: Baseline) -> tuple[Effect, str]:
-    """The blocks' forward runs twice (again in the backward): its kernels and host time
-    count double."""
-    r = R.forward_region(b.trace, b.shape.vocab_size)
+    """The blocks' forward runs twice (again in the backward): its kernels count double,
+    and so does the host's time over the forward's span (its operators and the Python
+    between them, launches included: on a host-bound step, the recomputed forward's
+    launches are host work the backward waits for)."""
+    r = R.forward_span_region(b.trace, b.shape.vocab_size)
     eff = Effect.none(len(b.trace.kernels))
     mult = eff.kernel_mult.copy()
     rows = r.kernel_rows()
@@ -131,7 +123,8 @@ def checkpoint(b: Baseline) -> tuple[Effect, str]:
     dur = b.kernels["dur"].to_numpy(float)
     gpu = f", {_ms(_per_step(b, dur[rows].sum()))} GPU" if b.gpu else ""
     words = (
-        f"the blocks' forward recomputed: {_ms(_per_step(b, r.host_ns))} host{gpu} per step, twice"
+        f"the blocks' forward recomputed: {_ms(_per_step(b, r.host_ns))} of host span "
+        f"({r.ops / b.n_steps:.0f} operators){gpu} per step, twice"
     )
     return Effect(mult, eff.removed, eff.merged, ((r, 2.0),)), words
 
@@ -248,32 +241,38 @@ def cuda_graphs(b: Baseline) -> tuple[Effect, str]:
 
 
 def compile_(b: Baseline) -> tuple[Effect, str]:
-    """The forward/backward's fusible kernels (:data:`COMPILE_FUSES`) take
-    :data:`COMPILE_TIME` of their time in :data:`COMPILE_KERNELS` of their launches (the
-    rest merge into their neighbours); the host launches the remaining kernels instead of
-    running operators: its time there scales with the kernel count."""
+    """Inductor's fusion, at the ratios of the H200 eager/compiled pair
+    (``tracekit.advise.fits``): the forward/backward's fusible kernels
+    (:data:`~tracekit.advise.fits.COMPILE_FUSES`: elementwise, activation, norms, softmax,
+    reductions, layout copies) take ``COMPILE_TIME`` of their time in ``COMPILE_KERNELS``
+    of their launches (the rest merge into their neighbours: launch and gap gone); the
+    host's time in the forward/backward becomes the remaining launches at
+    ``COMPILE_HOST_PER_LAUNCH`` times the eager cost per launch — what the saved launches
+    save where the step is host/launch-bound (the critical path decides whether it is)."""
     n = len(b.trace.kernels)
     if not b.gpu:  # inductor's C++ kernels on a CPU: no model
         return Effect.none(n), NOT_MODELLED
-    r = R.compute_region(b.trace)
     k = b.kernels
-    fus = r.kernels & k["class"].isin(COMPILE_FUSES).to_numpy(bool)
+    fus, r = F.fusible(b)
     rows = np.flatnonzero(fus)
     rows = rows[np.lexsort((k["ts"].to_numpy()[rows], k["stream"].to_numpy()[rows]))]
     i = np.arange(len(rows))
-    drop = 1.0 - COMPILE_KERNELS  # evenly spread: every 1/drop-th fusible kernel merges
+    drop = 1.0 - F.COMPILE_KERNELS  # evenly spread: every 1/drop-th fusible kernel merges
     merged = np.zeros(n, bool)
     merged[rows[np.floor((i + 1) * drop) > np.floor(i * drop)]] = True
-    mult = np.where(fus, COMPILE_TIME, 1.0)
+    mult = np.where(fus, F.COMPILE_TIME, 1.0)
     before = int(r.kernels.sum())
     after = before - int(merged.sum())
+    host = after / max(1, before) * F.COMPILE_HOST_PER_LAUNCH
     dur = k["dur"].to_numpy(float)
     words = (
         f"forward/backward kernels {before / b.n_steps:.0f} -> {after / b.n_steps:.0f} per "
-        f"step; fusible ones {_ms(_per_step(b, dur[fus].sum()))} -> "
-        f"{_ms(_per_step(b, COMPILE_TIME * dur[fus].sum()))}"
+        f"step ({(before - after) / b.n_steps:.0f} launches saved); fusible ones "
+        f"{_ms(_per_step(b, dur[fus].sum()))} -> "
+        f"{_ms(_per_step(b, F.COMPILE_TIME * dur[fus].sum()))}; forward/backward host "
+        f"x{host:.3f}"
     )
-    return Effect(mult, np.zeros(n, bool), merged, ((r, after / max(1, before)),)), words
+    return Effect(mult, np.zeros(n, bool), merged, ((r, host),)), words
 
 
 def bf16(b: Baseline) -> tuple[Effect, str]:
@@ -336,6 +335,32 @@ def _one_kernel_op_ns(b: Baseline) -> float:
     ids, n = np.unique(top[top >= 0], return_counts=True)
     one = ids[n == 1]
     return float(np.median(b.trace.ops["dur"].to_numpy()[one])) if len(one) else 0.0
+
+
+def _host_words(b: Baseline) -> str:
+    return f"the host x{b.host_speedup:.2f} faster without the profiler ({b.host_basis})"
+
+
+def basis(name: str, b: Baseline) -> str:
+    """What lever ``name``'s time model rests on: its constants and where they come from,
+    and the baseline's host calibration (every model's host time is divided by it)."""
+    pair = " -> ".join(F.COMPILE_PAIR)
+    texts = {
+        "compile": f"fitted on one H200 pair, fixtures/{pair} (tracekit.advise.fits): "
+        f"fusible kernels' time x{F.COMPILE_TIME:.3f}, launches x{F.COMPILE_KERNELS:.3f}, "
+        f"host per launch x{F.COMPILE_HOST_PER_LAUNCH:.3f}; GEMMs and attention kept",
+        "checkpoint": "this trace's forward/backward split: the blocks' forward span and "
+        "its kernels once more; nothing fitted",
+        "bf16": "this run's GEMM rates against the fp32 and bf16 roofs; casts at the copy "
+        "roof and one one-kernel operator's median host time each (checked on the H200 "
+        "pair fp32-naive -> bf16-naive)",
+        "batch": "this trace's kernels; GEMMs at the best rate the device has shown",
+        "sdpa": "this trace's attention core; the fused kernel at its GEMMs' efficiency",
+        "adamw-fused": "this trace's optimizer region and its kernels' bandwidth",
+        "cuda-graphs": "this trace's critical path without host and launch time",
+        "grad-accum": "this trace's forward/backward, repeated",
+    }
+    return f"{texts.get(name, 'this trace')}; {_host_words(b)}"
 
 
 def model_for(name: str) -> Callable[[Baseline, int], tuple[Effect, str]]:

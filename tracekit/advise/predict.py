@@ -34,6 +34,7 @@ class Prediction:
     addresses: list[str] = field(default_factory=list)
     targets_verdict: bool = False  # the baseline's verdict is one it addresses
     time_evidence: str = ""
+    time_basis: str = ""  # what the time model rests on: its constants and their source
     memory_evidence: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,6 +113,9 @@ def predict(b: Baseline, names: Sequence[str], factor: int = 2) -> Prediction:
     p.tokens = int(new["batch"]) * int(new["seq"]) * int(new.get("grad_accum") or 1)
     p.tokens *= int(new.get("gpus") or 1)
     p.step_ratio, p.time_evidence = _time(b, names, factor)
+    p.time_basis = "; ".join(
+        M.basis(n, b) if len(names) == 1 else f"{n}: {M.basis(n, b)}" for n in names
+    )
     p.step_ms = b.step_ms * p.step_ratio
     p.tokens_per_s = p.tokens / (p.step_ms / 1e3) if p.step_ms > 0 else math.nan
     p.peak_delta_bytes, p.peak_bytes, p.memory_evidence = _memory(b, name, new)

@@ -14,6 +14,9 @@ critical-path graph.
   scaled_dot_product_attention keeps them.
 * :func:`forward_region`: the forward's outermost operators without a vocabulary-sized
   input (the transformer blocks: not the embedding, the LM head or the loss).
+* :func:`forward_span_region`: on each thread, from the first to the last of those
+  operators that end before the backward's first operator: the blocks' forward with the
+  Python between its operators (what a checkpointed block runs again).
 * :func:`compute_region`: everything in the step but the optimizer and ``zero_grad``.
 """
 
@@ -240,6 +243,33 @@ def forward_region(trace: Any, vocab: int) -> Region:
     big = _match_dims(o["input_dims"].iloc[kids], lambda ss: any(vocab in s for s in ss))
     rows = kids[is_op & fwd & ~big]
     return region_of(trace, "forward", rows)
+
+
+def forward_span_region(trace: Any, vocab: int) -> Region:
+    """The blocks' forward as a span per thread and step (module docstring): the most
+    forward operators that run between two stops (an operator with a vocabulary-sized
+    input — the embedding, the LM head — or a backward one), from the first one's start
+    to the last one's end."""
+    f = forward_region(trace, vocab)
+    o = analysed_ops(trace)
+    top = o[(o["category"] == "cpu_op").to_numpy(bool) & (o["depth"] <= 1).to_numpy(bool)]
+    big = _match_dims(top["input_dims"], lambda ss: any(vocab in s for s in ss))
+    stops = top["ts"].to_numpy(np.int64)[big | top["is_backward"].to_numpy(bool)]
+    st = trace.steps[(trace.steps["step"] >= 0).to_numpy()]
+    by: dict[int, np.ndarray] = {}
+    for t, iv in f.intervals.items():
+        spans = []
+        for lo, dur in zip(st["cpu_ts"].tolist(), st["cpu_dur"].tolist(), strict=True):
+            inside = iv[(iv[:, 0] >= lo) & (iv[:, 1] <= lo + dur)]
+            if not len(inside):
+                continue
+            # the operators between two stops, the run that holds most of them: the blocks
+            gap = np.searchsorted(np.sort(stops), inside[:, 0])
+            m = gap == np.bincount(gap).argmax()
+            spans.append((int(inside[m, 0].min()), int(inside[m, 1].max())))
+        if spans:
+            by[t] = np.asarray(spans, np.int64)
+    return _region(trace, "forward span", by, f.ops)
 
 
 def compute_region(trace: Any) -> Region:

@@ -198,17 +198,16 @@ def advise(
                                     {"combination": cpoint}, base, dest, opts))  # fmt: skip
     facts = {k: facts_of(dest / str(r["run_dir"])) for k, r in by_key.items()
              if r.get("status") == "ok" and r.get("run_dir")}  # fmt: skip
-    verdicts = {k: f.verdict for k, f in facts.items() if f is not None}
     rows = []
     for p in preds:
         meas = measured.get(p.lever) or (by_key.get(points[p.lever].key) if p.lever in points
                                          else None)  # fmt: skip
-        key = str((meas or {}).get("key"))
-        rows.append(TB.row(p, "lever", meas, base, base_pred, (b.verdict, verdicts.get(key))))
+        after, why = _verdict_of(facts, str((meas or {}).get("key")))
+        rows.append(TB.row(p, "lever", meas, base, base_pred, (b.verdict, after), why))
     if combo is not None:
         meas = measured.get("combination") or by_key.get(cpoint.key)
-        rows.append(TB.row(combo, "combination", meas, base, base_pred,
-                           (b.verdict, verdicts.get(cpoint.key))))  # fmt: skip
+        after, why = _verdict_of(facts, cpoint.key)
+        rows.append(TB.row(combo, "combination", meas, base, base_pred, (b.verdict, after), why))
     if base is not None:
         TB.add_slower_why(rows, facts.get(str(base.get("key"))), facts)
     table = TB.rank(pd.DataFrame(rows, columns=list(TB.COLUMNS)), opts.objective)
@@ -225,6 +224,12 @@ def advise(
     atomic_write_json(dest / JSON, doc)
     atomic_write_bytes(dest / CSV, table.to_csv(index=False).encode())
     return Advice(doc, table, dest, [dest / JSON, dest / CSV])
+
+
+def _verdict_of(facts: Mapping[str, W.RunFacts | None], key: str) -> tuple[str | None, str | None]:
+    """A measured row's verdict and, where it is ``unknown``, why (None, None: no analysis)."""
+    f = facts.get(key)
+    return (None, None) if f is None else (f.verdict, f.verdict_why)
 
 
 def _config(b: Baseline, name: str, opts: AdviseOptions) -> dict[str, Any]:

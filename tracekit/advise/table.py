@@ -22,8 +22,9 @@ COLUMNS = (
     "peak_bytes", "peak_delta_bytes",
     "pred_step_ms", "pred_step_ratio", "step_error_pct", "pred_tokens_per_s",
     "pred_peak_bytes", "pred_peak_delta_bytes", "peak_error_pct",
-    "addresses", "targets_verdict", "verdict_before", "verdict_after",
-    "time_evidence", "memory_evidence", "prediction_note", "slower_why", "key", "run_dir",
+    "addresses", "targets_verdict", "verdict_before", "verdict_after", "verdict_after_why",
+    "time_evidence", "time_basis", "memory_evidence", "prediction_note", "slower_why", "key",
+    "run_dir",
 )  # fmt: skip
 TIERS = {"faster": 0, "no measurable difference": 1, "slower": 2}
 # objective -> (measured column, predicted column, ascending)
@@ -53,18 +54,21 @@ def row(
     base: Mapping[str, Any] | None,
     base_pred: Mapping[str, float],
     verdicts: tuple[str | None, str | None],
+    after_why: str | None = None,
 ) -> dict[str, Any]:
     """One line of the table. ``measured``: its sweep row (None: not run); ``base``: the
     re-measured baseline's sweep row; ``base_pred``: the baseline figures predictions are
-    relative to when nothing was measured (``step_ms``, ``peak_bytes``)."""
+    relative to when nothing was measured (``step_ms``, ``peak_bytes``); ``verdicts``: the
+    baseline's and the row's run's; ``after_why``: why the row's run has no known verdict
+    (``tracekit.advise.why.unknown_why``)."""
     status = "skipped" if p.skipped else ("not run" if measured is None else measured["status"])
     out: dict[str, Any] = {c: math.nan for c in COLUMNS}
     out.update(
         lever=p.lever, title=p.title, kind=kind, status=status,
         error=p.skipped if p.skipped else (measured or {}).get("error"),
         addresses=", ".join(p.addresses), targets_verdict=p.targets_verdict,
-        verdict_before=verdicts[0], verdict_after=verdicts[1],
-        time_evidence=p.time_evidence, memory_evidence=p.memory_evidence,
+        verdict_before=verdicts[0], verdict_after=verdicts[1], verdict_after_why=after_why,
+        time_evidence=p.time_evidence, time_basis=p.time_basis, memory_evidence=p.memory_evidence,
         key=(measured or {}).get("key"), run_dir=(measured or {}).get("run_dir"), rank=None,
     )  # fmt: skip
     b_ms = _f((base or {}).get("step_time_ms"))

@@ -41,6 +41,7 @@ class RunFacts:
     step_ms: float  # the step the split is of (unprofiled where known)
     host_ops: float  # outermost host operators per profiled step
     host_ms: float  # their traced time per profiled step (profiler included)
+    verdict_why: str | None = None  # why the verdict is "unknown" (None: it is not)
 
 
 def facts(trace: Any, summary: Any) -> RunFacts:
@@ -57,13 +58,43 @@ def facts(trace: Any, summary: Any) -> RunFacts:
     top = ops[cpu & ~under_op & (ops["step"] >= 0).to_numpy(bool)]
     steps = max(1, int(top["step"].nunique()))
     b = getattr(summary, "breakdown", None)
+    verdict = None if v is None else str(v.verdict)
     return RunFacts(
-        verdict=None if v is None else str(v.verdict),
+        verdict=verdict,
         shares_pct={} if v is None else {str(k): float(x) for k, x in v.shares_pct.items()},
         step_ms=float(getattr(b, "step_ms", math.nan)) if b is not None else math.nan,
         host_ops=len(top) / steps,
         host_ms=float(top["dur"].sum()) / 1e6 / steps,
+        verdict_why=unknown_why(trace, v.evidence)
+        if v is not None and verdict == UNKNOWN
+        else None,
     )
+
+
+UNKNOWN = "unknown"  # tracekit.summary.verdict's verdict without a known bound
+ORPHAN_PCT = 50.0  # share of GPU time without a launching operator that explains it
+
+
+def unknown_why(trace: Any, evidence: list[str]) -> str:
+    """Why a run's verdict is ``unknown``: where most of its GPU time is in kernels that no
+    traced operator launched (a CUDA graph replays its kernels without the operators that
+    captured them; an annotation such as ``ProfilerStep#`` is not an operator), that share;
+    else the verdict's own first line of evidence."""
+    k, ops = trace.kernels, trace.ops
+    dur = k["dur"].to_numpy(float)
+    op = k["op_id"].to_numpy(np.int64)
+    is_op = (ops["category"] == "cpu_op").to_numpy(bool)
+    ok = (op >= 0) & (op < len(ops))
+    orphan = ~ok  # launched outside any operator, or inside an annotation only
+    orphan[ok] = ~is_op[op[ok]]
+    pct = 100.0 * float(dur[orphan].sum()) / float(dur.sum()) if dur.sum() > 0 else 0.0
+    if pct >= ORPHAN_PCT:
+        return (
+            f"{pct:.0f} % of its GPU time is in kernels no traced operator launched (a CUDA "
+            "graph replays them without their operators): no shapes, so no FLOP or byte "
+            "counts to tell compute- from memory-bound; the GPU, not the host, is the limit"
+        )
+    return evidence[0] if evidence else "the summary gives no reason"
 
 
 def _short(verdict: str | None) -> str:
