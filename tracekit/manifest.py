@@ -362,6 +362,11 @@ class Observer:
     def residual_sentence(self) -> str | None:
         return _str(self.residual.get("sentence")) if self.residual else None
 
+    @property
+    def residual_beyond_3pct(self) -> bool:
+        """The steps after the passes ran more than 3 % slower than before them."""
+        return bool(self.residual and self.residual.get("beyond_3pct"))
+
     @classmethod
     def of(cls, x: Any) -> Observer | None:
         if not isinstance(x, Mapping):
