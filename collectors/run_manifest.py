@@ -142,7 +142,6 @@ def metrics(
 
 def build(
     *,
-    schema_version: int,
     workload: str,
     status: str,
     error: str | None,
@@ -170,7 +169,6 @@ def build(
     n_params = optimizer["n_params"] if optimizer else None
     step_definition = str(config.get("step_definition", "from one step end to the next"))
     return {
-        "schema_version": schema_version,
         "workload": workload,
         "status": status,
         "error": error,

@@ -11,8 +11,8 @@ from typing import Any
 
 from tracekit.collectors.cupti_pass import recorder_line
 from tracekit.collectors.dist_manifest import summary_lines
-from tracekit.collectors.run import MANIFEST, light_line
-from tracekit.manifest import Observer, RunManifest, manifest_or_empty
+from tracekit.collectors.run import light_line
+from tracekit.manifest import MANIFEST, Observer, RunManifest, manifest_or_empty
 
 # a run without CUDA allocator statistics (CPU): why collect's summary has no peak
 NO_CPU_PEAK = (

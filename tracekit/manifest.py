@@ -544,8 +544,10 @@ def _dropped(record: Any, raw: Mapping[str, Any], where: str) -> list[str]:
         if f.name == "raw" or raw.get(f.name) is None:
             continue
         value, got = raw[f.name], getattr(record, f.name)
-        lost = got is None or (
-            isinstance(got, list) and isinstance(value, list) and len(got) != len(value)
+        lost = (
+            got is None
+            or (isinstance(got, list) and isinstance(value, list) and len(got) != len(value))
+            or (hasattr(got, "raw") and not isinstance(value, Mapping))  # a block, not an object
         )
         if lost:
             out.append(f"{where}{f.name} = {value!r:.80}")
