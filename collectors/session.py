@@ -356,7 +356,7 @@ class Session:
         if not self.finalized or self.manifest is None:
             raise RuntimeError("Session.amend() before the manifest was written")
         self.manifest.update(entries)
-        write_manifest(self.cfg.out / MANIFEST, self.manifest)
+        self.manifest = dict(write_manifest(self.cfg.out / MANIFEST, self.manifest).raw)
 
     def abandon(self, exc: BaseException) -> None:
         """Ctrl-C: remove the temporary folder, keep nothing (an older run stays)."""
@@ -599,7 +599,8 @@ class Session:
         )
         self.status = status
         self.manifest = self.build_manifest(status, error, opt, model, ceilings, why)
-        write_manifest(self._tmp_path(MANIFEST), self.manifest)
+        # as written (schema_version stamped): what the caller sees is the file
+        self.manifest = dict(write_manifest(self._tmp_path(MANIFEST), self.manifest).raw)
         self.finalized = True
         self._stack.close()  # renames the folder into place
 
