@@ -23,7 +23,7 @@ BLOCKS = frozenset(
     }
 )
 NAMES = frozenset({"man", "manifest", "m", "mf", "man_a", "man_b", "manifest_a", "manifest_b"})
-# the collectors that build and write the manifest (dict-based this session)
+# the collectors that build the manifest as a dict (tracekit.manifest.write_manifest writes it)
 WRITERS = {
     f"collectors/{name}.py"
     for name in (
