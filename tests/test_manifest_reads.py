@@ -203,3 +203,53 @@ def test_the_scan_finds_raw_reads() -> None:
         'g = man.get("status_line")\n'  # not a block
     )
     assert raw_reads(src) == [1, 2, 3, 4, 5]
+
+
+def test_the_fields_that_replaced_path_reads() -> None:
+    """What summary/build.py and ranks/{scaling,measured}.py read, typed (a fixture)."""
+    from tracekit.manifest import read_manifest
+
+    m = read_manifest(ROOT / "fixtures/h100x2-ddp-gpt2s-b8-s128-fp32-costed")
+    assert m is not None and m.distributed is not None
+    assert m.config.gpus == 2 and m.metrics.world_size == 2
+    assert m.metrics.tokens_per_s_per_gpu and m.metrics.tokens_per_s_per_gpu > 1000
+    assert m.versions.torch and m.versions.torch.startswith("2.")
+    assert (m.device_type, m.device_name) == ("cuda", "NVIDIA H100 80GB HBM3")
+    assert (
+        m.artifacts.memory_timeline
+        and m.artifacts.memory_timeline_pass == "category step (with stacks)"
+    )
+    steps = m.distributed.rank_step_medians()
+    assert set(steps) == {0, 1} and all(v is not None and 40 < v < 50 for v in steps.values())
+    assert m.distributed.comm_cost is not None and m.distributed.comm_cost.get("status")
+
+
+def test_the_new_fields_read_forgivingly() -> None:
+    """A missing or mistyped value is None (or empty), never a KeyError or TypeError."""
+    from tracekit.manifest import Observer, as_manifest
+
+    bad = as_manifest(
+        {
+            "config": {"gpus": "2"},
+            "metrics": {"tokens_per_s_per_gpu": "x", "world_size": None, "memory_method": 3,
+                        "avg_allocated_bytes": [1], "exposed_comm_pct": True},
+            "artifacts": {"memory_timeline": 5, "memory_timeline_absent": None},
+            "observer": {"residual": "slow", "left_behind": "cuda", "rank": "1"},
+            "versions": ["2.11"],
+            "device": {"type": 1},
+            "schedule_shortened": {"ran": 3},
+            "distributed": {"ranks": [7, {"rank": "1", "metrics": {"step_time_ms": 5}},
+                                      {"rank": 3, "metrics": []}], "comm_cost": "ok"},
+        }
+    )  # fmt: skip
+    assert bad.config.gpus is None and bad.metrics.tokens_per_s_per_gpu is None
+    met = bad.metrics
+    assert (met.world_size, met.memory_method, met.avg_allocated_bytes) == (None,) * 3
+    assert met.exposed_comm_pct is None and bad.artifacts.memory_timeline is None
+    assert bad.observer == Observer(raw=bad.raw["observer"])
+    assert bad.observer.residual_sentence is None and not bad.observer.residual_beyond_3pct
+    assert bad.versions.torch is None and bad.device_type is None and bad.device_name is None
+    assert bad.schedule_shortened == []
+    assert bad.distributed is not None and bad.distributed.comm_cost is None
+    assert bad.distributed.rank_step_medians() == {0: None, 1: 5.0, 3: None}
+    assert as_manifest(None).observer is None and as_manifest("manifest.json").status is None
