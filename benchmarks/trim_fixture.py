@@ -18,6 +18,8 @@ import json
 import shutil
 from pathlib import Path
 
+from tracekit.manifest import MANIFEST, write_manifest
+
 KEEP = (".pt.trace.json.gz", ".profiler_flops.json.gz", ".memory_timeline.json.gz", ".csv",
         ".timeline.json.gz", ".timeline_steps.json")  # fmt: skip
 DROP_ORDER = (
@@ -39,12 +41,14 @@ def main() -> None:
     if args.dest.exists():
         shutil.rmtree(args.dest)
     args.dest.mkdir(parents=True)
-    shutil.copy2(args.run / "manifest.json", args.dest / "manifest.json")
+    manifest = json.loads((args.run / MANIFEST).read_text())
+    man = write_manifest(args.dest / MANIFEST, manifest)  # checked on the way
+    if man.artifacts.trace is None:
+        raise SystemExit(f"{args.run}/{MANIFEST} names no trace (artifacts.trace)")
     for p in sorted(args.run.iterdir()):
         if p.is_file() and p.name.endswith(KEEP):
             shutil.copy2(p, args.dest / p.name)
-    manifest = json.loads((args.dest / "manifest.json").read_text())
-    trace = args.dest / manifest["artifacts"]["trace"]
+    trace = args.dest / man.artifacts.trace
     dropped: list[str] = []
     for label, drop in DROP_ORDER:
         if size(args.dest) <= args.max_mb * 1e6:
@@ -56,7 +60,7 @@ def main() -> None:
         dropped.append(f"{before - len(doc['traceEvents'])} {label} events")
     if dropped:
         manifest["fixture_trimmed"] = dropped
-        (args.dest / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        write_manifest(args.dest / MANIFEST, manifest)
     for p in sorted(args.dest.iterdir()):
         print(f"{p.stat().st_size / 1e3:10.1f} kB  {p}")
     total = size(args.dest) / 1e6

@@ -50,9 +50,9 @@ from tracekit.collectors.dist_manifest import LOGS, build_manifest
 from tracekit.collectors.rank import result_name
 from tracekit.collectors.run import collect as collect_single
 from tracekit.errors import DeviceError, OutOfMemoryError, TracekitError
-from tracekit.io import atomic_dir, atomic_write_json
+from tracekit.io import atomic_dir
+from tracekit.manifest import MANIFEST, write_manifest
 
-MANIFEST = "manifest.json"
 TENSORBOARD = "tensorboard"
 SPEC = ".launch.pickle"  # the run description for the ranks; removed before the rename
 TIMEOUT_S = 600.0  # process-group timeout: the longest any collective may wait for a peer
@@ -287,7 +287,7 @@ def collect_distributed(cfg: CollectConfig) -> Path:
             cfg, results, failures, env=env, launcher=launcher_info(cfg), log_dir=tmp / LOGS
         )
         ui.phase("writing manifest")
-        atomic_write_json(tmp / MANIFEST, manifest)
+        write_manifest(tmp / MANIFEST, manifest)
     status, error = manifest["status"], manifest["error"]
     if status == "oom":
         raise OutOfMemoryError(

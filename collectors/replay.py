@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.errors import DeviceError, TracekitError
-from tracekit.io import atomic_write_bytes, atomic_write_json
+from tracekit.io import atomic_write_bytes
+from tracekit.manifest import MANIFEST, write_manifest
 
 COUNTERS_CSV = "counters.csv"
 GEMM_CSV = "counters-gemm.csv"
@@ -203,7 +204,7 @@ def run_counters(run_dir: Path, metrics: Sequence[str] | None = None, *,
         )
     gemm_csv = None
     if gemm:
-        config = json.loads((run_dir / "manifest.json").read_text()).get("config", {})
+        config = json.loads((run_dir / MANIFEST).read_text()).get("config", {})
         # torch.compile'd models run their blocks inside compiled graphs, where module
         # hooks do not bracket the launches: profile every GEMM launch of the step there.
         sample = target is None and not config.get("compile", False)
@@ -225,7 +226,7 @@ def run_counters(run_dir: Path, metrics: Sequence[str] | None = None, *,
         }
         entry["replay_seconds_total"] = round(seconds + gseconds, 2)
     atomic_write_bytes(run_dir / COUNTERS_CSV, csv.encode())
-    mpath = run_dir / "manifest.json"
+    mpath = run_dir / MANIFEST
     manifest = json.loads(mpath.read_text())
     arts = manifest.setdefault("artifacts", {})
     arts["counters"] = COUNTERS_CSV
@@ -235,12 +236,12 @@ def run_counters(run_dir: Path, metrics: Sequence[str] | None = None, *,
     else:
         arts.pop("counters_gemm", None)
     manifest["counters"] = entry
-    atomic_write_json(mpath, manifest)
+    write_manifest(mpath, manifest)
     return entry
 
 
 def _is_generate(run_dir: Path) -> bool:
-    config = json.loads((run_dir / "manifest.json").read_text()).get("config", {})
+    config = json.loads((run_dir / MANIFEST).read_text()).get("config", {})
     return bool(config.get("workload") == "generate")
 
 
@@ -304,7 +305,7 @@ def replay(run_dir: Path, *, sample: bool = False) -> None:
     from tracekit.collectors.config import config_from_dict
     from tracekit.collectors.train import build_workload
 
-    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest = json.loads((run_dir / MANIFEST).read_text())
     cfg = config_from_dict(manifest["config"])
     device = torch.device("cuda")
     if cfg.workload == "generate":

@@ -53,13 +53,12 @@ from tracekit.collectors.train import (
     summarize_ms,
 )
 from tracekit.errors import OutOfMemoryError, TracekitError, UsageError
-from tracekit.io import atomic_dir, atomic_write_json
+from tracekit.io import atomic_dir
+from tracekit.manifest import MANIFEST, write_manifest
 from tracekit.version import __version__
 
-MANIFEST = "manifest.json"
 SNAPSHOT = "memory_snapshot.pickle"
 TENSORBOARD = "tensorboard"
-SCHEMA_VERSION = 1
 
 
 # --------------------------------------------------------------------------- display
@@ -448,7 +447,6 @@ def empty_artifacts() -> dict[str, Any]:
 def base_manifest(cfg: CollectConfig, device: torch.device) -> dict[str, Any]:
     mcfg = cfg.model_config()
     return {
-        "schema_version": SCHEMA_VERSION,
         "status": "error",  # until the run completes
         "error": None,
         "config": cfg.to_dict(),
@@ -497,7 +495,7 @@ def collect(cfg: CollectConfig) -> Path:
             manifest["status"] = "oom" if _is_oom(e) else "error"
             manifest["error"] = _one_line(e)
         ui.phase("writing manifest")
-        atomic_write_json(tmp / MANIFEST, manifest)
+        write_manifest(tmp / MANIFEST, manifest)
     if failure is None:
         return out
     if _is_oom(failure) and cfg.workload == "generate":

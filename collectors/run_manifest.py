@@ -6,7 +6,8 @@ It keeps ``collect``'s schema (schema_version 1): every key ``tracekit report`` 
 ``metrics.step_time_ms``/``tokens_per_s``/``peak_*``/``profiled_step_time_ms``, ``device``,
 ``versions``, ``ceilings``, ``artifacts``; ``tests/test_run_script.py`` checks that a report
 built from it matches one built from ``collect``'s), plus ``workload``, ``optimizer``,
-``inputs``, ``ceilings_absent`` and ``schedule_steps``.
+``inputs``, ``ceilings_absent`` and ``schedule_steps``. The session writes it with
+``tracekit.manifest.write_manifest`` (which stamps ``schema_version`` and checks it).
 """
 
 from __future__ import annotations
@@ -142,7 +143,6 @@ def metrics(
 
 def build(
     *,
-    schema_version: int,
     workload: str,
     status: str,
     error: str | None,
@@ -170,7 +170,6 @@ def build(
     n_params = optimizer["n_params"] if optimizer else None
     step_definition = str(config.get("step_definition", "from one step end to the next"))
     return {
-        "schema_version": schema_version,
         "workload": workload,
         "status": status,
         "error": error,

@@ -5,13 +5,14 @@ It reads the manifest only."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from tracekit.collectors.cupti_pass import recorder_line
 from tracekit.collectors.dist_manifest import summary_lines
-from tracekit.collectors.run import MANIFEST, light_line
-from tracekit.manifest import RunManifest, manifest_or_empty
+from tracekit.collectors.run import light_line
+from tracekit.manifest import MANIFEST, Observer, RunManifest, manifest_or_empty
 
 # a run without CUDA allocator statistics (CPU): why collect's summary has no peak
 NO_CPU_PEAK = (
@@ -66,22 +67,24 @@ def shortened_text(cut: dict[str, Any]) -> str:
     )
 
 
-def observer_lines(obs: dict[str, Any] | None) -> list[str]:
+def observer_lines(obs: Observer | Mapping[str, Any] | None) -> list[str]:
     """The summary's lines on what the passes left behind and the residual, a warning
-    where the steps after them ran more than 3 % slower."""
-    if not obs:
+    where the steps after them ran more than 3 % slower (``obs``: the manifest's
+    ``observer``, typed or as written)."""
+    if isinstance(obs, Mapping):
+        obs = Observer.of(obs)
+    if obs is None:
         return []
     lines = []
-    who = f"rank {obs['rank']}: " if isinstance(obs.get("rank"), int) else ""
-    res = obs.get("residual")
-    if res:
-        warn = "warning: " if res.get("beyond_3pct") else ""
-        lines.append(f"{warn}{who}{res['sentence']}")
-    elif obs.get("residual_absent"):
-        lines.append(f"{who}residual not checked: {obs['residual_absent']}")
-    left = list(obs.get("left_behind") or [])
-    if obs.get("cupti_attached"):
-        left.append(obs["cupti_attached"])
+    who = f"rank {obs.rank}: " if obs.rank is not None else ""
+    if obs.residual_sentence:
+        warn = "warning: " if obs.residual_beyond_3pct else ""
+        lines.append(f"{warn}{who}{obs.residual_sentence}")
+    elif obs.residual_absent:
+        lines.append(f"{who}residual not checked: {obs.residual_absent}")
+    left = list(obs.left_behind)
+    if obs.cupti_attached:
+        left.append(obs.cupti_attached)
     if left:
         lines.append(f"warning: {who}left behind by the profiler passes: {'; '.join(left)}")
     return lines
@@ -92,7 +95,7 @@ def summary(run_dir: Path) -> str:
     m = json.loads((Path(run_dir) / MANIFEST).read_text())
     man = manifest_or_empty(m)
     lines = [f"run folder: {run_dir}  (status {man.status})"]
-    lines += [f"shortened: {shortened_text(c)}" for c in m.get("schedule_shortened") or []]
+    lines += [f"shortened: {shortened_text(c)}" for c in man.schedule_shortened]
     met = man.metrics.raw
     if met and met.get("workload") == "generate":
         lines += _generate_lines(man)

@@ -34,7 +34,6 @@ from tracekit.collectors.dist_manifest import (
     rank_entry,
 )
 from tracekit.collectors.distributed import (
-    MANIFEST,
     MONITOR_INTERVAL_S,
     TENSORBOARD,
     _read_results,
@@ -46,7 +45,8 @@ from tracekit.collectors.light_cost import overhead, worst_cost
 from tracekit.collectors.script import RunConfig, RunResult, parse_command
 from tracekit.collectors.script_rank import read_rank_manifest
 from tracekit.errors import DeviceError, UsageError
-from tracekit.io import atomic_dir, atomic_write_json
+from tracekit.io import atomic_dir
+from tracekit.manifest import MANIFEST, write_manifest
 
 WORKER_MODULE = "tracekit.collectors.script_rank"
 ACROSS_RANKS = (
@@ -222,11 +222,8 @@ def build_manifest(cfg: RunConfig, nproc: int, results: Mapping[int, Mapping[str
 
 def _bare(cfg: RunConfig) -> dict[str, Any]:
     """The manifest's base when no rank wrote one (every rank failed before its end)."""
-    from tracekit.collectors.run import SCHEMA_VERSION
-
     cmd = parse_command(cfg.command)
     return {
-        "schema_version": SCHEMA_VERSION,
         "workload": "script",
         "config": {**cfg.session.to_dict(), **cfg.to_dict()},
         "metrics": None,
@@ -273,7 +270,7 @@ def run_distributed(cfg: RunConfig, nproc: int, *, rounds: int, steps: int,
         manifests = [read_rank_manifest(tmp, r) for r in range(nproc)]
         manifest = build_manifest(cfg, nproc, results, failures, manifests, env=env,
                                   rounds=rounds, steps=steps, log_dir=tmp / LOGS)  # fmt: skip
-        atomic_write_json(tmp / MANIFEST, manifest)
+        write_manifest(tmp / MANIFEST, manifest)
     return result_of(out, manifest, results)
 
 

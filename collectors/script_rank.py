@@ -41,8 +41,8 @@ import torch
 from tracekit.collectors.dist_manifest import LOGS
 from tracekit.collectors.rank import _watch_parent, file_prefix, initial_result, result_name
 from tracekit.io import atomic_write_json
+from tracekit.manifest import MANIFEST, write_manifest
 
-MANIFEST = "manifest.json"
 SKIP = ("tensorboard",)  # one logdir per run folder, not per rank
 
 
@@ -150,7 +150,7 @@ def _collect_files(src: Path, run_dir: Path, rank: int, manifest: dict[str, Any]
     m["artifacts"].pop("tensorboard", None)
     m["comm_cost"] = result["comm_cost"]
     m["rank"] = rank
-    atomic_write_json(run_dir / rank_manifest_name(rank), m)
+    write_manifest(run_dir / rank_manifest_name(rank), m)
     shutil.rmtree(src, ignore_errors=True)
     for k in ("error", "device", "metrics", "artifacts", "total_steps", "versions"):
         result[k] = m.get(k)

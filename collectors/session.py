@@ -54,8 +54,6 @@ from tracekit.collectors.profiler import (
     stop_memory_history,
 )
 from tracekit.collectors.run import (
-    MANIFEST,
-    SCHEMA_VERSION,
     SNAPSHOT,
     TENSORBOARD,
     device_info,
@@ -71,7 +69,8 @@ from tracekit.collectors.session_windows import (
     unreached,
 )
 from tracekit.errors import DeviceError, UsageError
-from tracekit.io import atomic_dir, atomic_write_json
+from tracekit.io import atomic_dir
+from tracekit.manifest import MANIFEST, write_manifest
 
 DEVICES = ("auto", "cuda", "cpu")
 
@@ -357,7 +356,7 @@ class Session:
         if not self.finalized or self.manifest is None:
             raise RuntimeError("Session.amend() before the manifest was written")
         self.manifest.update(entries)
-        atomic_write_json(self.cfg.out / MANIFEST, self.manifest)
+        self.manifest = dict(write_manifest(self.cfg.out / MANIFEST, self.manifest).raw)
 
     def abandon(self, exc: BaseException) -> None:
         """Ctrl-C: remove the temporary folder, keep nothing (an older run stays)."""
@@ -600,7 +599,8 @@ class Session:
         )
         self.status = status
         self.manifest = self.build_manifest(status, error, opt, model, ceilings, why)
-        atomic_write_json(self._tmp_path(MANIFEST), self.manifest)
+        # as written (schema_version stamped): what the caller sees is the file
+        self.manifest = dict(write_manifest(self._tmp_path(MANIFEST), self.manifest).raw)
         self.finalized = True
         self._stack.close()  # renames the folder into place
 
@@ -645,7 +645,6 @@ class Session:
         self.measured.device_type = dev.type if dev is not None else None
         self.measured.memory_points = tuple(sorted(self.probes.points))
         manifest: dict[str, Any] = run_manifest.build(
-            schema_version=SCHEMA_VERSION,
             workload=self.workload,
             status=status,
             error=error,

@@ -77,7 +77,9 @@ def test_gemm_pass_profiles_every_launch_of_the_gemm_kernels(tmp_path: Path) -> 
 
 
 def test_run_counters_writes_csv_and_manifest(tmp_path: Path) -> None:
-    (tmp_path / "manifest.json").write_text(json.dumps({"artifacts": {"trace": "t.json.gz"}}))
+    (tmp_path / "manifest.json").write_text(
+        json.dumps({"status": "ok", "artifacts": {"trace": "t.json.gz"}})
+    )
     exe = _fake_ncu(tmp_path, f"echo '==PROF== Connected'\ncat <<'EOF'\n{CSV}EOF\n")
     entry = run_counters(tmp_path, ["gpu__time_duration.sum"], ncu=str(exe))
     assert (tmp_path / COUNTERS_CSV).read_text() == CSV
@@ -91,7 +93,7 @@ def test_run_counters_writes_csv_and_manifest(tmp_path: Path) -> None:
 
 
 def test_gemm_pass_that_matches_nothing_writes_no_gemm_csv(tmp_path: Path) -> None:
-    (tmp_path / "manifest.json").write_text(json.dumps({"artifacts": {}}))
+    (tmp_path / "manifest.json").write_text(json.dumps({"status": "ok", "artifacts": {}}))
     body = (  # the CSV only for the first pass; the GEMM pass finds no kernel
         f'case "$*" in *regex:*) echo "==WARNING== No kernels were profiled.";; '
         f"*) cat <<'EOF'\n{CSV}EOF\n;; esac\n"

@@ -4,18 +4,26 @@ The one module that knows where a manifest keeps its figures (docs/collect.md, "
 (schema_version 1)"; docs/run.md, "The run folder"). ``read_manifest`` is forgiving: a key
 that is missing or of the wrong type reads as ``None``; a manifest of another schema version
 is read as far as it goes. Every record keeps its ``raw`` mapping for what is not typed yet.
-The collectors still write the manifest as a dictionary.
+
+``write_manifest`` is the one way a collector (``collect``, ``run``, ``tracekit.profile()``,
+the multi-rank launchers, the counter replay) writes a manifest: it stamps
+``schema_version``, checks the dictionary against these records (a value present but of a
+type the reader would drop is refused, so nothing is written that reads back as None) and
+writes it atomically (a temporary file, then ``os.replace``).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from tracekit.io import atomic_write_text
+
 SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
 _EMPTY: Mapping[str, Any] = {}
 
 
@@ -50,6 +58,10 @@ def _bool(x: Any) -> bool | None:
 
 def _sub(x: Any) -> dict[str, Any] | None:
     return dict(x) if isinstance(x, Mapping) else None
+
+
+def _maps(x: Any) -> list[dict[str, Any]]:
+    return [dict(e) for e in x if isinstance(e, Mapping)] if isinstance(x, list) else []
 
 
 @dataclass(frozen=True)
@@ -90,6 +102,7 @@ class Config:
     batch: int | None = None
     seq: int | None = None
     grad_accum: int | None = None
+    gpus: int | None = None
     tokens_per_step: float | None = None
     samples_per_step: float | None = None
     tf32: bool | None = None
@@ -119,6 +132,7 @@ class Config:
             batch=_pos(c.get("batch")),
             seq=_pos(c.get("seq")),
             grad_accum=_pos(c.get("grad_accum")),
+            gpus=_pos(c.get("gpus")),
             tokens_per_step=_num(c.get("tokens_per_step")),
             samples_per_step=_num(c.get("samples_per_step")),
             tf32=_bool(c.get("tf32")),
@@ -143,9 +157,14 @@ class Metrics:
     timeline_step_time_ms: float | None = None
     timeline_step_time: StepTime | None = None
     tokens_per_s: float | None = None
+    tokens_per_s_per_gpu: float | None = None
     samples_per_s: float | None = None
+    world_size: int | None = None
     peak_allocated_bytes: float | None = None
     peak_reserved_bytes: float | None = None
+    avg_allocated_bytes: float | None = None
+    memory_method: str | None = None
+    exposed_comm_pct: float | None = None
     profiler_overhead_pct: float | None = None
     timeline_overhead_pct: float | None = None
     n_params: int | None = None
@@ -176,9 +195,14 @@ class Metrics:
             timeline_step_time_ms=_num(m.get("timeline_step_time_ms")),
             timeline_step_time=StepTime.of(m.get("timeline_step_time")),
             tokens_per_s=_num(m.get("tokens_per_s")),
+            tokens_per_s_per_gpu=_num(m.get("tokens_per_s_per_gpu")),
             samples_per_s=_num(m.get("samples_per_s")),
+            world_size=_int(m.get("world_size")),
             peak_allocated_bytes=_num(m.get("peak_allocated_bytes")),
             peak_reserved_bytes=_num(m.get("peak_reserved_bytes")),
+            avg_allocated_bytes=_num(m.get("avg_allocated_bytes")),
+            memory_method=_str(m.get("memory_method")),
+            exposed_comm_pct=_num(m.get("exposed_comm_pct")),
             profiler_overhead_pct=_num(m.get("profiler_overhead_pct")),
             timeline_overhead_pct=_num(m.get("timeline_overhead_pct")),
             n_params=_int(m.get("n_params")),
@@ -263,6 +287,9 @@ class Artifacts:
     timeline_trace: str | None = None
     counters: str | None = None
     tensorboard: str | None = None
+    memory_timeline: str | None = None
+    memory_timeline_pass: str | None = None  # the pass that recorded it (its phase name)
+    memory_timeline_absent: str | None = None  # why there is none
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def get(self, key: str) -> Any:
@@ -279,6 +306,9 @@ class Artifacts:
             timeline_trace=_str(a.get("timeline_trace")),
             counters=_str(a.get("counters")) or _str(a.get("counters_csv")),
             tensorboard=_str(a.get("tensorboard")),
+            memory_timeline=_str(a.get("memory_timeline")),
+            memory_timeline_pass=_str(a.get("memory_timeline_pass")),
+            memory_timeline_absent=_str(a.get("memory_timeline_absent")),
             raw=a,
         )
 
@@ -289,7 +319,19 @@ class Distributed:
 
     world_size: int | None = None
     ranks: list[dict[str, Any]] = field(default_factory=list)
+    comm_cost: dict[str, Any] | None = None  # measured without the profiler (commcost.py)
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def rank_step_medians(self) -> dict[int, float | None]:
+        """Per rank (its entry's ``rank``, else its place in the list) the median of its
+        unprofiled step in ms (``ranks[i].metrics.step_time_ms``), None where unknown."""
+        r = self.raw.get("ranks")
+        out: dict[int, float | None] = {}
+        for i, e in enumerate(r if isinstance(r, list) else []):
+            rank = _int(e.get("rank")) if isinstance(e, Mapping) else None
+            step = Metrics.of(e.get("metrics")).step_median_ms if isinstance(e, Mapping) else None
+            out[i if rank is None else rank] = step
+        return out
 
     @classmethod
     def of(cls, x: Any) -> Distributed | None:
@@ -297,7 +339,60 @@ class Distributed:
             return None
         r = x.get("ranks")
         ranks = [dict(e) for e in r if isinstance(e, Mapping)] if isinstance(r, list) else []
-        return cls(world_size=_int(x.get("world_size")), ranks=ranks, raw=x)
+        return cls(
+            world_size=_int(x.get("world_size")),
+            ranks=ranks,
+            comm_cost=_sub(x.get("comm_cost")),
+            raw=x,
+        )
+
+
+@dataclass(frozen=True)
+class Observer:
+    """``observer``: the residual check after the profiler passes and what they left behind."""
+
+    residual: dict[str, Any] | None = None
+    residual_absent: str | None = None  # why the residual was not checked
+    left_behind: list[str] = field(default_factory=list)
+    cupti_attached: str | None = None  # why CUPTI stayed attached (None: it did not)
+    rank: int | None = None  # a multi-rank run's: the rank with the largest residual
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def residual_sentence(self) -> str | None:
+        return _str(self.residual.get("sentence")) if self.residual else None
+
+    @property
+    def residual_beyond_3pct(self) -> bool:
+        """The steps after the passes ran more than 3 % slower than before them."""
+        return bool(self.residual and self.residual.get("beyond_3pct"))
+
+    @classmethod
+    def of(cls, x: Any) -> Observer | None:
+        if not isinstance(x, Mapping):
+            return None
+        left = x.get("left_behind")
+        return cls(
+            residual=_sub(x.get("residual")),
+            residual_absent=_str(x.get("residual_absent")),
+            left_behind=[str(w) for w in left] if isinstance(left, list) else [],
+            cupti_attached=_str(x.get("cupti_attached")),
+            rank=_int(x.get("rank")),
+            raw=x,
+        )
+
+
+@dataclass(frozen=True)
+class Versions:
+    """``versions``: the software the run used."""
+
+    torch: str | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, x: Any) -> Versions:
+        v = _map(x)
+        return cls(torch=_str(v.get("torch")), raw=v)
 
 
 @dataclass(frozen=True)
@@ -315,12 +410,15 @@ class RunManifest:
     ceilings: Ceilings | None = None
     artifacts: Artifacts = field(default_factory=Artifacts)
     distributed: Distributed | None = None
-    observer: dict[str, Any] | None = None
+    observer: Observer | None = None
+    versions: Versions = field(default_factory=Versions)
     generate: dict[str, Any] | None = None
     device: dict[str, Any] | None = None
     profiler: dict[str, Any] | None = None
     schedule_steps: int | None = None
     total_steps: int | None = None
+    # the windows of a fitted schedule that the loop cut short (``tracekit run``)
+    schedule_shortened: list[dict[str, Any]] = field(default_factory=list)
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -347,6 +445,16 @@ class RunManifest:
     def device_threads(self) -> float | None:
         """The CPU threads the run used (``device.threads``), if recorded."""
         return _num(self.device.get("threads")) if self.device else None
+
+    @property
+    def device_name(self) -> str | None:
+        """The device's name (``device.name``), if recorded."""
+        return _str(self.device.get("name")) if self.device else None
+
+    @property
+    def device_type(self) -> str | None:
+        """The device's type (``device.type``: ``cuda``, ``cpu``), if recorded."""
+        return _str(self.device.get("type")) if self.device else None
 
     def tf32_flag(self) -> tuple[bool | None, str]:
         """Whether the run let fp32 matmuls use TF32, and the manifest entry that says so."""
@@ -380,12 +488,14 @@ class RunManifest:
             ceilings=Ceilings.of(x["ceilings"]) if isinstance(x.get("ceilings"), Mapping) else None,
             artifacts=Artifacts.of(x.get("artifacts")),
             distributed=Distributed.of(x.get("distributed")),
-            observer=_sub(x.get("observer")),
+            observer=Observer.of(x.get("observer")),
+            versions=Versions.of(x.get("versions")),
             generate=_sub(x.get("generate")),
             device=_sub(x.get("device")),
             profiler=_sub(x.get("profiler")),
             schedule_steps=_int(x.get("schedule_steps")),
             total_steps=_int(x.get("total_steps")),
+            schedule_shortened=_maps(x.get("schedule_shortened")),
             raw=x,
         )
 
@@ -412,3 +522,66 @@ def read_manifest(src: RunManifest | Mapping[str, Any] | str | Path | None) -> R
 def manifest_or_empty(src: RunManifest | Mapping[str, Any] | str | Path | None) -> RunManifest:
     """``read_manifest``, with an empty record (every field None) where there is none."""
     return read_manifest(src) or RunManifest()
+
+
+def as_manifest(x: Any) -> RunManifest:
+    """The typed manifest of a record or a dictionary; an empty one (every field None) for
+    anything else. Reads no file: for readers handed ``trace.manifest`` or None."""
+    if isinstance(x, RunManifest):
+        return x
+    return RunManifest.of(x) if isinstance(x, Mapping) else RunManifest()
+
+
+class ManifestError(ValueError):
+    """A manifest a collector was about to write that its readers would misread."""
+
+
+def _dropped(record: Any, raw: Mapping[str, Any], where: str) -> list[str]:
+    """``where.key = value`` for each key of ``raw`` whose value (not null) ``record``, the
+    typed reading of ``raw``, dropped as of the wrong type, out of range or partly unreadable."""
+    out: list[str] = []
+    for f in fields(record):
+        if f.name == "raw" or raw.get(f.name) is None:
+            continue
+        value, got = raw[f.name], getattr(record, f.name)
+        lost = (
+            got is None
+            or (isinstance(got, list) and isinstance(value, list) and len(got) != len(value))
+            or (hasattr(got, "raw") and not isinstance(value, Mapping))  # a block, not an object
+        )
+        if lost:
+            out.append(f"{where}{f.name} = {value!r:.80}")
+        elif is_dataclass(got) and isinstance(value, Mapping):
+            out += _dropped(got, value, f"{where}{f.name}.")
+    return out
+
+
+def check_manifest(data: Mapping[str, Any]) -> RunManifest:
+    """The typed reading of a manifest about to be written, or :class:`ManifestError` when
+    the readers would misread it: not an object with string keys, no ``status`` string,
+    another ``schema_version``, or a typed entry whose value they would drop."""
+    if not isinstance(data, Mapping) or not all(isinstance(k, str) for k in data):
+        raise ManifestError("a manifest is an object with string keys")
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise ManifestError(f"schema_version {version!r}: this tracekit writes {SCHEMA_VERSION}")
+    if not isinstance(data.get("status"), str) or not data["status"]:
+        raise ManifestError(f"status {data.get('status')!r}: a manifest needs a status string")
+    man = RunManifest.of(data)
+    if bad := _dropped(man, data, ""):
+        raise ManifestError("entries its readers would read as missing: " + "; ".join(bad))
+    return man
+
+
+def write_manifest(path: str | Path, data: Mapping[str, Any]) -> RunManifest:
+    """Write ``data`` as the manifest ``path`` (a ``manifest.json``, or a rank's
+    ``rank<R>.manifest.json``): ``schema_version`` stamped first, checked by
+    :func:`check_manifest`, through a temporary file and an atomic rename. The one place
+    a manifest is written (tests/test_manifest_writes.py); returns its typed reading."""
+    p = Path(path)
+    if not p.name.endswith(MANIFEST):
+        raise ManifestError(f"{p}: a manifest's file name ends in {MANIFEST}")
+    doc = {"schema_version": SCHEMA_VERSION, **data}
+    man = check_manifest(doc)
+    atomic_write_text(p, json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
+    return man

@@ -29,6 +29,8 @@ from typing import Any, cast
 
 import pandas as pd
 
+from tracekit.manifest import as_manifest
+
 DISAGREE_MS = 1.0  # the profiled spread must exceed the unprofiled one by more than this ...
 DISAGREE_PCT = 10.0  # ... and by more than this share of the unprofiled step
 MEASURE_HINT = "tracekit collect --gpus N measures it without the profiler"
@@ -105,12 +107,6 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
 
 
-def _get(d: Any, *keys: str) -> Any:
-    for k in keys:
-        d = d.get(k) if isinstance(d, dict) else None
-    return d
-
-
 def _cost_entries(cost: Any) -> dict[int, dict[str, Any]]:
     rows = cost.get("ranks") if isinstance(cost, dict) else None
     out: dict[int, dict[str, Any]] = {}
@@ -123,15 +119,9 @@ def _cost_entries(cost: Any) -> dict[int, dict[str, Any]]:
 
 def rank_figures(manifest: Any, ranks: list[int]) -> tuple[dict[int, RankFigures], Any]:
     """Per rank the manifest's unprofiled figures; and its ``comm_cost`` block (or None)."""
-    dist = _get(manifest, "distributed")
-    entries = dist.get("ranks") if isinstance(dist, dict) else None
-    steps: dict[int, float | None] = {}
-    for i, e in enumerate(entries if isinstance(entries, list) else []):
-        r = e.get("rank") if isinstance(e, dict) else None
-        steps[int(r) if isinstance(r, int) else i] = _num(
-            _get(e, "metrics", "step_time_ms", "median")
-        )
-    cost = _get(dist, "comm_cost")
+    dist = as_manifest(manifest).distributed
+    steps = dist.rank_step_medians() if dist is not None else {}
+    cost = dist.comm_cost if dist is not None else None
     ok = isinstance(cost, dict) and cost.get("status") == "ok"
     by_rank = _cost_entries(cost) if ok else {}
     out = {}
@@ -194,7 +184,7 @@ def measure(manifest: Any, per_rank: pd.DataFrame, rank_steps: pd.DataFrame) -> 
     figs, cost = rank_figures(manifest, ranks)
     step_spread, step_skew, step_slow = _spread({r: f.step_ms for r, f in figs.items()})
     own_spread, own_skew, own_slow = _spread({r: f.without_sync_ms for r, f in figs.items()})
-    unprofiled = _num(_get(manifest, "metrics", "step_time_ms", "median"))
+    unprofiled = as_manifest(manifest).metrics.step_median_ms
     if unprofiled is None:
         known = [f.step_ms for f in figs.values() if f.step_ms is not None]
         unprofiled = max(known) if known else None

@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tracekit.manifest import Metrics, as_manifest
 from tracekit.ranks.reduce import RanksSummary
 
 
@@ -52,25 +53,19 @@ class Side:
     skew_words: str = "slowest rank over the median, profiled"
 
 
-def _get(d: Any, *keys: str) -> Any:
-    for k in keys:
-        d = d.get(k) if isinstance(d, dict) else None
-    return d
-
-
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else None
 
 
 def _throughput(
-    manifest: Any, gpus: int, tokens_per_step: float | None, step_ms: float
+    met: Metrics, gpus: int, tokens_per_step: float | None, step_ms: float
 ) -> tuple[float | None, str]:
-    per_gpu = _num(_get(manifest, "metrics", "tokens_per_s_per_gpu"))
+    per_gpu = _num(met.tokens_per_s_per_gpu)
     if per_gpu is not None:
         return per_gpu, "manifest (unprofiled)"
-    total = _num(_get(manifest, "metrics", "tokens_per_s"))
+    total = _num(met.tokens_per_s)
     if total is not None:
-        world = _num(_get(manifest, "metrics", "world_size")) or gpus
+        world = _num(met.world_size) or gpus
         return total / world, "manifest (unprofiled)"
     if tokens_per_step and step_ms > 0:
         return tokens_per_step / (step_ms / 1e3), "trace (profiled steps)"
@@ -81,11 +76,12 @@ def side_of(label: str, sm: Any, ranks: RanksSummary | None, manifest: Any) -> S
     """A run's figures: from its multi-rank analysis, else from its one trace's summary
     (``sm``: a :class:`tracekit.summary.Summary`)."""
     tokens = sm.header.tokens_per_step
+    mf = as_manifest(manifest)
     if ranks is not None and len(ranks.per_rank):
         pr = ranks.per_rank
         med = float(pr["step_time_ms"].median())
         step = float(pr["step_time_ms"].mean())
-        tput, src = _throughput(manifest, len(ranks.ranks), tokens, step)
+        tput, src = _throughput(mf.metrics, len(ranks.ranks), tokens, step)
         m = ranks.measured
         own = m is not None and m.own_spread_ms is not None
         return Side(
@@ -109,9 +105,9 @@ def side_of(label: str, sm: Any, ranks: RanksSummary | None, manifest: Any) -> S
     busy = float(st["gpu_busy_ms"].mean()) if len(st) else math.nan
     bd = sm.breakdown
     exposed = float(bd.exposed_comm_ms) if bd is not None and bd.comm_source == "trace" else 0.0
-    gpus = int(_get(manifest, "config", "gpus") or 1)
-    tput, src = _throughput(manifest, gpus, tokens, step)
-    unprofiled = _num(_get(manifest, "metrics", "step_time_ms", "median"))
+    gpus = mf.config.gpus or 1
+    tput, src = _throughput(mf.metrics, gpus, tokens, step)
+    unprofiled = _num(mf.metrics.step_median_ms)
     return Side(
         label, gpus, step, busy - exposed, exposed, step - busy, 0.0, tput, src,
         unprofiled_step_ms=unprofiled,

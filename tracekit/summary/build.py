@@ -32,7 +32,7 @@ import tracekit.summary.timeline as TL
 import tracekit.summary.verdict as V
 from tracekit.classify.manifest import NO_TRAFFIC_NOTE
 from tracekit.classify.models.decode import DecodeModel
-from tracekit.manifest import manifest_or_empty
+from tracekit.manifest import Observer, RunManifest, as_manifest
 from tracekit.parse.cpuview import device_label
 from tracekit.summary.document import (
     SUMMARY_FORMAT,
@@ -107,14 +107,6 @@ WITH_STACK_ELSEWHERE = (
 )
 
 
-def _get(d: Any, *keys: str) -> Any:
-    for k in keys:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(k)
-    return d
-
-
 def _num(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
@@ -128,11 +120,11 @@ def _cuda_version(v: Any) -> str | None:
     return None
 
 
-def _option_costs(man: dict[str, Any] | None) -> dict[str, str]:
+def _option_costs(man: RunManifest) -> dict[str, str]:
     """What each profiler option's absence costs this run (a run whose memory timeline
     came from another pass lacks only the module paths without with_stack)."""
-    which = _get(man, "artifacts", "memory_timeline_pass")
-    if _get(man, "artifacts", "memory_timeline") and which and which != MAIN_WINDOW:
+    which = man.artifacts.memory_timeline_pass
+    if man.artifacts.memory_timeline and which and which != MAIN_WINDOW:
         stack = WITH_STACK_ELSEWHERE.format(which=which)
         return {**OPTION_COST, "with_stack": stack}
     return OPTION_COST
@@ -149,14 +141,15 @@ def _shortened(cut: dict[str, Any]) -> str:
 
 def _header(trace: Any, steps: list[int], table: pd.DataFrame) -> Header:
     man = trace.manifest if isinstance(trace.manifest, dict) else None
-    cfg = _get(man, "config")
+    mf = as_manifest(man)
+    cfg = mf.config.raw  # shown as given
     run_dir = getattr(trace, "run_dir", None)
     title = Path(run_dir).name if run_dir else Path(trace.path).name
     config = None
-    generating = _get(cfg, "workload") == "generate"
+    generating = mf.config.workload == "generate"
     # a generate run's step is a decode step: one token per sequence (config.seq unused)
     length = ("prompt", "new_tokens") if generating else ("seq",)
-    if isinstance(cfg, dict):
+    if mf.has_config:
         config = {
             k: cfg.get(k)
             for k in (
@@ -173,54 +166,53 @@ def _header(trace: Any, steps: list[int], table: pd.DataFrame) -> Header:
             )
             if cfg.get(k) is not None
         }
-    batch, seq = _num(_get(cfg, "batch")), 1.0 if generating else _num(_get(cfg, "seq"))
+    batch, seq = mf.config.batch, 1 if generating else mf.config.seq
     tokens = int(batch * seq) if batch and seq else None
     step_ms = float(table["step_time_ms"].mean()) if len(table) else None
     options = {k: bool(v) for k, v in (trace.meta.get("options") or {}).items()}
-    missing = [f"{k} off: {cost}" for k, cost in _option_costs(man).items()
+    missing = [f"{k} off: {cost}" for k, cost in _option_costs(mf).items()
                if not options.get(k, False)]  # fmt: skip
-    missing += [_shortened(c) for c in _get(man, "schedule_shortened") or []]
+    missing += [_shortened(c) for c in mf.schedule_shortened]
     device = trace.device_name if hasattr(trace, "device_name") else None
-    device = device or _get(man, "device", "name")
+    device = device or mf.device_name
     if _is_cpu(trace):
         device = device_label(man)
-    n_params = _get(man, "model", "n_params")
+    versions = trace.meta.get("versions")
+    cuda = versions.get("cuda_runtime_version") if isinstance(versions, dict) else None
     return Header(
         title=title,
         source=str(trace.path),
         device=device,
-        torch_version=_get(man, "versions", "torch"),
-        cuda_runtime=_cuda_version(_get(trace.meta, "versions", "cuda_runtime_version")),
+        torch_version=mf.versions.torch,
+        cuda_runtime=_cuda_version(cuda),
         config=config,
-        n_params=int(n_params) if isinstance(n_params, int) else None,
+        n_params=mf.model.n_params,
         steps=steps,
         step_time_ms=step_ms,
-        measured_step_time_ms=_num(_get(man, "metrics", "step_time_ms", "median")),
+        measured_step_time_ms=mf.metrics.step_median_ms,
         tokens_per_step=tokens,
         tokens_per_s=tokens / (step_ms / 1e3) if tokens and step_ms else None,
-        measured_tokens_per_s=_num(_get(man, "metrics", "tokens_per_s")),
+        measured_tokens_per_s=mf.metrics.tokens_per_s,
         options=options,
         missing=missing,
-        residual=_residual_text(man),
+        residual=_residual_text(mf.observer),
     )
 
 
-def _residual_text(man: dict[str, Any] | None) -> str | None:
+def _residual_text(obs: Observer | None) -> str | None:
     """The manifest's residual check in one sentence (what the passes left behind first)."""
-    obs = _get(man, "observer")
-    if not isinstance(obs, dict):
+    if obs is None:
         return None
-    res = obs.get("residual") or {}
-    text = res.get("sentence") or (
-        f"residual not checked: {obs['residual_absent']}" if obs.get("residual_absent") else None
+    text = obs.residual_sentence or (
+        f"residual not checked: {obs.residual_absent}" if obs.residual_absent else None
     )
-    left = [str(x) for x in obs.get("left_behind") or []]
-    if obs.get("cupti_attached"):
-        left.append(str(obs["cupti_attached"]))
+    left = list(obs.left_behind)
+    if obs.cupti_attached:
+        left.append(obs.cupti_attached)
     if left:
         text = f"left behind by the passes: {'; '.join(left)}" + (f"; {text}" if text else "")
-    if isinstance(obs.get("rank"), int) and text:
-        text = f"rank {obs['rank']} (the largest): {text}"
+    if obs.rank is not None and text:
+        text = f"rank {obs.rank} (the largest): {text}"
     return text
 
 
@@ -247,15 +239,15 @@ def _category_offset(trace: Any, times_us: np.ndarray) -> float | None:
 
 
 def _categories(trace: Any) -> tuple[CategoryMemory | None, list[str]]:
-    man = trace.manifest if isinstance(trace.manifest, dict) else None
-    rel = _get(man, "artifacts", "memory_timeline")
+    arts = as_manifest(trace.manifest).artifacts
+    rel = arts.memory_timeline
     run_dir = getattr(trace, "run_dir", None)
     if not rel or not run_dir:
-        why = _get(man, "artifacts", "memory_timeline_absent")
+        why = arts.memory_timeline_absent
         return None, ([f"no per-category memory timeline: {why}"] if why else [])
-    path = Path(run_dir) / str(rel)
+    path = Path(run_dir) / rel
     tl = M.downsample_categories(M.load_category_timeline(path))
-    which = _get(man, "artifacts", "memory_timeline_pass")
+    which = arts.memory_timeline_pass
     if which and which != MAIN_WINDOW:  # collect's category step, after the main window
         return CategoryMemory(tl, None, str(path)), [
             f"the per-category memory timeline is the {which}, recorded after the main "
@@ -276,22 +268,23 @@ def _categories(trace: Any) -> tuple[CategoryMemory | None, list[str]]:
 def _manifest_memory(trace: Any) -> tuple[M.MemoryStats | None, str | None]:
     """The run's unprofiled memory figures (manifest metrics), for a trace without
     ``[memory]`` events."""
-    man = trace.manifest if isinstance(trace.manifest, dict) else None
-    peak_a = _num(_get(man, "metrics", "peak_allocated_bytes"))
+    mf = as_manifest(trace.manifest)
+    met = mf.metrics
+    peak_a = met.peak_allocated_bytes
     if peak_a is None:
         return None, None
     mem = M.MemoryStats(
-        device=str(_get(man, "device", "type") or "cuda"),
+        device=mf.device_type or "cuda",
         events=0,
         peak_allocated_bytes=int(peak_a),
-        peak_reserved_bytes=int(_num(_get(man, "metrics", "peak_reserved_bytes")) or 0),
-        avg_allocated_bytes=_num(_get(man, "metrics", "avg_allocated_bytes")) or float("nan"),
+        peak_reserved_bytes=int(met.peak_reserved_bytes or 0),
+        avg_allocated_bytes=met.avg_allocated_bytes or float("nan"),
         avg_reserved_bytes=float("nan"),
         window_ns=0,
     )
     source = (
         "measured without the profiler: run manifest metrics "
-        f"({_get(man, 'metrics', 'memory_method') or 'torch.cuda counters'})"
+        f"({met.memory_method or 'torch.cuda counters'})"
     )
     return mem, source
 
@@ -602,7 +595,7 @@ def _traffic(
     if f.memory_facts.model is not None:
         return TR.traffic(f.memory_facts.model)
     # a user script's run: its optimizer's tensors and the measured dynamic memory
-    opt = manifest_or_empty(manifest if isinstance(manifest, dict) else None).optimizer.raw
+    opt = as_manifest(manifest).optimizer.raw
     return TR.traffic_from_optimizer(opt or None, f.memory_facts.dynamic_peak_bytes)
 
 
@@ -621,7 +614,7 @@ def _exposed_comm(manifest: Any, given: float | None) -> tuple[float, str] | Non
     manifest's ``metrics.exposed_comm_pct`` (written by a multi-GPU collect)."""
     if given is not None:
         return float(given), "multi-rank analysis"
-    v = _num(_get(manifest if isinstance(manifest, dict) else None, "metrics", "exposed_comm_pct"))
+    v = as_manifest(manifest).metrics.exposed_comm_pct
     return (v, "run manifest metrics.exposed_comm_pct") if v is not None else None
 
 
