@@ -31,6 +31,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # it forks each rank's process from one fork server, which imported the analysis once
 # (tracekit.ranks.engine.pool_context; "auto" would spawn the 2-3 ranks of each test).
 os.environ.setdefault("TRACEKIT_RANK_POOL", "forkserver")
+# Every manifest a test's collect, run, profile() or launcher writes is checked strictly:
+# an entry the readers would drop fails the test (tracekit.manifest.write_manifest; a
+# user's run is written with the entry named in manifest_problems instead).
+os.environ.setdefault("TRACEKIT_STRICT_MANIFEST", "1")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -171,8 +171,19 @@ def test_write_manifest_refuses_what_readers_would_misread(
 ) -> None:
     path = tmp_path / MANIFEST
     with pytest.raises(ManifestError, match=re.escape(why)):
-        write_manifest(path, doc)
+        write_manifest(path, doc, strict=True)
     assert not path.exists()
+
+
+def test_a_run_is_never_lost_to_an_entry_its_readers_would_drop(tmp_path: Path) -> None:
+    """Outside the tests a collector's bad entry is written and named, not the run lost."""
+    path = tmp_path / MANIFEST
+    write_manifest(path, _minimal(config={"batch": "8"}), strict=False)
+    doc = json.loads(path.read_text())
+    assert doc["config"] == {"batch": "8"}
+    assert len(doc["manifest_problems"]) == 1 and "config.batch" in doc["manifest_problems"][0]
+    with pytest.raises(ManifestError, match="status"):  # no manifest at all: refused
+        write_manifest(path, {"error": None}, strict=False)
 
 
 def test_write_manifest_wants_a_manifest_name(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ writes it atomically (a temporary file, then ``os.replace``).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
@@ -556,10 +557,11 @@ def _dropped(record: Any, raw: Mapping[str, Any], where: str) -> list[str]:
     return out
 
 
-def check_manifest(data: Mapping[str, Any]) -> RunManifest:
+def check_manifest(data: Mapping[str, Any], *, strict: bool = True) -> RunManifest:
     """The typed reading of a manifest about to be written, or :class:`ManifestError` when
-    the readers would misread it: not an object with string keys, no ``status`` string,
-    another ``schema_version``, or a typed entry whose value they would drop."""
+    it is no manifest (not an object with string keys, no ``status`` string, another
+    ``schema_version``) or, ``strict``, has a typed entry whose value the readers would
+    drop (:func:`dropped`)."""
     if not isinstance(data, Mapping) or not all(isinstance(k, str) for k in data):
         raise ManifestError("a manifest is an object with string keys")
     version = data.get("schema_version", SCHEMA_VERSION)
@@ -568,20 +570,40 @@ def check_manifest(data: Mapping[str, Any]) -> RunManifest:
     if not isinstance(data.get("status"), str) or not data["status"]:
         raise ManifestError(f"status {data.get('status')!r}: a manifest needs a status string")
     man = RunManifest.of(data)
-    if bad := _dropped(man, data, ""):
+    if strict and (bad := _dropped(man, data, "")):
         raise ManifestError("entries its readers would read as missing: " + "; ".join(bad))
     return man
 
 
-def write_manifest(path: str | Path, data: Mapping[str, Any]) -> RunManifest:
+def dropped(data: Mapping[str, Any]) -> list[str]:
+    """The typed entries of ``data`` (a manifest) whose values the readers would read as
+    missing, in words (empty: none)."""
+    return _dropped(RunManifest.of(data), data, "")
+
+
+STRICT_ENV = "TRACEKIT_STRICT_MANIFEST"  # "1": write_manifest refuses (the test suite)
+
+
+def write_manifest(
+    path: str | Path, data: Mapping[str, Any], *, strict: bool | None = None
+) -> RunManifest:
     """Write ``data`` as the manifest ``path`` (a ``manifest.json``, or a rank's
     ``rank<R>.manifest.json``): ``schema_version`` stamped first, checked by
     :func:`check_manifest`, through a temporary file and an atomic rename. The one place
-    a manifest is written (tests/test_manifest_writes.py); returns its typed reading."""
+    a manifest is written (tests/test_manifest_writes.py); returns its typed reading.
+
+    A run is never lost to its manifest: entries the readers would drop (a collector's
+    bug) are listed in ``manifest_problems`` and the run is written; ``strict`` (the
+    tests; default: :data:`STRICT_ENV` set to ``1``) refuses them with
+    :class:`ManifestError` instead."""
+    if strict is None:
+        strict = os.environ.get(STRICT_ENV) == "1"
     p = Path(path)
     if not p.name.endswith(MANIFEST):
         raise ManifestError(f"{p}: a manifest's file name ends in {MANIFEST}")
     doc = {"schema_version": SCHEMA_VERSION, **data}
-    man = check_manifest(doc)
+    man = check_manifest(doc, strict=strict)
+    if bad := dropped(doc):
+        doc["manifest_problems"] = bad
     atomic_write_text(p, json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
     return man
