@@ -18,12 +18,15 @@ from tracekit.classify.models.decode import DecodeModel, gemm_ridge_batch
 from tracekit.classify.models.shape import ModelShape
 from tracekit.sweep import DECODE_CSV, describe, finish
 from tracekit.sweep.decode import (
+    batch_findings,
     capacity_wall,
     crossover_words,
     generate_findings,
     generate_fits,
     kv_read_bandwidth,
     measured_crossover,
+    prepared,
+    roofline_findings,
     walls_table,
 )
 
@@ -373,3 +376,48 @@ def test_a_plateau_within_the_noise_is_not_attributed() -> None:
         "the dip in tokens/s from batch 64 to 128 (+6 %) is within the noise: the p10–p90 "
         "spread of the time per step is 30 % at batch 64 and 30 % at 128 (steady below 10 %)"
     ) in batch
+
+
+def test_a_cpu_generate_sweep_tells_one_story(tmp_path: Path) -> None:
+    """A CPU generate sweep of a tiny model (one context, two batches, one row failed):
+    memory in the unit its figures need, no nan cell, one configuration's figure not a
+    range with equal ends, a batch that did not gain not said to grow, and one sentence
+    per failure reason."""
+    from tracekit.sweep import _generate_table
+    from tracekit.sweep.findings import failed_findings
+
+    tiny = 2**20 * 1.5  # a tiny model's 1.5 MiB peak: "0.00 GiB" before
+    cpu = {"decode_gemm_ms": math.nan, "decode_gpu_busy_ms": math.nan,
+           "peak_bytes": tiny, "kv_cache_bytes": tiny / 5}  # fmt: skip
+    rows = [{**_row(2, 128), **cpu}, {**_row(8, 128), **cpu}]
+    tps = 0.9 * rows[0]["tokens_per_s"]  # batch 8 no faster than batch 2 (a loaded CPU)
+    tpot = 8 / tps * 1e3
+    rows[1].update(tokens_per_s=tps, time_per_token_ms=tpot / 8, tpot_ms=tpot,
+                   step_time_ms=tpot)  # fmt: skip
+    for r in rows:  # its steps' times spread (p10-p90 > 10 %): the dip is within the noise
+        r.update(tpot_p10_ms=0.5 * r["tpot_ms"], tpot_p90_ms=2 * r["tpot_ms"])
+    t = prepared(pd.DataFrame(rows))
+    header, row = _generate_table(t)
+    assert "peak MiB" in header and "KV MiB" in header and "GiB" not in header
+    line = row(t.iloc[0])
+    assert "nan" not in line and "    1.50 " in line and "    0.30 " in line
+    one = roofline_findings(t.iloc[:1])
+    assert one[0].startswith("The measured time per step is ") and "–" not in one[0]
+    assert one[0].endswith("at b2-s128-bf16-sdpa.")
+    text = " ".join(batch_findings(t))
+    assert "Tokens/s does not grow from batch 2 to 8 (×0.90)" in text and "still grows" not in text
+    err = "--prompt 960 + --new-tokens 64 = 1024 exceeds the context of preset 'tiny'"
+    failed = pd.DataFrame([{"key": f"b{b}-s1024", "error": err} for b in (1, 2, 4)])
+    (sentence,) = failed_findings(failed)
+    assert sentence == f"3 configuration(s) failed: b1-s1024, b2-s1024, b4-s1024 ({err})."
+
+
+def test_default_contexts_fit_the_models_block() -> None:
+    from tracekit.sweep.plan import fit_contexts
+
+    default = [128, 256, 512, 1024]
+    assert fit_contexts(None, default, None, 1024, 128) == ([128], 128)  # tiny: 128 tokens
+    assert fit_contexts(None, default, None, 1024, 1024) == (default, 1024)
+    assert fit_contexts(None, [64, 128, 256], None, 128, 100) == ([64], 64)
+    assert fit_contexts(None, [256], None, 128, 100) == ([100], 100)  # none fits: the block
+    assert fit_contexts([512], default, 256, 1024, 128) == ([512], 256)  # given: as given

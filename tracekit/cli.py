@@ -312,7 +312,8 @@ def sweep(
         str | None,
         typer.Option(
             help="Sequence lengths, comma-separated (default 64-1024; generate: the "
-            "contexts, prompt + new tokens, 128-1024)."
+            "contexts, prompt + new tokens, 128-1024; defaults past the model's context "
+            "are left out)."
         ),
     ] = None,
     dtype: Annotated[
@@ -357,18 +358,23 @@ def sweep(
 ) -> None:
     """Collect a grid of configurations (each in its own process) and report how memory and
     speed scale: sweep table, analytic memory model, fits, plots and findings."""
+    from tracekit.collectors.gpt_config import preset as preset_config
     from tracekit.sweep import SweepPlan, describe, finish, run_sweep
     from tracekit.sweep.plan import ATTENTIONS as ATTN
-    from tracekit.sweep.plan import DTYPES, parse_choice_list, parse_int_list
+    from tracekit.sweep.plan import DTYPES, fit_contexts, parse_choice_list, parse_int_list
 
     gen = workload == "generate"  # its defaults: the issue's batch and context axes, bf16
+    block = block_size or preset_config(preset).block_size
+    seqs, base = fit_contexts(
+        parse_int_list(seq, "seq") if seq else None,
+        parse_int_list("128,256,512,1024" if gen else "64,128,256,512,1024", "seq"),
+        base_seq, 1024 if gen else 128, block,
+    )  # fmt: skip
     plan = SweepPlan(
         batches=tuple(
             parse_int_list(batch or ("1,2,4,8,16,32,64,128,256" if gen else "4,8,16,32"), "batch")
         ),
-        seqs=tuple(
-            parse_int_list(seq or ("128,256,512,1024" if gen else "64,128,256,512,1024"), "seq")
-        ),
+        seqs=tuple(seqs),
         dtypes=tuple(parse_choice_list(dtype or ("bf16" if gen else "fp32,bf16"), "dtype", DTYPES)),
         attentions=tuple(
             parse_choice_list(attention or ("sdpa" if gen else "naive,sdpa"), "attention", ATTN)
@@ -379,7 +385,7 @@ def sweep(
         device=device,
         grid=grid,
         base_batch=base_batch,
-        base_seq=base_seq or (1024 if gen else 128),
+        base_seq=base,
         workload=workload,
         new_tokens=new_tokens,
         layers=layers,

@@ -79,10 +79,6 @@ def finish(table: pd.DataFrame, out_dir: Path) -> SweepOutputs:
     return SweepOutputs(sw, None, None)
 
 
-def _gib(v: Any) -> str:
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v / 2**30:.2f}"
-
-
 def _table_lines(table: pd.DataFrame, header: str, row: Callable[[pd.Series], str]) -> list[str]:
     """``header``, then ``row(r)`` for each ok row and the error of each other row."""
     lines = [f"{'configuration':<22} {'status':<6} {header}"]
@@ -135,33 +131,47 @@ def _train_table(table: pd.DataFrame) -> tuple[str, Callable[[pd.Series], str]]:
     return header, row
 
 
-def _generate_row(r: pd.Series) -> str:
-    """Prefill and decode times, memory, and the decode step's bandwidth by the analytic
-    model's byte count (% of the measured copy ceiling)."""
-    return (
-        f"{r.get('ttft_ms', math.nan):>8.2f} {r.get('tpot_ms', math.nan):>8.3f} "
-        f"{r.get('time_per_token_ms', math.nan):>8.4f} "
-        f"{r['tokens_per_s']:>10,.0f} {_gib(r['peak_bytes']):>8} "
-        f"{_gib(r.get('kv_cache_bytes')):>7} "
-        f"{r.get('model_decode_bytes_per_step', math.nan) / 1e6:>13.1f} "
-        f"{r.get('decode_model_bw_Bps', math.nan) / 1e9:>7.1f} "
-        f"{r.get('decode_bw_util_pct', math.nan):>6.1f} "
-        f"{r.get('decode_gemm_ms', math.nan):>8.3f} "
-        f"{r.get('decode_gpu_busy_ms', math.nan):>7.3f} "
-        f"{r.get('decode_host_idle_pct', math.nan):>6.0f} "
-        f"{short_limit(r.get('decode_limit')):>5}"
+def _generate_table(table: pd.DataFrame) -> tuple[str, Callable[[pd.Series], str]]:
+    """Prefill and decode times, memory (in the unit its largest figure needs: a CPU
+    sweep's KiB would read 0.00 GiB), and the decode step's bandwidth by the analytic
+    model's byte count (% of the measured copy ceiling); a figure a run does not have
+    (no GPU on CPU) is ``-``."""
+    ok = table[table["status"] == "ok"]
+    mem = [float(v) for c in ("peak_bytes", "kv_cache_bytes") if c in ok for v in ok[c]]
+    unit, scale = memory_unit(mem)
+    header = (
+        f"{'TTFT ms':>8} {'TPOT ms':>8} {'ms/tok':>8} {'tokens/s':>10} {'peak ' + unit:>8} "
+        f"{'KV ' + unit:>7} {'model MB/step':>13} {'GB/s':>7} {'% copy':>6} {'GEMM ms':>8} "
+        f"{'GPU ms':>7} {'idle %':>6} {'limit':>5}"
     )
+
+    def cell(v: Any, w: int, spec: str, div: float = 1.0) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return f"{'-':>{w}}"
+        return f"{v / div:>{w}{spec}}"
+
+    def row(r: pd.Series) -> str:
+        return " ".join((
+            cell(r.get("ttft_ms"), 8, ".2f"), cell(r.get("tpot_ms"), 8, ".3f"),
+            cell(r.get("time_per_token_ms"), 8, ".4f"), cell(r.get("tokens_per_s"), 10, ",.0f"),
+            cell(r.get("peak_bytes"), 8, ".2f", scale),
+            cell(r.get("kv_cache_bytes"), 7, ".2f", scale),
+            cell(r.get("model_decode_bytes_per_step"), 13, ".1f", 1e6),
+            cell(r.get("decode_model_bw_Bps"), 7, ".1f", 1e9),
+            cell(r.get("decode_bw_util_pct"), 6, ".1f"), cell(r.get("decode_gemm_ms"), 8, ".3f"),
+            cell(r.get("decode_gpu_busy_ms"), 7, ".3f"),
+            cell(r.get("decode_host_idle_pct"), 6, ".0f"),
+            f"{short_limit(r.get('decode_limit')):>5}",
+        ))  # fmt: skip
+
+    return header, row
 
 
 def describe(table: pd.DataFrame, outs: SweepOutputs) -> str:
     """What the CLI prints: the table, the model next to the measurement, fits, findings."""
     if "workload" in table.columns and (table["workload"] == "generate").all():
-        header = (
-            f"{'TTFT ms':>8} {'TPOT ms':>8} {'ms/tok':>8} {'tokens/s':>10} {'peak GiB':>8} "
-            f"{'KV GiB':>7} {'model MB/step':>13} {'GB/s':>7} {'% copy':>6} {'GEMM ms':>8} "
-            f"{'GPU ms':>7} {'idle %':>6} {'limit':>5}"
-        )
-        return _describe(_table_lines(prepared(table), header, _generate_row), outs)
+        header, row = _generate_table(prepared(table))
+        return _describe(_table_lines(prepared(table), header, row), outs)
     header, row = _train_table(table)
     return _describe(_table_lines(table, header, row), outs)
 

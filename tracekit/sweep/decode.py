@@ -338,10 +338,10 @@ def _plateau_words(ok: pd.DataFrame, c: Crossover | None) -> str:
             return s + ": the decode GEMMs are past the crossover (compute-bound)" + aside
         return s + f" (KV cache {kv:.0f} % of the bytes; kind undetermined)" + aside
     gain = tps[-1] / tps[0]
-    return (
-        f"tokens/s still grows ×{gain:.1f} from batch {int(ok.iloc[0]['batch'])} to "
-        f"{int(ok.iloc[-1]['batch'])}" + aside
-    )
+    lo, hi = int(ok.iloc[0]["batch"]), int(ok.iloc[-1]["batch"])
+    if gain < 1:  # no wall found, and no growth either: say so, not "grows x0.9"
+        return f"tokens/s does not grow from batch {lo} to {hi} (×{gain:.2f})" + aside
+    return f"tokens/s still grows ×{gain:.1f} from batch {lo} to {hi}" + aside
 
 
 # --------------------------------------------------------------------------- capacity
@@ -464,12 +464,13 @@ def _context_words(ok: pd.DataFrame) -> list[str]:
     first, last = ok.iloc[0], ok.iloc[-1]
     per = _num(first.get("model_kv_bytes_per_token"))
     share = 100 * _num(last["kv_cache_bytes"]) / _num(last["peak_bytes"])
+    at = f"{_gib(_num(first['kv_cache_bytes']))} at context {int(first['seq'])}"
+    if len(ok) > 1:
+        at += f", {_gib(_num(last['kv_cache_bytes']))} at {int(last['seq'])}"
     s = (
         f"the KV cache holds {_gib(per)} per token of a sequence (2·L·C·b), "
         f"{_gib(per * _num(first['batch']))} per token of context at batch "
-        f"{int(first['batch'])}: {_gib(_num(first['kv_cache_bytes']))} at context "
-        f"{int(first['seq'])}, {_gib(_num(last['kv_cache_bytes']))} at {int(last['seq'])} "
-        f"(measured allocations), {share:.0f} % of that run's peak"
+        f"{int(first['batch'])}: {at} (measured allocations), {share:.0f} % of that run's peak"
     )
     kv = kv_read_bandwidth(ok)
     if kv is not None:
@@ -576,21 +577,36 @@ def roofline_findings(table: pd.DataFrame) -> list[str]:
     r = (ok["tpot_ms"] / ok["model_tpot_ms"]).replace([np.inf, -np.inf], np.nan).dropna()
     if not len(r):
         return []
-    lo, hi = ok.loc[r.idxmin()], ok.loc[r.idxmax()]
-    s = (
-        f"The measured time per step is {r.min():.2f}–{r.max():.2f}× the decode model's "
-        f"roofline time (weights and KV cache at the copy ceiling, FLOPs at the matmul "
-        f"roof): closest at {lo['key']}, farthest at {hi['key']}"
+    roof = (
+        "the decode model's roofline time (weights and KV cache at the copy ceiling, FLOPs "
+        "at the matmul roof)"
     )
+    lo, hi = _ends(ok, r)
+    if len(r) == 1:  # one configuration: its figure, not a range with two equal ends
+        s = f"The measured time per step is {r.min():.2f}× {roof} at {lo}"
+    else:
+        s = (
+            f"The measured time per step is {r.min():.2f}–{r.max():.2f}× {roof}: closest at "
+            f"{lo}, farthest at {hi}"
+        )
     busy = (ok["decode_gpu_busy_ms"] / ok["model_tpot_ms"]).replace([np.inf, -np.inf], np.nan)
     busy = busy.dropna()
-    if len(busy):
-        blo, bhi = ok.loc[busy.idxmin()], ok.loc[busy.idxmax()]
+    if len(busy) == 1:
+        s += f"; the GPU's busy time per step {busy.min():.2f}× it"
+    elif len(busy):
+        blo, bhi = _ends(ok, busy)
         s += (
             f"; the GPU's busy time per step {busy.min():.2f}–{busy.max():.2f}× it (closest "
-            f"at {blo['key']}, farthest at {bhi['key']})"
+            f"at {blo}, farthest at {bhi})"
         )
     return [s + "."]
+
+
+def _ends(ok: pd.DataFrame, r: pd.Series) -> tuple[str, str]:
+    """The configurations at the low and the high end of ``r`` (indexed as ``ok``)."""
+    i_lo: Any = r.idxmin()
+    i_hi: Any = r.idxmax()
+    return str(ok.loc[i_lo]["key"]), str(ok.loc[i_hi]["key"])
 
 
 def generate_findings(table: pd.DataFrame) -> list[str]:

@@ -373,9 +373,12 @@ def failed_findings(failed: pd.DataFrame) -> list[str]:
     """The sentence naming the failed configurations (``failed``: their rows), if any."""
     if not len(failed):
         return []
+    by_error: dict[str, list[str]] = {}
+    for _, r in failed.iterrows():  # one reason, the configurations it stopped
+        by_error.setdefault(str(r["error"]), []).append(str(r["key"]))
     return [
         f"{len(failed)} configuration(s) failed: "
-        + "; ".join(f"{r['key']} ({r['error']})" for _, r in failed.iterrows())
+        + "; ".join(f"{', '.join(keys)} ({err})" for err, keys in by_error.items())
         + "."
     ]
 

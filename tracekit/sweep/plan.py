@@ -128,6 +128,17 @@ def parse_choice_list(text: str, name: str, choices: Sequence[str]) -> list[str]
     return out
 
 
+def fit_contexts(
+    given: list[int] | None, default: list[int], base: int | None, base_default: int, block: int
+) -> tuple[list[int], int]:
+    """The sequence axis and the base seq: the values given, as given (one past the model's
+    context ``block`` becomes that configuration's error row, as any collect that refuses
+    its options); the defaults (made for gpt2-small's 1,024) only where they fit, else the
+    block itself."""
+    seqs = given or ([s for s in default if s <= block] or [block])
+    return seqs, base or min(base_default, max(seqs))
+
+
 @dataclass(frozen=True)
 class SweepPlan:
     """Everything that decides what a sweep runs and how each configuration is collected."""
