@@ -279,3 +279,37 @@ def test_without_shapes_or_step_markers(tmp_path: Path) -> None:
     ss = sm.summary["step_summary"]
     assert ss["bandwidth_used"] is None and ss["flops_per_s"] is None
     assert ss["arithmetic_intensity"] is None and ss["roofline_side"] is None
+
+
+def test_an_unknown_bound_names_only_what_is_missing() -> None:
+    """A run with FLOP and byte counts but no roofline is not told record_shapes was off
+    (a CPU run with --no-ceilings printed that beside record_shapes✓)."""
+    from dataclasses import replace
+
+    roof, lever = "a roofline for this device", "give --peak-tflops/--bandwidth"
+    counted = replace(_ev(0, 0), intensity=3.4, ridge=None)
+    assert V.unknown_bound(counted, roof, lever) == (f"without {roof}", lever)
+    shapeless = replace(_ev(0, 0), intensity=None, ridge=20.0)
+    assert V.unknown_bound(shapeless, roof, lever) == (
+        "without FLOP and byte counts (no shapes)",
+        "profile with record_shapes=True",
+    )
+    neither = replace(_ev(0, 0), intensity=None, ridge=None)
+    why, both = V.unknown_bound(neither, roof, lever)
+    assert why == f"without FLOP and byte counts (no shapes) or {roof}"
+    assert both == f"profile with record_shapes=True; {lever}"
+    v = V.decide(_bd(), counted)
+    assert v.verdict == "unknown" and "record_shapes" not in " ".join(v.evidence) + v.lever
+
+
+def test_a_model_without_a_transformer_config_gets_no_seq_caveat() -> None:
+    from tracekit.classify.models.memory import from_manifest
+
+    cnn = {"status": "ok", "config": {"batch": 8, "seq": None},
+           "model": {"class": "__main__.Net", "config": None, "n_params": 1610}}  # fmt: skip
+    est, why = from_manifest(cnn)
+    assert est is None and why == (
+        "the analytic memory model is of a GPT-style transformer; Net has no configuration "
+        "tracekit could read"
+    )
+    assert "seq" not in why

@@ -232,14 +232,16 @@ def _operators_bound(
     mem = e.bound_pct.get("memory-bound") or 0.0
     comp = e.bound_pct.get("compute-bound") or 0.0
     if which == "unknown":
+        why, lever = V.unknown_bound(
+            e,
+            "a roofline for this CPU (its ceilings not measured)",
+            "measure the CPU's ceilings (tracekit run/collect without --no-ceilings) or give "
+            "--peak-tflops and --bandwidth",
+        )
         return (
             which,
-            [
-                "the operators do the work, but without FLOP and byte counts (record_shapes "
-                "off) or a roofline for this CPU nothing tells compute- from memory-bound"
-            ],
-            "measure the CPU's ceilings (tracekit run/collect without --no-ceilings) or give "
-            "--peak-tflops and --bandwidth; profile with record_shapes=True",
+            [f"the operators do the work, but {why} nothing tells compute- from memory-bound"],
+            lever,
         )
     text = [
         f"{mem:.1f} % of operator time in memory-bound operators, {comp:.1f} % in "

@@ -232,6 +232,20 @@ class Evidence:
     traced_step: str = "the profiled step"  # the trace step host_busy_pct is a share of
 
 
+def unknown_bound(e: Evidence, roofline: str, roofs_lever: str) -> tuple[str, str]:
+    """Why no bound is known, naming only what is missing — the FLOP and byte counts (no
+    shapes), the roofline (``roofline``: which), or else the kernels' own bounds — and the
+    lever that adds it (``roofs_lever``: how the roofline is given)."""
+    counts, roofs = e.intensity is None, e.ridge is None
+    missing = [w for w, m in (("FLOP and byte counts (no shapes)", counts), (roofline, roofs)) if m]
+    levers = [
+        w for w, m in (("profile with record_shapes=True", counts), (roofs_lever, roofs)) if m
+    ]
+    if not missing:
+        return "with no kernel's bound known,", "profile with record_shapes=True"
+    return f"without {' or '.join(missing)}", "; ".join(levers)
+
+
 @dataclass(frozen=True)
 class Verdict:
     verdict: str  # one of VERDICTS
@@ -380,13 +394,12 @@ def _gpu_bound(b: Breakdown, e: Evidence) -> tuple[str, list[str], str]:
         memory = e.intensity is not None and e.ridge is not None and e.intensity < e.ridge
         text = [f"only {known:.1f} % of GPU time has a known bound: the step's intensity decides"]
     else:
+        why, lever = unknown_bound(e, "a roofline for this device", "a known device or "
+                                   "--peak-tflops/--bandwidth")  # fmt: skip
         return (
             "unknown",
-            [
-                "the GPU is busy, but without FLOP and byte counts (record_shapes off) or a "
-                "roofline nothing tells compute- from memory-bound kernels"
-            ],
-            "profile with record_shapes=True (and a known device or --peak-tflops/--bandwidth)",
+            [f"the GPU is busy, but {why} nothing tells compute- from memory-bound kernels"],
+            lever,
         )
     if side:
         text.append(side)

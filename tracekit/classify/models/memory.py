@@ -434,7 +434,15 @@ def from_manifest(manifest: Mapping[str, Any] | None) -> tuple[MemoryEstimate | 
     if man is None or not man.has_config:
         return None, "no run manifest: the analytic model needs the model config"
     cfg = man.config
-    model = cfg.model or (dict(man.model.raw) or None)
+    seen = dict(man.model.raw)
+    if cfg.model is None and "config" in seen and not seen["config"]:
+        # a script's model without a configuration (a CNN, a ResNet): no transformer to model
+        return None, (
+            f"the analytic memory model is of a GPT-style transformer; "
+            f"{str(seen.get('class') or 'the model').rsplit('.', 1)[-1]} has no configuration "
+            "tracekit could read"
+        )
+    model = cfg.model or (seen or None)
     if model is None:
         return None, "the manifest has no model config (config.model)"
     if (cfg.workload or "train") != "train":
