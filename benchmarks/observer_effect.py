@@ -107,6 +107,15 @@ def _pairs(name: str, args: argparse.Namespace, tmp: Path) -> list[dict[str, Any
     return rows
 
 
+def _median_ci(xs: list[float], seed: int = 0) -> tuple[float, float]:
+    """A 90 % bootstrap interval of the median of ``xs`` (the pairs' ratios)."""
+    import random
+
+    rng = random.Random(seed)
+    boots = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(4000))
+    return boots[200], boots[3799]
+
+
 def _span(xs: list[float], fmt: str) -> str:
     return f"{format(statistics.median(xs), fmt)} [{format(min(xs), fmt)}-{format(max(xs), fmt)}]"
 
@@ -133,14 +142,23 @@ def main() -> None:
         got = {n: _pairs(n, args, Path(d)) for n in args.scripts.split(",")}
     print("\nscript    pairs  under/alone median [min-max]  tracekit's residual % per run"
           "                 tracekit unprofiled / alone")  # fmt: skip
+    pooled: list[float] = []
     for name, rows in got.items():
         ratios = [r["ratio"] for r in rows if "ratio" in r]
+        pooled += ratios
         res = [r.get("residual_pct") for r in rows]
         mine = [r["tracekit_ms"] / r["alone_ms"] for r in rows
                 if r.get("tracekit_ms") and r.get("alone_ms")]  # fmt: skip
         print(f"{name:<9} {len(ratios):>5}  x{_span(ratios, '.3f') if ratios else 'n/a':<26}  "
               f"{', '.join('n/a' if x is None else f'{x:+.1f}' for x in res):<38}  "
               f"x{_span(mine, '.3f') if mine else 'n/a'}")  # fmt: skip
+        if len(ratios) >= 2:
+            lo, hi = _median_ci(ratios)
+            print(f"{'':<9} 90 % bootstrap interval of the median pair: x{lo:.3f}-x{hi:.3f}")
+    if len(got) > 1 and len(pooled) >= 2:
+        lo, hi = _median_ci(pooled)
+        print(f"all scripts, {len(pooled)} pairs: median x{statistics.median(pooled):.3f} "
+              f"[90 % bootstrap x{lo:.3f}-x{hi:.3f}]")  # fmt: skip
 
 
 if __name__ == "__main__":
