@@ -42,9 +42,9 @@ from typing import Any
 
 import torch
 
+from tracekit.collectors.collect import collect
 from tracekit.collectors.config import CollectConfig
 from tracekit.collectors.profiler import ProfilerConfig
-from tracekit.collectors.run import collect
 from tracekit.parse import load
 from tracekit.summary import trace_facts
 

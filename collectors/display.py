@@ -1,5 +1,5 @@
 """The rich progress display of a collecting run on a terminal (silent otherwise), shared by
-the single-process run (``collectors/run.py``) and the multi-GPU launcher and ranks."""
+the single-process run (``collectors/collect.py``) and the multi-GPU launcher and ranks."""
 
 from __future__ import annotations
 

@@ -273,7 +273,7 @@ def build_manifest(
 ) -> dict[str, Any]:
     """The run's manifest from every rank's result (None: it wrote none) and the
     launcher's failures by rank."""
-    from tracekit.collectors.run import base_manifest
+    from tracekit.collectors.collect import base_manifest
 
     n = cfg.gpus
     ranks = [rank_entry(r, results.get(r), failures.get(r), log_dir) for r in range(n)]

@@ -44,11 +44,11 @@ from typing import Any
 
 import torch
 
+from tracekit.collectors.collect import collect as collect_single
 from tracekit.collectors.config import CollectConfig, compile_unsupported_reason
 from tracekit.collectors.display import Display
 from tracekit.collectors.dist_manifest import LOGS, build_manifest
 from tracekit.collectors.rank import result_name
-from tracekit.collectors.run import collect as collect_single
 from tracekit.errors import DeviceError, OutOfMemoryError, TracekitError
 from tracekit.io import atomic_dir
 from tracekit.manifest import MANIFEST, write_manifest
@@ -267,7 +267,7 @@ def _read_results(run_dir: Path, n: int) -> dict[int, dict[str, Any] | None]:
 
 def collect(cfg: CollectConfig) -> Path:
     """``tracekit collect``: ``cfg`` on one process per GPU (``--gpus`` > 1) or in this
-    process (:func:`tracekit.collectors.run.collect`); returns the run folder."""
+    process (:func:`tracekit.collectors.collect.collect`); returns the run folder."""
     return collect_distributed(cfg) if cfg.gpus > 1 else collect_single(cfg)
 
 

@@ -1,7 +1,7 @@
 """The collect runs' test hook: ``TRACEKIT_TEST_FAULT=RANKS:STEP:ACTION`` makes the named
 ranks (``*``: all; a single-process run is rank 0) raise, run out of memory or hang at a
 forward pass, so that tests can exercise a run's failures (``collectors/rank.py``,
-``collectors/run.py``)."""
+``collectors/collect.py``)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ launcher, which sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` a
    CPU) *before* the profiler starts, so Kineto writes ``distributedInfo`` in its trace;
 2. with ceilings on: rank 0 measures the device ceilings while the others wait, then all
    ranks measure the interconnect (``collectors/interconnect.py``);
-3. runs the single-GPU phases (``collectors/run.py``) on its model replica (DDP) or shard
+3. runs the single-GPU phases (``collectors/collect.py``) on its model replica (DDP) or shard
    (FSDP2), on its own batches (seed + rank), writing ``rank<R>.``-prefixed files, with
    the measured communication cost (``collectors/commcost.py``) between the timed steps
    and the profiled passes;
@@ -38,12 +38,7 @@ from typing import Any
 import torch
 
 from tracekit.collectors.ceilings import measure_ceilings
-from tracekit.collectors.commcost import measure as measure_comm
-from tracekit.collectors.config import CollectConfig, resolve_device, torch_dtype
-from tracekit.collectors.display import Display
-from tracekit.collectors.faults import fault_hook
-from tracekit.collectors.interconnect import measure_interconnect
-from tracekit.collectors.run import (
+from tracekit.collectors.collect import (
     _one_line,
     _workload,
     base_manifest,
@@ -51,6 +46,11 @@ from tracekit.collectors.run import (
     precisions_used,
     versions,
 )
+from tracekit.collectors.commcost import measure as measure_comm
+from tracekit.collectors.config import CollectConfig, resolve_device, torch_dtype
+from tracekit.collectors.display import Display
+from tracekit.collectors.faults import fault_hook
+from tracekit.collectors.interconnect import measure_interconnect
 from tracekit.collectors.train import Workload
 from tracekit.io import atomic_write_json
 

@@ -17,8 +17,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from tracekit.collectors.collect import timeline_metrics
 from tracekit.collectors.observer import block
-from tracekit.collectors.run import timeline_metrics
 from tracekit.collectors.train import summarize_ms
 
 

@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tracekit.collectors.collect import light_line
 from tracekit.collectors.cupti_pass import recorder_line
 from tracekit.collectors.dist_manifest import summary_lines
-from tracekit.collectors.run import light_line
 from tracekit.manifest import MANIFEST, Observer, RunManifest, manifest_or_empty
 
 # a run without CUDA allocator statistics (CPU): why collect's summary has no peak

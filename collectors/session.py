@@ -45,6 +45,13 @@ import torch
 import tracekit.collectors.observer as observer
 from tracekit.collectors import introspect, run_manifest
 from tracekit.collectors.ceilings import measure_ceilings
+from tracekit.collectors.collect import (
+    SNAPSHOT,
+    TENSORBOARD,
+    device_info,
+    empty_artifacts,
+    versions,
+)
 from tracekit.collectors.passes import timeline_absent_reason
 from tracekit.collectors.profiler import (
     ProfilerConfig,
@@ -52,13 +59,6 @@ from tracekit.collectors.profiler import (
     memory_snapshot_absent_reason,
     start_memory_history,
     stop_memory_history,
-)
-from tracekit.collectors.run import (
-    SNAPSHOT,
-    TENSORBOARD,
-    device_info,
-    empty_artifacts,
-    versions,
 )
 from tracekit.collectors.run_manifest import Measured
 from tracekit.collectors.session_windows import (

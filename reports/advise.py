@@ -1,5 +1,5 @@
 """``tracekit advise``'s outputs: the ranked table in the terminal (80 columns), one HTML
-page, a Markdown table and scalars for TensorBoard (``tracekit.advise.run.Advice`` in)."""
+page, a Markdown table and scalars for TensorBoard (``tracekit.advise.advice.Advice`` in)."""
 
 from __future__ import annotations
 

@@ -38,13 +38,13 @@ def _timeline_on_cpu(config: ProfilerConfig, device: torch.device) -> str | None
 
 
 def stand_in_light_pass(setattr_: Callable[[Any, str, Any], None] = setattr) -> None:
-    """Let ``collectors/run.py`` (``tracekit collect``, a collect rank) run the light
+    """Let ``collectors/collect.py`` (``tracekit collect``, a collect rank) run the light
     timeline pass on CPU."""
-    from tracekit.collectors import run
+    import tracekit.collectors.collect as collect_mod
 
-    setattr_(run, "timeline_absent_reason", _timeline_on_cpu)
+    setattr_(collect_mod, "timeline_absent_reason", _timeline_on_cpu)
     # CUPTI is not there on CPU: the pass falls back to Kineto's, which records CPU here
-    setattr_(run, "TimelinePass", functools.partial(TimelinePass, kineto=CpuLightProfiler))
+    setattr_(collect_mod, "TimelinePass", functools.partial(TimelinePass, kineto=CpuLightProfiler))
     setattr_(light_cost, "KinetoSwitch", CpuKinetoSwitch)  # the cost rounds' recorder, as the pass
 
 

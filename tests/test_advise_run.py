@@ -16,7 +16,7 @@ import pytest
 
 import tracekit.advise.measure as MS
 import tracekit.advise.paired as MP
-from tracekit.advise.run import AdviseOptions, advise
+from tracekit.advise.advice import AdviseOptions, advise
 from tracekit.sweep.plan import Point
 from tracekit.sweep.runner import default_env
 

@@ -288,7 +288,7 @@ def test_counters_without_peak_metrics_decide_by_dram() -> None:
 
 
 def test_ncu_command_line() -> None:
-    cmd = ncu_command(["python", "-m", "tracekit.collectors.run"], log_file="c.csv")
+    cmd = ncu_command(["python", "-m", "tracekit.collectors.collect"], log_file="c.csv")
     assert cmd[:5] == ["ncu", "--profile-from-start", "off", "--clock-control", "none"]
     metrics = cmd[cmd.index("--metrics") + 1].split(",")
     assert metrics == ncu_metrics()
@@ -303,7 +303,7 @@ def test_ncu_command_line() -> None:
     i = cmd.index("--csv")
     assert cmd[i : i + 5] == ["--csv", "--page", "raw", "--print-units", "base"]
     assert cmd[cmd.index("--target-processes") + 1] == "all"
-    assert cmd[-3:] == ["python", "-m", "tracekit.collectors.run"]
+    assert cmd[-3:] == ["python", "-m", "tracekit.collectors.collect"]
     assert "--filter-mode" not in cmd
     once = ncu_command(["x"], once_per_signature=True)
     j = once.index("--filter-mode")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-import tracekit.collectors.run as run_mod
+import tracekit.collectors.collect as collect_mod
 import tracekit.collectors.runsummary as runsummary
 from tracekit.cli import main
 from tracekit.collectors.ceilings import CeilingSizes, measure_ceilings
@@ -295,7 +295,7 @@ def test_collect_cli_writes_a_complete_run_folder(
 
 
 def test_with_stack_exports_the_memory_timeline(tmp_path: Path) -> None:
-    out = run_mod.collect(
+    out = collect_mod.collect(
         _cfg(tmp_path / "r", profiler=ProfilerConfig(wait=0, warmup=1, active=1, with_stack=True))
     )
     m = json.loads((out / "manifest.json").read_text())
@@ -314,7 +314,7 @@ def test_with_stack_exports_the_memory_timeline(tmp_path: Path) -> None:
 
 
 def test_sdpa_trace_has_no_explicit_softmax(tmp_path: Path) -> None:
-    out = run_mod.collect(_cfg(tmp_path / "r", attention="sdpa"))
+    out = collect_mod.collect(_cfg(tmp_path / "r", attention="sdpa"))
     m = json.loads((out / "manifest.json").read_text())
     names = {e.get("name") for e in json.loads(
         gzip.decompress((out / m["artifacts"]["trace"]).read_bytes()))["traceEvents"]}  # fmt: skip
@@ -327,7 +327,7 @@ def test_sdpa_trace_has_no_explicit_softmax(tmp_path: Path) -> None:
 
 def _failing_step(monkeypatch: pytest.MonkeyPatch, exc: BaseException, after: int) -> None:
     """Make the workload's step raise ``exc`` on its call number ``after``."""
-    real = run_mod.build_workload
+    real = collect_mod.build_workload
 
     def build(cfg: CollectConfig, device: torch.device) -> Any:
         wl = real(cfg, device)
@@ -341,7 +341,7 @@ def _failing_step(monkeypatch: pytest.MonkeyPatch, exc: BaseException, after: in
 
         return dataclasses.replace(wl, step=step)
 
-    monkeypatch.setattr(run_mod, "build_workload", build)
+    monkeypatch.setattr(collect_mod, "build_workload", build)
 
 
 def test_oom_writes_status_oom_and_exits_3(
@@ -363,7 +363,7 @@ def test_oom_writes_status_oom_and_exits_3(
 def test_oom_raises_the_tracekit_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _failing_step(monkeypatch, torch.cuda.OutOfMemoryError("CUDA out of memory"), 0)
     with pytest.raises(OutOfMemoryError) as info:
-        run_mod.collect(_cfg(tmp_path / "r"))
+        collect_mod.collect(_cfg(tmp_path / "r"))
     assert info.value.exit_code == 3
 
 
@@ -376,7 +376,7 @@ def test_ctrl_c_leaves_nothing_and_keeps_an_older_run(
     # interrupted inside the profiled window (warm-up 1 + timed 2 + wait 1 + warmup 1 + 1)
     _failing_step(monkeypatch, KeyboardInterrupt(), 6)
     with pytest.raises(KeyboardInterrupt):
-        run_mod.collect(_cfg(out))
+        collect_mod.collect(_cfg(out))
     assert (out / "manifest.json").read_text() == '{"status": "ok"}'
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json"]
     assert _leftovers(tmp_path) == []
@@ -392,7 +392,7 @@ def test_failed_trace_export_leaves_no_partial_trace(
     monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", broken_export)
     out = tmp_path / "run"
     with pytest.raises(TracekitError, match="disk full"):
-        run_mod.collect(_cfg(out))
+        collect_mod.collect(_cfg(out))
     m = json.loads((out / "manifest.json").read_text())
     assert m["status"] == "error" and "disk full" in m["error"]
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "tensorboard"]

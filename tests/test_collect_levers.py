@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-import tracekit.collectors.run as run_mod
+import tracekit.collectors.collect as collect_mod
 from tracekit.cli import main
 from tracekit.collectors.config import CollectConfig
 from tracekit.collectors.profiler import ProfilerConfig
@@ -48,7 +48,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "accum": {"grad_accum": 3, "optimizer": "adamw-fused"},
     }
     return {
-        name: run_mod.collect(_cfg(seq=128, profiler=prof, out=root / name, **kw))
+        name: collect_mod.collect(_cfg(seq=128, profiler=prof, out=root / name, **kw))
         for name, kw in levers.items()
     }
 
@@ -314,9 +314,9 @@ def test_multi_gpu_throughput_counts_every_micro_batch() -> None:
 def test_cuda_graphs_peak_covers_the_capture() -> None:
     """A graph's replay allocates nothing: its peak is read from the warm-up (the capture)."""
     graphs, eager = _cfg(device="cuda", cuda_graphs=True), _cfg(device="cuda")
-    assert run_mod.peak_from_warmup(graphs) and not run_mod.peak_from_warmup(eager)
-    assert "over the warm-up (which captures the CUDA graph" in run_mod.memory_method(
+    assert collect_mod.peak_from_warmup(graphs) and not collect_mod.peak_from_warmup(eager)
+    assert "over the warm-up (which captures the CUDA graph" in collect_mod.memory_method(
         graphs, "cuda"
     )
-    assert "over the timed steps after" in run_mod.memory_method(eager, "cuda")
-    assert run_mod.memory_method(graphs, "cpu").startswith("not measured on CPU")
+    assert "over the timed steps after" in collect_mod.memory_method(eager, "cuda")
+    assert collect_mod.memory_method(graphs, "cpu").startswith("not measured on CPU")

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import tracekit
-import tracekit.collectors.run as run_mod
+import tracekit.collectors.collect as collect_mod
 from tracekit.cli import main
 from tracekit.collectors import cupti_pass as C
 from tracekit.collectors import passes
@@ -39,10 +39,10 @@ MARKER = "at::cuda::(anonymous namespace)::spin_kernel(long)"
 def on_gpu(monkeypatch: pytest.MonkeyPatch) -> Any:
     """collect's light pass on, as on CUDA; each step's GPU work "launched" on the fake;
     returns a function installing a fake cupti (None: cupti-python missing)."""
-    monkeypatch.setattr(run_mod, "timeline_absent_reason", lambda cfg, device: None)
+    monkeypatch.setattr(collect_mod, "timeline_absent_reason", lambda cfg, device: None)
     monkeypatch.setattr(C, "LightProfiler", CpuLightProfiler)
     monkeypatch.delenv(C.RECORDER_ENV, raising=False)
-    build = run_mod.build_workload
+    build = collect_mod.build_workload
     fakes: list[F.FakeCupti | None] = []
 
     def built(*a: Any, **kw: Any) -> Any:
@@ -57,7 +57,7 @@ def on_gpu(monkeypatch: pytest.MonkeyPatch) -> Any:
         wl.step = stepped
         return wl
 
-    monkeypatch.setattr(run_mod, "build_workload", built)
+    monkeypatch.setattr(collect_mod, "build_workload", built)
 
     def use(fake: F.FakeCupti | None) -> None:
         fakes.append(fake)

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import torch
 
+import tracekit.collectors.collect as collect_mod
 import tracekit.collectors.generate as gen_mod
-import tracekit.collectors.run as run_mod
 import tracekit.collectors.runsummary as runsummary
 from tracekit.cli import main
 from tracekit.collectors.config import CollectConfig
@@ -312,7 +312,7 @@ def test_kv_cache_oom_is_status_oom_and_exit_3(
     m = json.loads((out / "manifest.json").read_text())
     assert m["status"] == "oom" and "Tried to allocate 80.00 GiB" in m["error"]
     with pytest.raises(OutOfMemoryError):
-        run_mod.collect(_cfg(out=tmp_path / "again"))
+        collect_mod.collect(_cfg(out=tmp_path / "again"))
 
 
 @pytest.mark.parametrize("sample", [False, True])

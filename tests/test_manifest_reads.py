@@ -27,10 +27,10 @@ NAMES = frozenset({"man", "manifest", "m", "mf", "man_a", "man_b", "manifest_a",
 WRITERS = {
     f"collectors/{name}.py"
     for name in (
+        "collect",
         "dist_manifest",
         "generate",
         "replay",
-        "run",
         "script",
         "script_dist",
         "script_rank",

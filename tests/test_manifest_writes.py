@@ -111,7 +111,7 @@ def test_the_collectors_use_the_writer() -> None:
         for f in (ROOT / "collectors").rglob("*.py")
         if "write_manifest(" in f.read_text()
     }
-    want = {"run", "session", "distributed", "script_dist", "script_rank", "replay"}
+    want = {"collect", "session", "distributed", "script_dist", "script_rank", "replay"}
     assert {f"collectors/{n}.py" for n in want} <= users
 
 

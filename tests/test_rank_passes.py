@@ -4,7 +4,7 @@ full pass, category step) and measures the communication cost without a profiler
 On CPU the light pass does not run (it records CUDA activity only), which is how a rank
 worker whose manifest had no ``profiler`` entry crashed on every GPU run and on no test. Here
 the GPU-only piece is stood in (``tests/standins.py``): the pass runs on CPU and records
-CPU activity instead of CUDA's, so the rank goes through ``collectors/run.py``'s
+CPU activity instead of CUDA's, so the rank goes through ``collectors/collect.py``'s
 ``_profile`` exactly as on a GPU. The rank runs in this process (world size 1, gloo) where
 that is enough; the real 2-rank collect (the elastic launcher, its ranks patched by a
 ``sitecustomize``) is tests/test_collect_multigpu.py's ``ddp_run``."""

@@ -321,7 +321,7 @@ def test_report_gets_from_a_run_manifest_what_it_gets_from_collect(
     GPT-only config and the analytic memory and traffic models of tracekit's GPT (a script
     has no preset)."""
     from tracekit.classify import classify
-    from tracekit.collectors.run import empty_artifacts
+    from tracekit.collectors.collect import empty_artifacts
     from tracekit.parse import load
     from tracekit.summary import summarize
 

@@ -10,7 +10,7 @@ traffic estimate (``tracekit.classify.models.traffic.manifest_traffic``), the fi
 report, the sweep and ``tracekit classify`` show.
 
 A multi-rank folder's per-rank analysis and reduction are the ranks stage's
-(:func:`tracekit.ranks.run.analyse_ranks`, which runs after this module); a report of one
+(:func:`tracekit.ranks.mapreduce.analyse_ranks`, which runs after this module); a report of one
 of its ranks passes that summary in (``ranks``), and it lands in :attr:`Analysis.ranks`.
 """
 

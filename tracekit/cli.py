@@ -452,9 +452,9 @@ def advise(
     readable_input(run)
     if format not in ("text", "json"):
         raise UsageError(f"--format must be 'text' or 'json', not {format!r}")
+    from tracekit.advise.advice import AdviseOptions
+    from tracekit.advise.advice import advise as run_advise
     from tracekit.advise.levers import parse_levers
-    from tracekit.advise.run import AdviseOptions
-    from tracekit.advise.run import advise as run_advise
 
     opts = AdviseOptions(
         levers=tuple(parse_levers(levers)), objective=objective, factor=factor, steps=steps,

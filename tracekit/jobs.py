@@ -1,6 +1,6 @@
 """A folder of one job's rank traces (:func:`tracekit.ranks.discover.discover`): the rank
 analysed in detail through the pipeline (:mod:`tracekit.analyse`) and the multi-rank
-analysis of every rank (:func:`tracekit.ranks.run.analyse_ranks`). It sits after the ranks
+analysis of every rank (:func:`tracekit.ranks.mapreduce.analyse_ranks`). It sits after the ranks
 stage; ``report`` and ``compare`` take a run folder through it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from tracekit.analyse import load_run
 from tracekit.errors import TraceError, UsageError
 from tracekit.parse import Trace
 from tracekit.ranks.discover import discover
-from tracekit.ranks.run import analyse_ranks
+from tracekit.ranks.mapreduce import analyse_ranks
 
 
 @dataclass

@@ -6,6 +6,6 @@ step it acts, as a critical-path what-if), ``models`` (each lever's time model),
 ``baseline`` (the analysed run), ``predict``, ``measure`` (the sweep), ``paired`` (paired
 rounds in worker processes), ``search`` (the measured search for the best configuration,
 pure), ``combine`` (the search run on the measured levers), ``why`` (why a lever slowed the
-step), ``table`` (the ranked table and ``advise.json``), ``run`` (the command). Nothing is
-imported here: import the module you need (``from tracekit.advise.run import advise``).
+step), ``table`` (the ranked table and ``advise.json``), ``advice`` (the command). Nothing is
+imported here: import the module you need (``from tracekit.advise.advice import advise``).
 """

@@ -4,7 +4,7 @@ small per-rank results. The engine: :mod:`tracekit.ranks.engine`; docs/ranks-at-
 The multi-rank analysis on it (docs/multi-gpu.md): :mod:`~tracekit.ranks.discover` (which
 traces are a job's ranks), :mod:`~tracekit.ranks.perrank` (the per-rank function),
 :mod:`~tracekit.ranks.collectives`, :mod:`~tracekit.ranks.reduce` (the cross-rank step),
-:mod:`~tracekit.ranks.run` (both, over the engine).
+:mod:`~tracekit.ranks.mapreduce` (both, over the engine).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 :func:`analyse` is a pure function of one trace file (no other rank is read), so the ranks
 of a job can be analysed in any order, in separate processes or on a cluster
-(:func:`tracekit.ranks.run.map_ranks`), and the cross-rank step
+(:func:`tracekit.ranks.engine.map_ranks`), and the cross-rank step
 (:mod:`tracekit.ranks.reduce`) reads only what it wrote:
 
 * ``perrank.json`` — who the rank is (``distributedInfo``, host, device), its time base
