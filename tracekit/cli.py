@@ -15,17 +15,16 @@ try:  # typer >= 0.20 vendors click
 except ImportError:  # pragma: no cover
     from click import exceptions as click_exc  # type: ignore[no-redef]
 
+import tracekit.cli_options as CO
 from tracekit.cli_options import (
+    SHARED,
     BudgetOption,
     CommRoundsOption,
     CommStepsOption,
     HalfWidthOption,
-    LightCostRoundsOption,
     MaxRoundsOption,
-    MemoryTimelineOption,
     PairedOption,
     RoundsOption,
-    SinglePassOption,
     TimelineOption,
     paired_options,
     workload_defaults,
@@ -173,41 +172,35 @@ def collect(
     ] = None,
     lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 3e-4,
     tf32: Annotated[bool, typer.Option("--tf32", help="Allow TF32 for fp32 matmuls.")] = False,
-    profile_wait: Annotated[int, typer.Option(help="Profiler schedule: wait steps.")] = 1,
-    profile_warmup: Annotated[int, typer.Option(help="Profiler schedule: warm-up steps.")] = 1,
+    profile_wait: CO.ProfileWaitOption = SHARED.profile_wait,
+    profile_warmup: CO.ProfileWarmupOption = SHARED.profile_warmup,
     profile_active: Annotated[
         int | None,
         typer.Option(help="Profiler schedule: recorded steps (default 2; generate: all)."),
     ] = None,
-    profile_repeat: Annotated[int, typer.Option(help="Profiler schedule: cycles.")] = 1,
-    record_shapes: Annotated[bool, typer.Option(help="Record operator input shapes.")] = True,
-    profile_memory: Annotated[bool, typer.Option(help="Record allocations.")] = True,
-    with_flops: Annotated[bool, typer.Option(help="Profiler FLOP estimates.")] = True,
-    with_stack: Annotated[
-        bool, typer.Option(help="Record Python stacks (needed for the memory timeline).")
-    ] = False,
-    with_modules: Annotated[bool, typer.Option(help="Record the module hierarchy.")] = False,
-    memory_timeline: MemoryTimelineOption = True,
-    single_pass: SinglePassOption = False,
-    memory_snapshot: Annotated[
-        bool, typer.Option(help="Record a CUDA memory snapshot (pickle; CUDA only).")
-    ] = True,
-    snapshot_steps: Annotated[int, typer.Option(help="Steps in the memory snapshot.")] = 1,
+    profile_repeat: CO.ProfileRepeatOption = SHARED.profile_repeat,
+    record_shapes: CO.RecordShapesOption = SHARED.record_shapes,
+    profile_memory: CO.ProfileMemoryOption = SHARED.profile_memory,
+    with_flops: CO.WithFlopsOption = SHARED.with_flops,
+    with_stack: CO.WithStackOption = SHARED.with_stack,
+    with_modules: CO.WithModulesOption = SHARED.with_modules,
+    memory_timeline: CO.MemoryTimelineOption = SHARED.memory_timeline,
+    single_pass: CO.SinglePassOption = SHARED.single_pass,
+    memory_snapshot: CO.MemorySnapshotOption = SHARED.memory_snapshot,
+    snapshot_steps: CO.SnapshotStepsOption = SHARED.snapshot_steps,
     ceilings: _Ceilings = True,
     out: Annotated[
         Path | None,
         typer.Option("-o", "--out", help="Run folder (default: runs/<preset>-b<B>-s<S>-...)."),
     ] = None,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress display.")] = False,
-    xspace: Annotated[
-        bool, typer.Option("--xspace", help="Also export the trace for TensorBoard's PROFILE tab.")
-    ] = False,
+    xspace: CO.XspaceOption = SHARED.xspace,
     counters: _Counters = False,
     gpus: _Gpus = 1,
     parallel: _Parallel = "ddp",
     comm_rounds: CommRoundsOption = 6,
     comm_steps: CommStepsOption = 5,
-    light_cost_rounds: LightCostRoundsOption = 6,
+    light_cost_rounds: CO.LightCostRoundsOption = SHARED.light_cost_rounds,
     workload: _Workload = "train",
     checkpoint: _Checkpoint = False,
     optimizer: _Optimizer = None,

@@ -1,15 +1,63 @@
-"""Options of ``tracekit collect``, ``report`` and ``advise`` kept out of ``cli.py`` (a
-module under 700 lines): the profiled passes, the measured communication cost, where the
-report's timeline comes from, collect's workload defaults, advise's paired rounds."""
+"""Options of ``tracekit collect``, ``run``, ``report`` and ``advise`` kept out of ``cli.py``
+(a module under 700 lines): the profiled passes, the measured communication cost, where the
+report's timeline comes from, collect's workload defaults, advise's paired rounds.
+
+The options ``collect`` and ``run`` share (the profiler's schedule and options, the memory
+timeline and snapshot, the light pass and its cost rounds, ``--xspace``) are declared here
+once: the help in the ``...Option`` alias, the default in :data:`SHARED`, so that the two
+commands cannot drift apart (``tests/test_cli_shared_options.py``)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
 
 from tracekit.errors import UsageError
 
+
+@dataclass(frozen=True)
+class SharedDefaults:
+    """The defaults of the options ``collect`` and ``run`` share, by parameter name (those
+    of :class:`tracekit.collectors.ProfilerConfig`; ``--single-pass`` is its
+    ``timeline_pass`` negated)."""
+
+    profile_wait: int = 1
+    profile_warmup: int = 1
+    profile_repeat: int = 1
+    record_shapes: bool = True
+    profile_memory: bool = True
+    with_flops: bool = True
+    with_stack: bool = False
+    with_modules: bool = False
+    memory_timeline: bool = True
+    single_pass: bool = False
+    memory_snapshot: bool = True
+    snapshot_steps: int = 1
+    light_cost_rounds: int = 6
+    xspace: bool = False
+
+
+SHARED = SharedDefaults()
+
+ProfileWaitOption = Annotated[int, typer.Option(help="Profiler schedule: wait steps.")]
+ProfileWarmupOption = Annotated[int, typer.Option(help="Profiler schedule: warm-up steps.")]
+ProfileRepeatOption = Annotated[int, typer.Option(help="Profiler schedule: cycles.")]
+RecordShapesOption = Annotated[bool, typer.Option(help="Record operator input shapes.")]
+ProfileMemoryOption = Annotated[bool, typer.Option(help="Record allocations.")]
+WithFlopsOption = Annotated[bool, typer.Option(help="Profiler FLOP estimates.")]
+WithStackOption = Annotated[
+    bool, typer.Option(help="Record Python stacks (needed for the memory timeline).")
+]
+WithModulesOption = Annotated[bool, typer.Option(help="Record the module hierarchy.")]
+MemorySnapshotOption = Annotated[
+    bool, typer.Option(help="Record a CUDA memory snapshot (pickle; CUDA only).")
+]
+SnapshotStepsOption = Annotated[int, typer.Option(help="Steps in the memory snapshot.")]
+XspaceOption = Annotated[
+    bool, typer.Option("--xspace", help="Also export the trace for TensorBoard's PROFILE tab.")
+]
 MemoryTimelineOption = Annotated[
     bool,
     typer.Option(

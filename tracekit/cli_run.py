@@ -16,7 +16,8 @@ except ImportError:  # pragma: no cover
     from click import exceptions as click_exc  # type: ignore[no-redef]
 from typer.core import TyperCommand
 
-from tracekit.cli_options import LightCostRoundsOption, MemoryTimelineOption, SinglePassOption
+import tracekit.cli_options as CO
+from tracekit.cli_options import SHARED
 from tracekit.errors import UsageError
 
 RUN_METAVAR = "[OPTIONS] -- python SCRIPT [ARGS]..."
@@ -111,23 +112,19 @@ def run_script_cmd(
     tokens_per_step: Annotated[
         int | None, typer.Option(help="Tokens per step (default: inferred from token ids).")
     ] = None,
-    profile_wait: Annotated[int, typer.Option(help="Profiler schedule: wait steps.")] = 1,
-    profile_warmup: Annotated[int, typer.Option(help="Profiler schedule: warm-up steps.")] = 1,
+    profile_wait: CO.ProfileWaitOption = SHARED.profile_wait,
+    profile_warmup: CO.ProfileWarmupOption = SHARED.profile_warmup,
     profile_active: Annotated[int, typer.Option(help="Profiler schedule: recorded steps.")] = 2,
-    profile_repeat: Annotated[int, typer.Option(help="Profiler schedule: cycles.")] = 1,
-    record_shapes: Annotated[bool, typer.Option(help="Record operator input shapes.")] = True,
-    profile_memory: Annotated[bool, typer.Option(help="Record allocations.")] = True,
-    with_flops: Annotated[bool, typer.Option(help="Profiler FLOP estimates.")] = True,
-    with_stack: Annotated[
-        bool, typer.Option(help="Record Python stacks (needed for the memory timeline).")
-    ] = False,
-    with_modules: Annotated[bool, typer.Option(help="Record the module hierarchy.")] = False,
-    memory_timeline: MemoryTimelineOption = True,
-    single_pass: SinglePassOption = False,
-    memory_snapshot: Annotated[
-        bool, typer.Option(help="Record a CUDA memory snapshot (pickle; CUDA only).")
-    ] = True,
-    snapshot_steps: Annotated[int, typer.Option(help="Steps in the memory snapshot.")] = 1,
+    profile_repeat: CO.ProfileRepeatOption = SHARED.profile_repeat,
+    record_shapes: CO.RecordShapesOption = SHARED.record_shapes,
+    profile_memory: CO.ProfileMemoryOption = SHARED.profile_memory,
+    with_flops: CO.WithFlopsOption = SHARED.with_flops,
+    with_stack: CO.WithStackOption = SHARED.with_stack,
+    with_modules: CO.WithModulesOption = SHARED.with_modules,
+    memory_timeline: CO.MemoryTimelineOption = SHARED.memory_timeline,
+    single_pass: CO.SinglePassOption = SHARED.single_pass,
+    memory_snapshot: CO.MemorySnapshotOption = SHARED.memory_snapshot,
+    snapshot_steps: CO.SnapshotStepsOption = SHARED.snapshot_steps,
     ceilings: Annotated[
         bool, typer.Option(help="Measure copy bandwidth and matmul FLOP/s after the run.")
     ] = True,
@@ -143,12 +140,10 @@ def run_script_cmd(
         Path | None, typer.Option("-o", "--out", help="Run folder (default: runs/<script>).")
     ] = None,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress messages.")] = False,
-    xspace: Annotated[
-        bool, typer.Option("--xspace", help="Also export the trace for TensorBoard's PROFILE tab.")
-    ] = False,
+    xspace: CO.XspaceOption = SHARED.xspace,
     nproc_per_node: _Nproc = None,
     comm_rounds: _CommRounds = 6,
-    light_cost_rounds: LightCostRoundsOption = 6,
+    light_cost_rounds: CO.LightCostRoundsOption = SHARED.light_cost_rounds,
     comm_steps: _CommSteps = 5,
 ) -> None:
     """Profile a training script without editing it: tracekit run [OPTIONS] -- python
