@@ -21,7 +21,7 @@ import tracekit.reports.parts as parts
 import tracekit.reports.ranks as ranks_view
 import tracekit.reports.ranksterm as ranksterm
 import tracekit.reports.verdict as VR
-import tracekit.summary.cpanchor as CPA
+import tracekit.summary.critical_path.anchor as CPA
 from tracekit.summary import Summary
 
 BAR = 14  # width of the time-share bars

@@ -1,4 +1,4 @@
-"""The critical path's what-ifs on the unprofiled step (tracekit.summary.cpanchor)."""
+"""The critical path's what-ifs on the unprofiled step (tracekit.summary.critical_path.anchor)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import tracekit
-import tracekit.summary.cpanchor as CPA
 import tracekit.summary.critical_path as CP
+import tracekit.summary.critical_path.anchor as CPA
 from tracekit.classify import classify
 from tracekit.summary import summarize
 

@@ -14,9 +14,9 @@ import pytest
 
 import tracekit
 from tracekit.errors import TraceError
-from tracekit.summary import cpgraph as G
-from tracekit.summary import cptables as T
 from tracekit.summary import critical_path as CP
+from tracekit.summary.critical_path import graph as G
+from tracekit.summary.critical_path import tables as T
 
 from . import tracegen as tg
 

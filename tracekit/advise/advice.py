@@ -20,7 +20,7 @@ import tracekit.advise.paired as MP
 import tracekit.advise.search as S
 import tracekit.advise.table as TB
 import tracekit.advise.why as W
-import tracekit.summary.cpanchor as CPA
+import tracekit.summary.critical_path.anchor as CPA
 from tracekit.advise.baseline import Baseline, analyse
 from tracekit.advise.predict import Prediction, predict, predict_all
 from tracekit.errors import UsageError

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-import tracekit.summary.cpbuild as B
-import tracekit.summary.cptables as T
 import tracekit.summary.critical_path as CP
+import tracekit.summary.critical_path.build as B
+import tracekit.summary.critical_path.tables as T
 from tracekit.advise.regions import Region, covered
-from tracekit.summary.cpgraph import Weights
+from tracekit.summary.critical_path.graph import Weights
 
 HOST_KEYS = (T.CPU_OP, T.CPU_LAUNCH, T.CPU_RUNTIME, T.CPU_UNTRACED)  # scaled; waits are not
 _THREAD = re.compile(r"^thread (\d+)")

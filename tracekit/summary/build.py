@@ -19,9 +19,9 @@ import pandas as pd
 import tracekit.classify.models.memory as MM
 import tracekit.classify.models.traffic as TR
 import tracekit.summary.classes as C
-import tracekit.summary.cpanchor as CPA
 import tracekit.summary.cpu as CPU
 import tracekit.summary.critical_path as CP
+import tracekit.summary.critical_path.anchor as CPA
 import tracekit.summary.gendoc as GD
 import tracekit.summary.generate as GEN
 import tracekit.summary.invariants as INV

@@ -83,7 +83,7 @@ def summary_json(
 
 def _critical_path(sm: Summary) -> dict[str, Any] | None:
     """The ``critical_path`` block; its ``unprofiled`` part holds the what-ifs on the
-    unprofiled step where the run has one (``tracekit.summary.cpanchor``)."""
+    unprofiled step where the run has one (``tracekit.summary.critical_path.anchor``)."""
     block = CP.summary_block(sm.critical_path)
     if block is not None and sm.cp_anchor is not None:
         block["unprofiled"].update(json.loads(json.dumps(sm.cp_anchor.block(), default=float)))

@@ -10,9 +10,9 @@ from typing import Any
 import pandas as pd
 
 import tracekit.classify.models.memory as MM
-import tracekit.summary.cpanchor as CPA
 import tracekit.summary.cpu as CPU
 import tracekit.summary.critical_path as CP
+import tracekit.summary.critical_path.anchor as CPA
 import tracekit.summary.generate as GEN
 import tracekit.summary.memory as M
 import tracekit.summary.steps as S

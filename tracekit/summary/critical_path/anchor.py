@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-import tracekit.summary.cptables as T
-import tracekit.summary.critical_path as CP
+import tracekit.summary.critical_path.analysis as CP
+import tracekit.summary.critical_path.tables as T
 
 HOST_ONLY = ("launch_free", "cuda_graphs")  # and every host_x<k>: they remove host time only
 FLOOR_TOL = 0.01  # 'gpu-floor': the host is sped up until the path is within 1 % of the GPU's

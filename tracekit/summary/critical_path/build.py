@@ -1,6 +1,6 @@
 """The dependency graph of one training step, built from the parsed tables.
 
-Chains (``tracekit.summary.cpgraph``):
+Chains (``tracekit.summary.critical_path.graph``):
 
 * **a CPU thread**: its points are the starts and ends of its *busy intervals* (the union of
   its CPU operators and runtime calls) and of the runtime calls that launch GPU work or
@@ -52,8 +52,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.summary.cpgraph import CARRY, NEG, ORIGIN, Graph, _sorted_edges
-from tracekit.summary.cptables import (
+from tracekit.summary.critical_path.graph import CARRY, NEG, ORIGIN, Graph, _sorted_edges
+from tracekit.summary.critical_path.tables import (
     CATEGORIES,
     CPU_BLOCKED,
     CPU_LAUNCH,

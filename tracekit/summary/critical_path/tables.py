@@ -5,7 +5,7 @@ operators and runtime calls with their thread, kind and step; GPU activities wit
 (device, stream) lane, class, launching call, launch order and the end of the lane's
 previous activity; per step its rows. It also measures what the graph's model needs from
 the whole trace: the launch latency ``L0``, the gap between queued kernels ``G0``, the
-median launch-call cost and the launch-queue depth ``Q`` (``tracekit.summary.cpbuild``
+median launch-call cost and the launch-queue depth ``Q`` (``tracekit.summary.critical_path.build``
 uses them; docs/critical-path.md defines them).
 """
 

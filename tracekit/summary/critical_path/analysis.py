@@ -1,11 +1,11 @@
 """The critical path of a training step, and what-if estimates on it (docs/critical-path.md).
 
-:func:`analyse` builds each analysed step's dependency graph (``tracekit.summary.cpbuild``),
-solves it as a steady-state loop of identical steps (``tracekit.summary.cpgraph``) and
-reports: the path's length (the predicted step time) against the traced step time, the
-time on the path per kernel class and per kind of host or idle time, how much of each
-class's GPU time is *off* the path (making it faster buys nothing), and the step time
-under what-ifs: a class's kernels k times faster, launches free, CUDA graphs, a fusion.
+:func:`analyse` builds each analysed step's dependency graph (:mod:`.build`), solves it as a
+steady-state loop of identical steps (:mod:`.graph`) and reports: the path's length (the
+predicted step time) against the traced step time, the time on the path per kernel class
+and per kind of host or idle time, how much of each class's GPU time is *off* the path
+(making it faster buys nothing), and the step time under what-ifs: a class's kernels k
+times faster, launches free, CUDA graphs, a fusion.
 
 For predictions from other code (``tracekit advise``): ``cp = analyse(trace, cls)``, then
 ``predict(cp, class_speedup("gemm", 2))``, ``predict(cp, fuse(("elementwise",)))``, ... or
@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-import tracekit.summary.cpbuild as B
-import tracekit.summary.cpgraph as G
-import tracekit.summary.cptables as T
+import tracekit.summary.critical_path.build as B
+import tracekit.summary.critical_path.graph as G
+import tracekit.summary.critical_path.tables as T
 from tracekit.manifest import manifest_or_empty
-from tracekit.summary.cpgraph import Weights
+from tracekit.summary.critical_path.graph import Weights
 
 COPIES = 3  # steps solved in a row: the last one's period is the steady state
 SPEEDUP = 2.0  # k of the report's per-class what-ifs
