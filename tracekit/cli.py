@@ -585,8 +585,8 @@ def report(
     if format not in ("text", "json"):
         raise UsageError(f"--format must be 'text' or 'json', not {format!r}")
     dedicate_process()
-    from tracekit.reports import report as run_report
-    from tracekit.reports import summary_text
+    from tracekit.commands.report import report as run_report
+    from tracekit.reports.render import summary_text
 
     result = run_report(
         trace,
@@ -652,9 +652,10 @@ def compare(
     readable_input(a, b)
     if format not in ("text", "json"):
         raise UsageError(f"--format must be 'text' or 'json', not {format!r}")
-    from tracekit.reports import compare as cmp
+    import tracekit.reports.compare as cmp
+    from tracekit.commands.compare import run_compare
 
-    result = cmp.run_compare(a, b, out)
+    result = run_compare(a, b, out)
     if format == "json":
         typer.echo(cmp.json_text(result), nl=False)
         return
