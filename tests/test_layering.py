@@ -157,7 +157,7 @@ def test_analysis_stages_never_load_torch() -> None:
         " 'tracekit.reports', 'tracekit.reports.plots', 'tracekit.reports.tensorboard',"
         " 'tracekit.sweep', 'tracekit.reports.sweep', 'tracekit.compare', 'tracekit.cli',"
         " 'tracekit.advise.run', 'tracekit.reports.advise', 'tracekit.reports.render',"
-        " 'tracekit.commands.report', 'tracekit.commands.compare']:\n"
+        " 'tracekit.commands.report', 'tracekit.commands.compare', 'tracekit.commands.sweep']:\n"
         "    try:\n"
         "        importlib.import_module(m)\n"
         "    except ModuleNotFoundError:\n"

@@ -203,6 +203,8 @@ def test_the_commands_call_the_pipeline_then_render() -> None:
     assert {"tracekit.analyse.analyse", "tracekit.reports.render.render"} <= got
     got = set().union(*calls(ROOT / "tracekit/commands/compare.py").values())
     assert {"tracekit.compare.build.analyse_run", "tracekit.reports.compare.write"} <= got
+    got = set().union(*calls(ROOT / "tracekit/commands/sweep.py").values())
+    assert {"tracekit.sweep.finish", "tracekit.reports.sweep.write_html"} <= got
 
 
 CLASSIFY = {"tracekit.classify.classify", "tracekit.classify.roofline.classify"}
