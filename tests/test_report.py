@@ -27,7 +27,7 @@ from tracekit.cli import main
 from tracekit.commands.report import report
 from tracekit.parse import load
 from tracekit.reports import plots, tbtrace, terminal
-from tracekit.reports.render import ReportResult
+from tracekit.reports.render import ReportResult, render
 
 from . import contract
 from . import reportgen as rg
@@ -114,6 +114,16 @@ def test_summary_shares_match_parquet_and_independent_sum(
     doc = json.loads((res.out / "summary.json").read_text())
     for cls, d in k.groupby("class")["dur"].sum().items():
         assert doc["time_share_pct"][cls] == pytest.approx(100 * d / total, abs=0.1)
+
+
+def test_render_writes_what_it_is_handed(reported: ReportResult, tmp_path: Path) -> None:
+    """The renderer alone, on the summary the command computed: the same files, byte for
+    byte (it analyses nothing, so it needs nothing but the summary), and TensorBoard where
+    it is asked for."""
+    res = render(reported.summary, tmp_path / "again", tensorboard=tmp_path / "tb" / "run")
+    assert _files(res) == _files(reported)
+    assert res.events is not None and res.events.is_relative_to(tmp_path / "tb" / "run")
+    assert set(res.timings) >= {"plots", "write", "tensorboard"}
 
 
 def test_html_escapes_every_trace_string(reported: ReportResult) -> None:
