@@ -9,6 +9,7 @@ table) into text, HTML, PNG, Parquet and TensorBoard events.
 
 from __future__ import annotations
 
-from tracekit.reports.render import ReportResult, render, summary_text
+# (not ``render``: the name is its module's, ``import tracekit.reports.render as R``)
+from tracekit.reports.render import ReportResult, summary_text
 
-__all__ = ["ReportResult", "render", "summary_text"]
+__all__ = ["ReportResult", "summary_text"]
