@@ -359,6 +359,7 @@ def sweep(
     """Collect a grid of configurations (each in its own process) and report how memory and
     speed scale: sweep table, analytic memory model, fits, plots and findings."""
     from tracekit.collectors.gpt_config import preset as preset_config
+    from tracekit.commands.sweep import sweep as run_sweep
     from tracekit.sweep import SweepPlan, describe
     from tracekit.sweep.plan import ATTENTIONS as ATTN
     from tracekit.sweep.plan import DTYPES, fit_contexts, parse_choice_list, parse_int_list
@@ -395,8 +396,6 @@ def sweep(
         profile_active=profile_active,
         timeout_s=timeout,
     )
-    from tracekit.commands.sweep import sweep as run_sweep
-
     table, outs = run_sweep(plan, out, resume=resume, quiet=quiet)
     typer.echo(describe(table, outs))
 
