@@ -92,15 +92,11 @@ def run(preset: str, out: Path, budget_s: float) -> None:
 
 
 def analyse(out: Path) -> None:
-    from tracekit.reports.sweep import write_html, write_tensorboard
-    from tracekit.sweep import describe, finish, read_table
+    from tracekit.commands.sweep import report_sweep
+    from tracekit.sweep import describe, read_table
 
     table = read_table(out)
-    outs = finish(table, out)
-    outs.html = write_html(outs.analysis, out / "report")
-    write_tensorboard(outs.analysis, out / "tensorboard")
-    outs.tensorboard = out / "tensorboard"
-    print(describe(table, outs))
+    print(describe(table, report_sweep(table, out)))
 
 
 def _f(v: object, fmt: str, scale: float = 1.0) -> str:

@@ -68,9 +68,10 @@ def main() -> None:
     _this_checkout()
     from rich.console import Console
 
-    import tracekit.analyse as pipeline  # the stages; reports.run writes the outputs
-    from tracekit.reports import report, terminal
-    from tracekit.reports import run as stages
+    import tracekit.analyse as pipeline  # the stages; reports.render writes the outputs
+    import tracekit.reports.render as stages
+    from tracekit.commands.report import report
+    from tracekit.reports import terminal
 
     cpu: dict[str, float] = {}
     for name in ("load", "trace_facts", "classify_trace", "summarize", "write_outputs"):

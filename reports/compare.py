@@ -1,5 +1,7 @@
 """``tracekit compare A B``: the comparison in the terminal, ``compare.html``, plots,
-``compare.json`` and TensorBoard text/images (analysis: :mod:`tracekit.compare`).
+``compare.json`` and TensorBoard text/images of a :class:`~tracekit.compare.Comparison` it
+is handed (analysis: :mod:`tracekit.compare`; the command that analyses both runs:
+:mod:`tracekit.commands.compare`).
 
 Every string from the traces goes through the same escaping as the report: rich ``Text``
 in the terminal, :func:`html.esc` in the page, :func:`markdown.esc` in TensorBoard text.
@@ -27,10 +29,8 @@ import tracekit.reports.html as html
 import tracekit.reports.markdown as markdown
 import tracekit.reports.plots as plots
 import tracekit.reports.terminal as term
-from tracekit.compare import Comparison, compare
-from tracekit.compare.build import analyse_run
-from tracekit.io import atomic_dir, atomic_write_json, atomic_write_text, readable_input
-from tracekit.reports.run import _stem
+from tracekit.compare import Comparison
+from tracekit.io import atomic_dir, atomic_write_json, atomic_write_text
 
 # ----------------------------------------------------------------------------- values
 
@@ -482,7 +482,7 @@ def write_tensorboard(c: Comparison, pngs: Mapping[str, bytes], run_dir: Path) -
     return tb.write_event_file(run_dir, fill)
 
 
-# -------------------------------------------------------------------------------- run
+# ------------------------------------------------------------------------------ files
 
 
 @dataclass
@@ -497,23 +497,9 @@ class CompareResult:
         ]
 
 
-def _name(path: Path) -> str:
-    return path.name if path.is_dir() else _stem(path)
-
-
-def default_out(a: Path, b: Path) -> Path:
-    """``compare-<A>-vs-<B>/`` beside A."""
-    a, b = Path(a), Path(b)
-    return a.absolute().parent / f"compare-{_name(a)}-vs-{_name(b)}"
-
-
-def run_compare(a: Path | str, b: Path | str, out: Path | str | None = None) -> CompareResult:
-    """Load, classify and compare two runs, then write every output atomically."""
-    pa, pb = Path(a), Path(b)
-    readable_input(pa, pb)
-    dest = Path(out) if out is not None else default_out(pa, pb)
-    c = compare(*(analyse_run(p, dest.with_name(f"{dest.name}.ranks-{side}"))
-                  for p, side in ((pa, "a"), (pb, "b"))))  # fmt: skip
+def write(c: Comparison, dest: Path) -> CompareResult:
+    """Every output of the comparison ``c`` into ``dest``, atomically: ``compare.json``,
+    ``compare.html``, the plots, the Parquet tables and TensorBoard text and images."""
     pngs = all_plots(c)
     with atomic_dir(dest) as tmp:
         atomic_write_json(tmp / "compare.json", c.doc)

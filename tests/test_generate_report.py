@@ -17,8 +17,8 @@ from tensorboard.backend.event_processing import event_accumulator as ea
 import tracekit.reports.markdown as markdown
 import tracekit.reports.terminal as terminal
 from tracekit.analyse import classify_trace
+from tracekit.commands.report import report
 from tracekit.parse import load
-from tracekit.reports.run import report
 from tracekit.summary import summarize
 
 from . import gengen as G

@@ -118,7 +118,7 @@ def test_cpu_flops_counted_once() -> None:
     ids=lambda p: p.name,
 )
 def test_reports_keep_the_invariants(path: Path, tmp_path: Path) -> None:
-    from tracekit.reports import report
+    from tracekit.commands.report import report
 
     res = report(path, tmp_path / "out", no_tensorboard=True, plot_worker=False)
     assert [str(v) for v in res.summary.broken] == []

@@ -73,8 +73,25 @@ STAGES: dict[str, tuple[str, set[str]]] = {
             "tracekit.jobs",
         },
     ),
+    # renders what it is handed: the stages' records and types, pure formatting helpers and
+    # writers of a result (the merged rank trace); never the pipeline (tracekit.analyse) nor
+    # a job's discovery (tracekit.jobs): the commands below compose those
     "reports": (
         "tracekit.reports",
+        {
+            "tracekit.parse",
+            "tracekit.classify",
+            "tracekit.summary",
+            "tracekit.ranks",
+            "tracekit.sweep",
+            "tracekit.compare",
+            "tracekit.advise",
+        },
+    ),
+    # the commands: find the input, run the pipeline and the stages after it, hand the
+    # result to reports/ (only the CLI imports them: test_only_the_cli_imports_the_commands)
+    "tracekit/commands": (
+        "tracekit.commands",
         {
             "tracekit.parse",
             "tracekit.classify",
@@ -85,9 +102,12 @@ STAGES: dict[str, tuple[str, set[str]]] = {
             "tracekit.sweep",
             "tracekit.compare",
             "tracekit.advise",
+            "tracekit.reports",
         },
     ),
 }
+# the modules outside tracekit/commands that may import it: the command line
+COMMAND_LINE = {"tracekit/cli.py", "tracekit/cli_run.py", "tracekit/cli_xspace.py"}
 
 
 def _imports(path: Path) -> set[str]:
@@ -136,7 +156,8 @@ def test_analysis_stages_never_load_torch() -> None:
         " 'tracekit.ranks', 'tracekit.ranks.cluster', 'tracekit.ranks.mapreduce',"
         " 'tracekit.reports', 'tracekit.reports.plots', 'tracekit.reports.tensorboard',"
         " 'tracekit.sweep', 'tracekit.reports.sweep', 'tracekit.compare', 'tracekit.cli',"
-        " 'tracekit.advise.advice', 'tracekit.reports.advise']:\n"
+        " 'tracekit.advise.advice', 'tracekit.reports.advise', 'tracekit.reports.render',"
+        " 'tracekit.commands.report', 'tracekit.commands.compare', 'tracekit.commands.sweep']:\n"
         "    try:\n"
         "        importlib.import_module(m)\n"
         "    except ModuleNotFoundError:\n"
@@ -147,6 +168,21 @@ def test_analysis_stages_never_load_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert out.stdout.strip() == "False"
+
+
+def test_only_the_cli_imports_the_commands() -> None:
+    """The commands sit above every stage: a stage (reports/ included) that imported one
+    would compose the analysis it should be handed."""
+    found = [
+        f"{f.relative_to(ROOT)} imports {mod}"
+        for folder in ("tracekit", "collectors", "reports")
+        for f in sorted((ROOT / folder).rglob("*.py"))
+        if f.relative_to(ROOT).as_posix() not in COMMAND_LINE
+        and not f.relative_to(ROOT).as_posix().startswith("tracekit/commands/")
+        for mod in _imports(f)
+        if mod == "tracekit.commands" or mod.startswith("tracekit.commands.")
+    ]
+    assert not found, "\n".join(found)
 
 
 def test_no_relative_import() -> None:

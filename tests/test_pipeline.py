@@ -3,7 +3,9 @@
 An AST scan of tracekit/, collectors/ and reports/: every call is resolved through the
 module's imports to the function it names; a module other than the pipeline that calls a
 parse entry point and a later stage (``classify``, ``summarize``, ``trace_facts``), or
-calls those stages at all, composes the analysis a second time."""
+calls those stages at all, composes the analysis a second time. The commands
+(``tracekit/commands/``) call the pipeline and hand its result to ``reports/``, which calls
+no analysis at all."""
 
 from __future__ import annotations
 
@@ -152,6 +154,57 @@ def test_the_scan_sees_a_composition(tmp_path: Path, src: str, bad: bool) -> Non
     (tmp_path / "reports").mkdir()
     (tmp_path / "reports" / "x.py").write_text(src)
     assert ("reports/x.py" in compositions(tmp_path)) is bad
+
+
+# the analysis a command composes (tracekit/commands/): the pipeline, a job's discovery and
+# ranks, a comparison, a sweep's analysis, advise's baseline and measurement
+ANALYSIS = ("tracekit.analyse.", "tracekit.jobs.")
+ANALYSIS_CALLS = {
+    "tracekit.compare.compare",
+    "tracekit.compare.build.compare",
+    "tracekit.compare.build.analyse_run",
+    "tracekit.ranks.mapreduce.analyse_ranks",
+    "tracekit.sweep.analysis.analyse_sweep",
+    "tracekit.sweep.finish",
+    "tracekit.advise.baseline.analyse",
+    "tracekit.advise.advice.advise",
+    "tracekit.advise.measure.run",
+}
+
+
+def analysis_calls(root: Path = ROOT) -> dict[str, list[str]]:
+    """Module path under reports/ -> the analysis it calls: reports/ renders what it is
+    handed, the commands (``tracekit/commands/``) compose the analysis."""
+    out: dict[str, list[str]] = {}
+    for f in sorted((root / "reports").rglob("*.py")):
+        per = calls(f, root)
+        got = set().union(*per.values()) if per else set()
+        bad = sorted(q for q in got if q.startswith(ANALYSIS) or q in ANALYSIS_CALLS)
+        if bad:
+            out[f.relative_to(root).as_posix()] = bad
+    return out
+
+
+def test_reports_only_render(tmp_path: Path) -> None:
+    found = analysis_calls()
+    assert not found, "analysis called from reports/ (move it to tracekit/commands/):\n" + (
+        "\n".join(f"  {m}: {', '.join(s)}" for m, s in sorted(found.items()))
+    )
+    (tmp_path / "reports").mkdir()  # the scan is not blind
+    (tmp_path / "reports" / "x.py").write_text(
+        "from tracekit.compare.build import analyse_run\ndef f(p, c):\n"
+        "    return analyse_run(p, c)\n"
+    )
+    assert analysis_calls(tmp_path) == {"reports/x.py": ["tracekit.compare.build.analyse_run"]}
+
+
+def test_the_commands_call_the_pipeline_then_render() -> None:
+    got = set().union(*calls(ROOT / "tracekit/commands/report.py").values())
+    assert {"tracekit.analyse.analyse", "tracekit.reports.render.render"} <= got
+    got = set().union(*calls(ROOT / "tracekit/commands/compare.py").values())
+    assert {"tracekit.compare.build.analyse_run", "tracekit.reports.compare.write"} <= got
+    got = set().union(*calls(ROOT / "tracekit/commands/sweep.py").values())
+    assert {"tracekit.sweep.finish", "tracekit.reports.sweep.write_html"} <= got
 
 
 CLASSIFY = {"tracekit.classify.classify", "tracekit.classify.roofline.classify"}

@@ -109,7 +109,8 @@ def _report(folder: Path, out: Path, ranks_cache: Path | None = None) -> tuple[s
     summary.json. ``ranks_cache``: per-rank results to reuse (copied to ``<out>.ranks``)."""
     from rich.console import Console
 
-    from tracekit.reports import report, terminal
+    from tracekit.commands.report import report
+    from tracekit.reports import terminal
 
     if ranks_cache is not None:
         shutil.copytree(ranks_cache, out.with_name(out.name + ".ranks"))
@@ -365,7 +366,7 @@ def test_report_leads_with_the_measured_cost(costed_report: tuple[str, Any]) -> 
 
 
 def _scaling(work: Path, two: Path, name: str, ddp_report: Any) -> dict[str, Any]:
-    from tracekit.reports.compare import run_compare
+    from tracekit.commands.compare import run_compare
 
     out = work / name
     shutil.copytree(work / "ddp-report.ranks", out.with_name(f"{out.name}.ranks-b"))

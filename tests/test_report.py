@@ -21,10 +21,13 @@ from rich.console import Console
 from tensorboard.backend.event_processing import event_accumulator as ea
 
 import tracekit.analyse as pipeline
+import tracekit.commands.report as report_mod
+import tracekit.reports.html as html
 from tracekit.cli import main
+from tracekit.commands.report import report
 from tracekit.parse import load
-from tracekit.reports import plots, report, tbtrace, terminal
-from tracekit.reports import run as report_mod
+from tracekit.reports import plots, tbtrace, terminal
+from tracekit.reports.render import ReportResult, render
 
 from . import contract
 from . import reportgen as rg
@@ -56,19 +59,19 @@ def stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
-def _run(path: Path, **kw: Any) -> report_mod.ReportResult:
+def _run(path: Path, **kw: Any) -> ReportResult:
     return report(path, classification=contract.classification(load(path)), **kw)
 
 
 @pytest.fixture(scope="module")
-def reported(tmp_path_factory: pytest.TempPathFactory) -> report_mod.ReportResult:
+def reported(tmp_path_factory: pytest.TempPathFactory) -> ReportResult:
     """One report of the synthetic trace, with the defaults, for the tests that only read
     what it wrote and returned."""
     trace = tmp_path_factory.mktemp("reported") / "host_42.1700000000.pt.trace.json.gz"
     return _run(tg.write(rg.report_trace(), trace))
 
 
-def test_outputs_and_default_location(reported: report_mod.ReportResult) -> None:
+def test_outputs_and_default_location(reported: ReportResult) -> None:
     res = reported
     out = res.out.with_name("host_42.1700000000.report")  # beside the trace, named after it
     assert res.out == out and out.with_name("host_42.1700000000.pt.trace.json.gz").is_file()
@@ -101,7 +104,7 @@ def test_outputs_and_default_location(reported: report_mod.ReportResult) -> None
 
 
 def test_summary_shares_match_parquet_and_independent_sum(
-    reported: report_mod.ReportResult,
+    reported: ReportResult,
 ) -> None:
     res = reported
     k = contract.classification(
@@ -113,7 +116,17 @@ def test_summary_shares_match_parquet_and_independent_sum(
         assert doc["time_share_pct"][cls] == pytest.approx(100 * d / total, abs=0.1)
 
 
-def test_html_escapes_every_trace_string(reported: report_mod.ReportResult) -> None:
+def test_render_writes_what_it_is_handed(reported: ReportResult, tmp_path: Path) -> None:
+    """The renderer alone, on the summary the command computed: the same files, byte for
+    byte (it analyses nothing, so it needs nothing but the summary), and TensorBoard where
+    it is asked for."""
+    res = render(reported.summary, tmp_path / "again", tensorboard=tmp_path / "tb" / "run")
+    assert _files(res) == _files(reported)
+    assert res.events is not None and res.events.is_relative_to(tmp_path / "tb" / "run")
+    assert set(res.timings) >= {"plots", "write", "tensorboard"}
+
+
+def test_html_escapes_every_trace_string(reported: ReportResult) -> None:
     res = reported
     page = (res.out / "report.html").read_text()
     # the hostile names appear, escaped, and never as markup
@@ -133,7 +146,7 @@ def _console_text(sm: Any) -> str:
     return c.export_text()
 
 
-def test_terminal_fits_80_columns(reported: report_mod.ReportResult) -> None:
+def test_terminal_fits_80_columns(reported: ReportResult) -> None:
     res = reported
     text = _console_text(res.summary)
     lines = text.splitlines()
@@ -164,7 +177,7 @@ def test_terminal_fits_80_columns(reported: report_mod.ReportResult) -> None:
     assert "warning: launch-bound" not in text
 
 
-def test_terminal_markup_never_interpreted(reported: report_mod.ReportResult) -> None:
+def test_terminal_markup_never_interpreted(reported: ReportResult) -> None:
     res = reported
     c = Console(width=200, record=True, color_system="truecolor", force_terminal=True)
     terminal.render(res.summary, c)
@@ -232,7 +245,7 @@ def test_failed_report_leaves_earlier_one(
     def boom(*a: Any) -> str:
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(report_mod.html, "render", boom)
+    monkeypatch.setattr(html, "render", boom)
     with pytest.raises(RuntimeError):
         _run(trace_file)
     assert (res.out / "summary.json").read_bytes() == before
@@ -486,7 +499,7 @@ def test_run_folder_without_memory_events_uses_manifest(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium not installed")
 def test_html_renders_in_chromium_without_injected_markup(
-    reported: report_mod.ReportResult,
+    reported: ReportResult,
 ) -> None:
     res = reported
     dom = subprocess.run(
@@ -541,7 +554,7 @@ def test_parsed_folder_input(trace_file: Path, tmp_path: Path) -> None:
     assert res.events is not None and res.plugin_trace is None
 
 
-def _files(res: report_mod.ReportResult) -> dict[str, bytes]:
+def _files(res: ReportResult) -> dict[str, bytes]:
     return {str(p.relative_to(res.out)): p.read_bytes() for p in res.files}
 
 

@@ -21,6 +21,7 @@ import tracekit
 from tests import tracegen as tg
 from tests.cpu_classes import PROFILE_LOOP
 from tracekit.cli import main
+from tracekit.commands.report import report
 from tracekit.parse import load
 from tracekit.parse.cpuview import (
     cpu_activities,
@@ -28,7 +29,6 @@ from tracekit.parse.cpuview import (
     not_cpu_run,
     work_ops,
 )
-from tracekit.reports.run import report
 from tracekit.schema import KERNELS
 
 ROOT = Path(__file__).resolve().parents[1]

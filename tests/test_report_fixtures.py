@@ -18,8 +18,9 @@ import msgspec
 import pytest
 from rich.console import Console
 
+from tracekit.commands.report import report
 from tracekit.parse import find_trace, load
-from tracekit.reports import report, terminal
+from tracekit.reports import terminal
 
 classify_mod = pytest.importorskip("tracekit.classify")
 

@@ -152,7 +152,7 @@ def test_a_short_script_gets_a_full_run(
     else:  # the whole schedule: the script is stopped after it
         assert m["script"]["ended"] == "stopped" and m["total_steps"] == 24
     if iters == 20:  # the report says so too (one case: a parse and a summary)
-        from tracekit.reports.run import report
+        from tracekit.commands.report import report
 
         residual = report(out, no_tensorboard=True).summary.header.residual
         assert residual is not None and residual.startswith("residual after the profiler")

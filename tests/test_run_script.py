@@ -100,7 +100,7 @@ def _assert_op_classes(run: Path, want: dict[str, str]) -> dict[str, set[str]]:
 
 def _report_classes(run: Path, script: str) -> None:
     """The CPU run's report: its work operators classed as tests/cpu_classes.py says."""
-    from tracekit.reports.run import report
+    from tracekit.commands.report import report
 
     sm = report(run, no_tensorboard=True).summary
     assert sm.device_kind == "cpu" and sm.summary["device_kind"] == "cpu"

@@ -56,7 +56,7 @@ def test_sweep_run_reports_and_fits_keep_the_invariants(swept: Path, tmp_path: P
     (0–1) or absent (tokens/s, which falls, has none)."""
     import numpy as np
 
-    from tracekit.reports.run import report
+    from tracekit.commands.report import report
     from tracekit.sweep.fit import fit_table
 
     sm = report(swept / "runs" / "b2-s32-fp32-naive", tmp_path / "r", no_tensorboard=True).summary

@@ -299,7 +299,8 @@ def test_every_output_says_where_the_timeline_comes_from(
     from tensorboard.backend.event_processing import event_accumulator as ea
 
     from tracekit.cli import main
-    from tracekit.reports import report, terminal
+    from tracekit.commands.report import report
+    from tracekit.reports import terminal
 
     path = _run(tmp_path, marked, host_scale=0.5)
     res = report(path, tmp_path / "out", tensorboard=tmp_path / "tb")

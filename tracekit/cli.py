@@ -352,7 +352,8 @@ def sweep(
     """Collect a grid of configurations (each in its own process) and report how memory and
     speed scale: sweep table, analytic memory model, fits, plots and findings."""
     from tracekit.collectors.gpt_config import preset as preset_config
-    from tracekit.sweep import SweepPlan, describe, finish, run_sweep
+    from tracekit.commands.sweep import sweep as run_sweep
+    from tracekit.sweep import SweepPlan, describe
     from tracekit.sweep.plan import ATTENTIONS as ATTN
     from tracekit.sweep.plan import DTYPES, fit_contexts, parse_choice_list, parse_int_list
 
@@ -388,13 +389,7 @@ def sweep(
         profile_active=profile_active,
         timeout_s=timeout,
     )
-    table = run_sweep(plan, out, resume=resume, quiet=quiet)
-    outs = finish(table, out)
-    from tracekit.reports.sweep import write_html, write_tensorboard
-
-    outs.html = write_html(outs.analysis, out / "report")
-    write_tensorboard(outs.analysis, out / "tensorboard")
-    outs.tensorboard = out / "tensorboard"
+    table, outs = run_sweep(plan, out, resume=resume, quiet=quiet)
     typer.echo(describe(table, outs))
 
 
@@ -578,8 +573,8 @@ def report(
     if format not in ("text", "json"):
         raise UsageError(f"--format must be 'text' or 'json', not {format!r}")
     dedicate_process()
-    from tracekit.reports import report as run_report
-    from tracekit.reports import summary_text
+    from tracekit.commands.report import report as run_report
+    from tracekit.reports.render import summary_text
 
     result = run_report(
         trace,
@@ -645,9 +640,10 @@ def compare(
     readable_input(a, b)
     if format not in ("text", "json"):
         raise UsageError(f"--format must be 'text' or 'json', not {format!r}")
-    from tracekit.reports import compare as cmp
+    import tracekit.reports.compare as cmp
+    from tracekit.commands.compare import run_compare
 
-    result = cmp.run_compare(a, b, out)
+    result = run_compare(a, b, out)
     if format == "json":
         typer.echo(cmp.json_text(result), nl=False)
         return

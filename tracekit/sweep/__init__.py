@@ -69,7 +69,8 @@ def finish(table: pd.DataFrame, out_dir: Path) -> SweepOutputs:
     """The sweep's analysis (:func:`tracekit.sweep.analysis.analyse_sweep`), its fits and
     findings written as fits.csv and findings.txt (a generate sweep's crossovers and walls
     as decode.csv). The HTML section and TensorBoard scalars are the reports stage's
-    (``tracekit.reports.sweep``), drawn from ``analysis``: the CLI adds them."""
+    (``tracekit.reports.sweep``), drawn from ``analysis``: ``tracekit.commands.sweep`` adds
+    them."""
     out_dir = Path(out_dir)
     sw = analyse_sweep(table)
     if sw.generate:  # decode: crossover along batch, capacity wall along context
