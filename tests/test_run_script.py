@@ -381,7 +381,10 @@ def test_report_gets_from_a_run_manifest_what_it_gets_from_collect(
     # the analytic memory and traffic models are tracekit's GPT's (tracekit.classify.models)
     assert want["memory"]["model"]["peak_bytes"] > 0
     assert got["memory"]["model"]["peak_bytes"] is None
-    assert "does not apply" in got["memory"]["model"]["note"]
+    # the script's model (an MLP: no configuration) is no transformer the model applies to
+    assert "is of a GPT-style transformer; Sequential has no configuration" in (
+        got["memory"]["model"]["note"]
+    )
     for doc in (want, got):
         doc["memory"].pop("model"), doc["sources"].pop("analytic_traffic")
         doc["step_summary"].pop("analytic_traffic")
