@@ -1,6 +1,7 @@
 """The per-rank work on an existing Dask distributed cluster (``--scheduler tcp://HOST:PORT``).
 
-Each rank is one task, :func:`dask_task`: it runs the rank in a process of its own, forked
+Each rank runs in :func:`dask_task` (small jobs' ranks in batches, one Dask task per
+batch: :func:`batch_size`): it runs the rank in a process of its own, forked
 by a rank server that each Dask worker thread keeps (``python -m tracekit.ranks.worker
 --serve``: the imports once, as the local pool's fork server), as the local pool does — the
 same code, tuning, per-rank peak RSS and files; the per-rank function travels by importable
@@ -115,27 +116,55 @@ def dask_task(task: Task) -> dict[str, Any]:
     return died(code, "its rank server ended (see the Dask worker's log)")
 
 
+def dask_batch(tasks: Sequence[Task]) -> list[dict[str, Any]]:
+    """What a Dask worker runs for a batch of ranks: :func:`dask_task` for each, in turn
+    (one outcome per task, in order)."""
+    return [dask_task(t) for t in tasks]
+
+
+BATCHES_PER_THREAD = 4  # enough Dask tasks per worker thread to balance the ranks' lengths
+MAX_BATCH = 8  # ranks per Dask task at most
+
+
+def batch_size(ranks: int, threads: int) -> int:
+    """Ranks per Dask task: Dask spends milliseconds of CPU on a task (client, scheduler,
+    worker), as much as a small rank's own analysis, so small jobs' ranks travel in
+    batches; at most :data:`MAX_BATCH`, and never so many that a thread gets fewer than
+    :data:`BATCHES_PER_THREAD` tasks (1 per task on a cluster as large as the job)."""
+    return max(1, min(MAX_BATCH, ranks // (BATCHES_PER_THREAD * max(1, threads))))
+
+
+def batches(tasks: Sequence[Task], size: int) -> list[list[Task]]:
+    """``tasks`` in consecutive batches of ``size`` (the last one shorter)."""
+    return [list(tasks[i : i + size]) for i in range(0, len(tasks), max(1, size))]
+
+
 def run_dask(
     tasks: Sequence[Task], scheduler: Any, on_done: Callable[[Task, dict[str, Any]], None]
 ) -> None:
-    """Submit every task; report each outcome (ok or not) as it completes. When ``on_done``
-    raises (a failure the caller does not tolerate) the others are cancelled (a task
-    already running finishes in its worker thread, atomically, and its result is
-    dropped)."""
+    """Submit every task, in batches (:func:`batch_size`); report each outcome (ok or not)
+    as its batch completes. When ``on_done`` raises (a failure the caller does not tolerate)
+    the others are cancelled (a batch already running finishes in its worker thread, each
+    rank atomically, and its results are dropped)."""
     distributed = _distributed()
     run = uuid.uuid4().hex
     with client_for(scheduler) as client:
+        threads = sum(client.nthreads().values())
         futures = {
-            client.submit(dask_task, t, key=f"tracekit-rank{t.rank}-{run}", pure=False): t
-            for t in tasks
+            client.submit(
+                dask_batch, b, key=f"tracekit-ranks{b[0].rank}-{b[-1].rank}-{run}", pure=False
+            ): b
+            for b in batches(tasks, batch_size(len(tasks), threads))
         }
         try:
             for fut in distributed.as_completed(list(futures), loop=client.loop):
-                task = futures[fut]
+                batch = futures[fut]
                 try:
-                    outcome = fut.result()
+                    outcomes = fut.result()
                 except Exception as e:  # the Dask worker died, or the task was lost
-                    outcome = {"status": "died", "message": f"Dask: {type(e).__name__}: {e}"}
-                on_done(task, outcome)
+                    lost = {"status": "died", "message": f"Dask: {type(e).__name__}: {e}"}
+                    outcomes = [lost] * len(batch)
+                for task, outcome in zip(batch, outcomes, strict=True):
+                    on_done(task, outcome)
         finally:
             client.cancel([f for f in futures if not f.done()])
