@@ -10,7 +10,12 @@ ranks (a straight line through the measured points, stated as such).
 Each job is built by benchmarks/rankjob.py (small traces, 3 steps, the five faults). Every
 measured part runs in a process of its own (``--child``), so its peak RSS is its own; CPU is
 the process's and its children's (``getrusage``), and for Dask the scheduler's and workers'
-process trees (psutil) as well. The reduce is timed alone, on the map's results on disk.
+process trees (psutil) as well, split into Dask's own processes and the rank servers. The
+local pool and a fresh Dask cluster alternate for ``--rounds`` rounds (medians, their range
+in brackets). The reduce is timed alone, on the map's results on disk, every size in turn,
+with the reduce of the first ``--fixed-ranks`` ranks of the smallest job: its fixed cost.
+``--single N`` also runs the single-trace path on N ranks: ``tracekit report TRACE`` per
+trace, and the per-rank function one rank after another in one warm process.
 ``--report`` also runs ``tracekit report FOLDER --scheduler tcp://127.0.0.1:PORT`` at the
 smallest size, as a user would, and checks that the terminal names the five faults.
 """
@@ -200,10 +205,11 @@ def _free_port() -> int:
 
 
 class Cluster:
-    """``dask scheduler`` and ``workers`` x ``dask worker --nthreads 1``, each a separate
-    process on 127.0.0.1 (as a user starts them); stopped (SIGTERM, then SIGKILL) on exit."""
+    """``dask scheduler`` and ``procs`` x ``dask worker --nthreads workers/procs``, each a
+    separate process on 127.0.0.1 (as a user starts them: one worker per machine, a thread
+    per rank it may run at once); stopped (SIGTERM, then SIGKILL) on exit."""
 
-    def __init__(self, workers: int, log: Path) -> None:
+    def __init__(self, workers: int, log: Path, procs: int = 1) -> None:
         self.address = f"tcp://127.0.0.1:{_free_port()}"
         self.log = log
         env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
@@ -212,11 +218,12 @@ class Cluster:
         sched = [dask, "scheduler", "--host", "127.0.0.1", "--port", port, "--no-dashboard"]
         self.procs = [self._start(sched, env)]
         self._wait_scheduler()
-        for i in range(workers):
-            worker = [dask, "worker", self.address, "--nthreads", "1", "--no-dashboard"]
+        for i in range(procs):
+            threads = str(max(1, workers // procs))
+            worker = [dask, "worker", self.address, "--nthreads", threads, "--no-dashboard"]
             worker += ["--name", f"w{i}", "--memory-limit", "0"]
             self.procs.append(self._start(worker, env))
-        self._wait_workers(workers)
+        self._wait_workers(procs)
 
     def _start(self, cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         out = open(self.log, "ab")  # noqa: SIM115 (the process's, closed with it)
@@ -299,12 +306,12 @@ def map_rounds(n: int, work: Path, dask: bool, report: bool, a: Any) -> dict[str
     job = b.pop("job")
     got.update(b)
     want = {job.straggler, job.stall, job.truncated, job.missing}
-    for _ in range(a.rounds):
+    for _ in range(a.rounds if n <= 256 else a.big_rounds):
         out = str(work / f"out{n}")
         got["map_local"].append(run_child("map", str(folder), out, "", str(a.workers)))
         if not dask:
             continue
-        cluster = Cluster(a.workers, work / f"dask{n}.log")
+        cluster = Cluster(a.workers, work / f"dask{n}.log", a.dask_procs)
         try:
             before = cluster.cpu_s()
             d = run_child("map", str(folder), str(work / f"dask{n}"), cluster.address,
@@ -479,7 +486,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ranks", type=int, nargs="+", default=[64, 256, 1024])
     ap.add_argument("--dask-ranks", type=int, nargs="*", default=[64, 256])
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--dask-procs", type=int, default=1, help="dask worker processes "
+                    "(threads: --workers in all)")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (medians)")
+    ap.add_argument("--big-rounds", type=int, default=1, help="rounds of the maps of more "
+                    "than 256 ranks (minutes each)")  # fmt: skip
     ap.add_argument("--fixed-ranks", type=int, default=8, help="the reduce's fixed cost: "
                     "the reduce of this many ranks of the smallest job")  # fmt: skip
     ap.add_argument("--single", type=int, default=0, help="also the single-trace path on "
