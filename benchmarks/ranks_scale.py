@@ -321,7 +321,8 @@ def map_rounds(n: int, work: Path, dask: bool, report: bool, a: Any) -> dict[str
             got["map_dask"].append(d)
             if report and "report_dask" not in got:
                 r = run_report(folder, cluster.address)
-                r["faults_in_terminal"] = all(f"rank {x}" in r.pop("stdout") for x in want)
+                text = r.pop("stdout")
+                r["faults_in_terminal"] = all(f"rank {x}" in text for x in want)
                 got["report_dask"] = r
         finally:
             cluster.close()
