@@ -356,7 +356,7 @@ def single_rounds(n: int, work: Path, a: Any) -> dict[str, Any]:
     per trace (a process each, as a user runs it) and the per-rank function one rank after
     another in one warm process, alternating for ``a.rounds`` rounds."""
     folder = work / f"job{n}"
-    ranks = {int(p.name.split(".")[0][4:]): p for p in folder.iterdir()}
+    ranks = {int(p.name.split(".")[0][4:]): p for p in folder.glob("rank*.pt.trace.json*")}
     traces = [ranks[r] for r in sorted(ranks) if r != _truncated(folder)]
     got: dict[str, Any] = {"ranks": a.single, "report": [], "serial": []}
     for i in range(a.rounds):
@@ -508,11 +508,12 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(map_rounds(n, work, n in a.dask_ranks, a.report and i == 0, a))
             print(json.dumps(rows[-1]), flush=True)
         red = reduce_rounds(rows, work, a)
+        print(json.dumps({"reduce": red}), flush=True)
         single = single_rounds(min(a.ranks), work, a) if a.single else None
+        print(json.dumps({"single": single}), flush=True)
     finally:
         if a.keep is None:
             shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps({"reduce": red, "single": single}), flush=True)
     print("\n".join(summary_lines(rows, red) + dask_lines(rows)))
     if single:
         print("\n".join(single_lines(single, rows, a.workers)))
