@@ -376,13 +376,16 @@ def dask_cpu(d: dict[str, Any]) -> float:
 
 
 def summary_lines(rows: list[dict[str, Any]], red: dict[str, Any]) -> list[str]:
-    """The map and reduce table (medians of the rounds, their range in brackets)."""
+    """The map and reduce table (medians of the rounds, their range in brackets). The
+    reduce's CPU per rank: all of it, and beyond its fixed cost (the reduce of the first
+    ``--fixed-ranks`` ranks): ``(CPU(n) - CPU(fixed)) / (n - fixed ranks)``."""
     out = [
         "| ranks | traces | map, local pool: wall / CPU | map, Dask: wall / CPU | Dask / pool "
-        "CPU | reduce: wall / CPU / peak RSS | reduce wall per rank | faults named |",
+        "CPU | reduce: wall / CPU / peak RSS | reduce CPU per rank: all / beyond the fixed "
+        "| faults named |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    fixed = median([r["wall_s"] for r in next(iter(red.values()))])
+    fixed = median([r["reduce_cpu_s"] for r in next(iter(red.values()))])
     for g in rows:
         m, d, r = g["map_local"], g["map_dask"], red[str(g["ranks"])]
         lc = [x["cpu_s"] for x in m]
@@ -391,19 +394,23 @@ def summary_lines(rows: list[dict[str, Any]], red: dict[str, Any]) -> list[str]:
             dc = [dask_cpu(x) for x in d]
             dask = f"{spread([x['wall_s'] for x in d])} s / {spread(dc)} CPU-s"
             ratio = f"{median(dc) / median(lc):.2f}"
-        wall = [x["wall_s"] for x in r]
+        cpu = median([x["reduce_cpu_s"] for x in r])
+        n = r[0]["ranks"]
         out.append(
             f"| {g['ranks']} | {g['traces_mb']:.1f} MB | {spread([x['wall_s'] for x in m])} s / "
-            f"{spread(lc)} CPU-s | {dask} | {ratio} | {spread(wall, '{:.2f}')} s / "
+            f"{spread(lc)} CPU-s | {dask} | {ratio} | "
+            f"{spread([x['wall_s'] for x in r], '{:.2f}')} s / "
             f"{spread([x['reduce_cpu_s'] for x in r], '{:.2f}')} CPU-s / "
-            f"{median([x['peak_rss_gb'] for x in r]):.2f} GB | "
-            f"{1e3 * median(wall) / r[0]['ranks']:.2f} ms; beyond the fixed: "
-            f"{1e3 * (median(wall) - fixed) / (r[0]['ranks'] - red_ranks(red)):.2f} ms | "
+            f"{median([x['peak_rss_gb'] for x in r]):.2f} GB | {1e3 * cpu / n:.2f} / "
+            f"{1e3 * (cpu - fixed) / (n - red_ranks(red)):.2f} ms | "
             f"{'all five' if g['faults_named'] else 'NOT ALL'} |"
         )
     first = next(iter(red))
-    out.append(f"fixed cost: the reduce of the {first[5:]} first ranks' results: "
-               f"{spread([r['wall_s'] for r in red[first]], '{:.3f}')} s wall")  # fmt: skip
+    out.append(
+        f"fixed cost: the reduce of the {first[5:]} first ranks' results: "
+        f"{spread([r['wall_s'] for r in red[first]], '{:.3f}')} s wall, "
+        f"{spread([r['reduce_cpu_s'] for r in red[first]], '{:.3f}')} CPU-s"
+    )
     return out
 
 
