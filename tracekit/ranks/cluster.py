@@ -100,9 +100,10 @@ class _Server:
             if line.strip():
                 msg = json.loads(line)
                 with self.lock:
-                    event, slot = self.waiting.pop(str(msg["id"]))
-                slot.append(dict(msg["outcome"]))
-                event.set()
+                    waiter = self.waiting.pop(str(msg["id"]), None)
+                if waiter is not None:  # else not ours to hand over (never: ids are unique)
+                    waiter[1].append(dict(msg["outcome"]))
+                    waiter[0].set()
         code = self.proc.wait()  # the server ended: every rank still waiting died with it
         with self.lock:
             left, self.waiting = self.waiting, {}
