@@ -263,7 +263,20 @@ def test_interrupt_or_kill_stops_every_worker(tmp_path: Path, sig: signal.Signal
     assert _leftovers(out) == []
 
 
-def test_dask_path_writes_the_same_results(tmp_path: Path, dask_address: str) -> None:
+def test_ranks_travel_to_dask_in_batches() -> None:
+    assert cluster.batch_size(64, 2) == 8  # 8 Dask tasks: 4 per worker thread
+    assert cluster.batch_size(4096, 2) == cluster.MAX_BATCH
+    assert cluster.batch_size(1024, 1024) == 1  # a cluster as large as the job
+    assert cluster.batch_size(5, 0) == 1
+    tasks = [engine.Task("m:f", r, f"t{r}", f"o{r}", {}) for r in range(5)]
+    assert [[t.rank for t in b] for b in cluster.batches(tasks, 2)] == [[0, 1], [2, 3], [4]]
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_dask_path_writes_the_same_results(
+    tmp_path: Path, dask_address: str, batch: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cluster, "batch_size", lambda ranks, threads: batch)
     traces = _ranks(tmp_path, 2)
     local = map_ranks(ranks_fns.parse_counts, traces, tmp_path / "local", workers=2)
     remote = map_ranks(ranks_fns.parse_counts, traces, tmp_path / "dask", scheduler=dask_address)

@@ -371,16 +371,17 @@ def assign_keys(inst: pd.DataFrame) -> pd.Series:
     return keys
 
 
-def match(inst: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def match(inst: pd.DataFrame, keys: pd.Series | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Match every rank's instances (``inst``: :data:`INSTANCE_COLUMNS` plus ``rank``, with
-    ``ts``/``end`` on the common time base). Returns (one row per collective,
-    :data:`MATCH_COLUMNS`; ``inst`` with ``key``, ``transfer_ns`` and ``wait_ns`` added)."""
+    ``ts``/``end`` on the common time base; ``keys``: their :func:`assign_keys` where the
+    caller has them). Returns (one row per collective, :data:`MATCH_COLUMNS`; ``inst`` with
+    ``key``, ``transfer_ns`` and ``wait_ns`` added)."""
     if not len(inst):
         return pd.DataFrame(columns=MATCH_COLUMNS), inst.assign(
             key=[], transfer_ns=[], wait_ns=[], arrival_wait_ns=[], own_transfer_ns=[]
         )
     inst = inst.copy()
-    inst["key"] = assign_keys(inst)
+    inst["key"] = assign_keys(inst) if keys is None else keys
     inst = inst[inst["key"] >= 0]
     g = inst.groupby("key", sort=True)
     latest = g["ts"].max()

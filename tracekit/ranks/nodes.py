@@ -43,7 +43,7 @@ def inter_node(inst: pd.DataFrame, hosts: dict[int, str | None]) -> pd.Series:
     """Per instance: its collective's ranks span more than one (known) host."""
     if not len(inst):
         return pd.Series(dtype=bool)
-    host = inst["rank"].map(lambda r: hosts.get(int(r)))
+    host = inst["rank"].map({int(r): h for r, h in hosts.items()})  # a dict: no Python per row
     spans = host.groupby(inst["key"]).nunique()
     return inst["key"].map(spans > 1).fillna(False).astype(bool)
 
