@@ -382,9 +382,8 @@ def test_report_gets_from_a_run_manifest_what_it_gets_from_collect(
     assert want["memory"]["model"]["peak_bytes"] > 0
     assert got["memory"]["model"]["peak_bytes"] is None
     # the script's model (an MLP: no configuration) is no transformer the model applies to
-    assert "is of a GPT-style transformer; Sequential has no configuration" in (
-        got["memory"]["model"]["note"]
-    )
+    note = got["memory"]["model"]["note"]
+    assert "is of a GPT-style transformer; Sequential has no configuration" in note
     for doc in (want, got):
         doc["memory"].pop("model"), doc["sources"].pop("analytic_traffic")
         doc["step_summary"].pop("analytic_traffic")
