@@ -119,7 +119,7 @@ def test_sweep_cli_generate_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
         seen.append(plan)
         raise Stop
 
-    monkeypatch.setattr("tracekit.sweep.run_sweep", fake)
+    monkeypatch.setattr("tracekit.commands.sweep.run_sweep", fake)  # where the command calls it
     from tracekit.cli import main
 
     with pytest.raises(Stop):
