@@ -316,7 +316,7 @@ def categories(sm: Summary) -> RenderableType:
     assert mf.category_peak_model is not None
     model = mf.model.categories if mf.model is not None else {}
     t = _table(
-        "Memory by category at the peak",
+        "Memory by category at the peak of its timeline",
         [("category", "left"), ("measured", "right"), ("model", "right")],
     )
     for cat, v in mf.category_peak_model.items():

@@ -23,7 +23,7 @@ The invariants (``name``: what holds):
 * ``memory_floor``: the memory floor is at least the parameters and optimizer state;
 * ``memory_peak``: the peak allocated is at least the per-category total at its peak
   (the same memory counted two ways; the per-category timeline comes from a step of its
-  own, so within :data:`PEAK_TOLERANCE`);
+  own, so within :data:`PEAK_TOLERANCE`, and :data:`PEAK_SLACK_BYTES` on a tiny model);
 * ``absent``: a figure that does not apply is absent: no class row without time or FLOPs,
   no ``None``/"unknown until" placeholders in sentences, no note that a figure is
   unavailable beside that figure.
@@ -43,6 +43,10 @@ import pandas as pd
 WARNING = "report invariant broken: "  # a broken invariant's warning starts so
 SHARE_TOLERANCE_PCT = 0.5  # rounding of shares computed from sums of floats
 PEAK_TOLERANCE = 0.10  # the category step's peak against the trace's, another step
+# ... and at least this much: a tiny CPU model's step (140 KiB) differs from another step by
+# a temporary buffer or two (19 KiB seen), which no relative tolerance of a GPU run's GiB
+# should admit
+PEAK_SLACK_BYTES = 64 * 2**10
 # a step time quoted in a sentence: "345.65 ms step", "the profiled step took 23.6 ms",
 # "unprofiled 11.6 ms", "profiled 24.05 ms"
 _STEP_MS = re.compile(
@@ -211,7 +215,11 @@ def memory(doc: Mapping[str, Any]) -> list[Violation]:
         )
     peak = _num(mem.get("peak_allocated_bytes"))
     total = sum(_num(v) or 0.0 for v in cat.values())
-    if peak is not None and total > 0 and peak < (1 - PEAK_TOLERANCE) * total:
+    if (
+        peak is not None
+        and total > 0
+        and peak < total - max(PEAK_TOLERANCE * total, PEAK_SLACK_BYTES)
+    ):
         out.append(Violation("memory_peak", f"peak {peak:.0f} B < category total {total:.0f} B"))
     return out
 
