@@ -48,6 +48,7 @@ from tracekit.classify.families.communication import (
     dtype_size,
     kernel_dtype,
 )
+from tracekit.ranks.groups import Groups
 
 COMMUNICATION = "communication"
 RPC = "record_param_comms"
@@ -319,9 +320,10 @@ def _agree(inst: pd.DataFrame, keys: pd.Series) -> pd.Series:
     kind = inst["kind"].astype(str)
     nbytes = pd.to_numeric(inst["message_bytes"], errors="coerce").astype(float)
     size = nbytes.round().where((kind != "all_to_all") & nbytes.notna())
-    sig = pd.DataFrame({"kind": kind.to_numpy(), "size": size.to_numpy()}, index=inst.index)
-    n = sig.groupby(keys.to_numpy()).nunique(dropna=False)
-    return cast(pd.Series, (n["kind"] == 1) & (n["size"] == 1))
+    g = Groups.of(keys.to_numpy())
+    one_kind = g.nunique(pd.factorize(kind.to_numpy(), use_na_sentinel=False)[0]) == 1
+    one_size = g.nunique(pd.factorize(size.to_numpy(), use_na_sentinel=False)[0]) == 1
+    return cast(pd.Series, pd.Series(one_kind & one_size, index=pd.Index(g.keys)))
 
 
 def _by_order(inst: pd.DataFrame) -> pd.Series:
@@ -371,6 +373,26 @@ def assign_keys(inst: pd.DataFrame) -> pd.Series:
     return keys
 
 
+def _first(inst: pd.DataFrame, g: Groups) -> pd.DataFrame:
+    """Per group, the first non-missing value of each column the match keeps (pandas'
+    ``groupby().first()``), indexed 0..groups-1."""
+    cols = ["pg", "step", "index", "seq", "kind", "dtype", "group_size"]
+    out = {}
+    for c in cols:
+        col = inst[c]
+        rows = g.first_where(col.notna().to_numpy())
+        got = col.iloc[np.maximum(rows, 0)].reset_index(drop=True) if len(col) else col
+        out[c] = got.where(pd.Series(rows >= 0)) if (rows < 0).any() else got
+    return cast(pd.DataFrame, pd.DataFrame(out))
+
+
+def _nanmax(g: Groups, values: np.ndarray) -> np.ndarray:
+    """Per group, the largest value that is not NaN (NaN: none)."""
+    if not len(g.keys):
+        return values[:0]
+    return np.fmax.reduceat(values[g.order], g.starts)
+
+
 def match(inst: pd.DataFrame, keys: pd.Series | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Match every rank's instances (``inst``: :data:`INSTANCE_COLUMNS` plus ``rank``, with
     ``ts``/``end`` on the common time base; ``keys``: their :func:`assign_keys` where the
@@ -383,44 +405,47 @@ def match(inst: pd.DataFrame, keys: pd.Series | None = None) -> tuple[pd.DataFra
     inst = inst.copy()
     inst["key"] = assign_keys(inst) if keys is None else keys
     inst = inst[inst["key"] >= 0]
-    g = inst.groupby("key", sort=True)
-    latest = g["ts"].max()
-    earliest = g["end"].min()
-    transfer = (earliest - latest).clip(lower=0)
-    inst["transfer_ns"] = inst["key"].map(transfer).astype(np.int64)
-    inst["wait_ns"] = (inst["dur"] - inst["transfer_ns"]).clip(lower=0)
-    arrived = inst["key"].map(latest).astype(np.int64)
-    inst["arrival_wait_ns"] = np.minimum(inst["dur"], (arrived - inst["ts"]).clip(lower=0))
-    inst["own_transfer_ns"] = (inst["end"] - arrived).clip(lower=0).astype(np.int64)
-    first = g.first()
-    n_ranks = g["rank"].nunique()
-    size = first["group_size"].astype("Float64").fillna(n_ranks.astype("Float64"))
-    last = inst.loc[g["ts"].idxmax(), ["key", "rank"]].set_index("key")["rank"]
-    median_start = g["ts"].median()
-    agree = _agree(inst, inst["key"])
+    g = Groups.of(inst["key"].to_numpy())
+    ts, end = inst["ts"].to_numpy(dtype=np.int64), inst["end"].to_numpy(dtype=np.int64)
+    dur = inst["dur"].to_numpy(dtype=np.int64)
+    latest, earliest = g.max(ts), g.min(end)
+    transfer = np.clip(earliest - latest, 0, None)
+    inst["transfer_ns"] = transfer[g.inverse]
+    wait = np.clip(dur - transfer[g.inverse], 0, None)
+    inst["wait_ns"] = wait
+    arrived = latest[g.inverse]
+    inst["arrival_wait_ns"] = np.minimum(dur, np.clip(arrived - ts, 0, None))
+    inst["own_transfer_ns"] = np.clip(end - arrived, 0, None)
+    first = _first(inst, g)
+    n_ranks = g.nunique(inst["rank"].to_numpy())
+    size = first["group_size"].astype("Float64").fillna(pd.Series(n_ranks, dtype="Float64"))
+    size_f = size.astype(np.float64).to_numpy()
+    last = inst["rank"].to_numpy()[g.first_where(ts == arrived)]
+    nbytes = inst["message_bytes"].to_numpy(dtype=np.float64)
+    count = g.sizes.astype(np.float64)
     out = pd.DataFrame(
         {
-            "key": first.index.astype(np.int64),
+            "key": g.keys,
             "pg": first["pg"],
             "step": first["step"],
             "index": first["index"],
             "seq": first["seq"],
             "kind": first["kind"],
             "dtype": first["dtype"],
-            "message_bytes": g["message_bytes"].max(),
-            "group_size": size.astype(np.float64).round().astype(np.int64),
-            "ranks": n_ranks.astype(np.int64),
-            "complete": (n_ranks >= size.astype(np.float64)).astype(bool),
-            "consistent": agree.reindex(first.index).astype(bool),
-            "latest_start": latest.astype(np.int64),
-            "earliest_end": earliest.astype(np.int64),
-            "transfer_ns": transfer.astype(np.int64),
-            "dur_mean_ns": g["dur"].mean(),
-            "dur_max_ns": g["dur"].max().astype(np.int64),
-            "wait_mean_ns": g["wait_ns"].mean(),
-            "wait_max_ns": g["wait_ns"].max().astype(np.int64),
-            "last_rank": last.reindex(first.index).astype(np.int64),
-            "last_rank_late_ns": (latest - median_start).astype(np.float64),
+            "message_bytes": _nanmax(g, nbytes),
+            "group_size": np.round(size_f).astype(np.int64),
+            "ranks": n_ranks,
+            "complete": n_ranks >= size_f,
+            "consistent": _agree(inst, inst["key"]).reindex(g.keys).to_numpy(dtype=bool),
+            "latest_start": latest,
+            "earliest_end": earliest,
+            "transfer_ns": transfer,
+            "dur_mean_ns": g.sum(dur) / count,
+            "dur_max_ns": g.max(dur),
+            "wait_mean_ns": g.sum(wait) / count,
+            "wait_max_ns": g.max(wait),
+            "last_rank": last.astype(np.int64),
+            "last_rank_late_ns": latest - g.median(ts),
         }
     )
     out["algbw_Bps"] = np.where(

@@ -1,0 +1,46 @@
+"""tracekit.ranks.groups: each reduction equals the pandas groupby it replaces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.ranks.groups import Groups
+
+
+def _frame(seed: int, n: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        {
+            "key": rng.integers(-3, 40, n),
+            "v": rng.integers(-(10**15), 10**15, n) + 1_700_000_000_000_000_000,
+            "c": rng.integers(0, 4, n),
+            "m": rng.random(n) > 0.3,
+        }
+    )
+
+
+def test_reductions_equal_pandas() -> None:
+    for seed, n in ((0, 1), (1, 7), (2, 500)):
+        df = _frame(seed, n)
+        g, pg = Groups.of(df["key"].to_numpy()), df.groupby("key", sort=True)
+        v = df["v"].to_numpy()
+        assert list(g.keys) == list(pg.size().index)
+        assert list(g.sizes) == list(pg.size())
+        assert list(g.max(v)) == list(pg["v"].max()) and list(g.min(v)) == list(pg["v"].min())
+        assert list(g.sum(df["c"].to_numpy())) == list(pg["c"].sum())
+        assert list(g.nunique(df["c"].to_numpy())) == list(pg["c"].nunique())
+        assert list(g.median(v)) == list(pg["v"].median())
+        assert list(g.first_row()) == [pg.indices[k][0] for k in g.keys]
+        assert list(g.first_where(v == g.max(v)[g.inverse])) == list(pg["v"].idxmax())
+        want = df[df["m"]].groupby("key").head(1).set_index("key").index
+        got = g.first_where(df["m"].to_numpy())
+        assert [int(df["key"][r]) for r in got if r >= 0] == sorted(want)
+        assert all((r < 0) == (k not in set(want)) for r, k in zip(got, g.keys, strict=True))
+
+
+def test_empty() -> None:
+    g = Groups.of(np.zeros(0, dtype=np.int64))
+    e = np.zeros(0, dtype=np.int64)
+    assert len(g.max(e)) == len(g.sum(e)) == len(g.median(e)) == len(g.nunique(e)) == 0
+    assert len(g.first_where(np.zeros(0, dtype=bool))) == 0
