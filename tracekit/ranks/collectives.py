@@ -48,7 +48,7 @@ from tracekit.classify.families.communication import (
     dtype_size,
     kernel_dtype,
 )
-from tracekit.ranks.groups import Groups
+from tracekit.ranks.groups import Groups, nanmax
 
 COMMUNICATION = "communication"
 RPC = "record_param_comms"
@@ -386,13 +386,6 @@ def _first(inst: pd.DataFrame, g: Groups) -> pd.DataFrame:
     return cast(pd.DataFrame, pd.DataFrame(out))
 
 
-def _nanmax(g: Groups, values: np.ndarray) -> np.ndarray:
-    """Per group, the largest value that is not NaN (NaN: none)."""
-    if not len(g.keys):
-        return values[:0]
-    return np.fmax.reduceat(values[g.order], g.starts)
-
-
 def match(inst: pd.DataFrame, keys: pd.Series | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Match every rank's instances (``inst``: :data:`INSTANCE_COLUMNS` plus ``rank``, with
     ``ts``/``end`` on the common time base; ``keys``: their :func:`assign_keys` where the
@@ -432,7 +425,7 @@ def match(inst: pd.DataFrame, keys: pd.Series | None = None) -> tuple[pd.DataFra
             "seq": first["seq"],
             "kind": first["kind"],
             "dtype": first["dtype"],
-            "message_bytes": _nanmax(g, nbytes),
+            "message_bytes": nanmax(g, nbytes),
             "group_size": np.round(size_f).astype(np.int64),
             "ranks": n_ranks,
             "complete": n_ranks >= size_f,

@@ -89,3 +89,11 @@ class Groups:
         vs, n = v[o], self.sizes
         lo, hi = self.starts + (n - 1) // 2, self.starts + n // 2
         return np.asarray((vs[lo] + vs[hi]) / 2)
+
+
+def nanmax(g: Groups, values: np.ndarray) -> np.ndarray:
+    """Per group of ``g``, the largest value that is not NaN (NaN: none), as pandas'
+    ``max()``."""
+    if not len(g.keys):
+        return np.asarray(values)[:0]
+    return np.asarray(np.fmax.reduceat(np.asarray(values)[g.order], g.starts))

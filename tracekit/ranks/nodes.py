@@ -16,6 +16,7 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
+from tracekit.ranks.groups import Groups, nanmax
 from tracekit.ranks.robust import outliers
 
 NODE_SHARE = 0.75
@@ -90,6 +91,15 @@ def slow_nodes(fig: pd.DataFrame, step_median: float) -> list[SlowNode]:
     return sorted(out, key=lambda n: -n.ratio)
 
 
+def _most_often(values: np.ndarray) -> tuple[int, int]:
+    """The value seen most often and how often (a tie: the one seen first), as
+    ``Series.value_counts()`` orders them."""
+    uniq, first, counts = np.unique(values, return_index=True, return_counts=True)
+    top = np.flatnonzero(counts == counts.max())
+    k = top[np.argmin(first[top])]
+    return int(uniq[k]), int(counts[k])
+
+
 def collective_table(inst: pd.DataFrame, matched: pd.DataFrame, steps: int) -> pd.DataFrame:
     """Per collective of the step (process group, position in the step): its kind and size,
     the median transfer over its instances, the wait for the last rank (mean over ranks and
@@ -100,26 +110,46 @@ def collective_table(inst: pd.DataFrame, matched: pd.DataFrame, steps: int) -> p
     i = inst[inst["key"].isin(m["key"])]
     if not len(m):
         return cast(pd.DataFrame, pd.DataFrame(columns=COLLECTIVE_COLUMNS))
+    m = m[m["pg"].notna()]  # groupby's dropna
+    if not len(m):
+        return cast(pd.DataFrame, pd.DataFrame(columns=COLLECTIVE_COLUMNS))
+    # one group per (pg, index), in that order: pg's rank among the names, then index
+    pgs, pg_code = np.unique(m["pg"].astype(str).to_numpy(), return_inverse=True)
+    index = m["index"].to_numpy(dtype=np.int64)
+    lo = int(index.min())
+    g = Groups.of(pg_code * (int(index.max()) - lo + 1) + (index - lo))
+    group_of = dict(zip(m["key"].to_numpy().tolist(), g.inverse.tolist(), strict=True))
+    mine = i["key"].map(group_of).to_numpy()
+    has = ~pd.isna(mine)
+    gid = mine[has].astype(np.int64)
+    order = np.argsort(gid, kind="stable")  # each group's instances in their own order
+    wait = (i["arrival_wait_ns"].to_numpy(dtype=float) / 1e6)[has][order]
+    at = np.searchsorted(gid[order], np.arange(len(g.keys) + 1))
+    inter = i["inter_node"].to_numpy(dtype=bool)[has][order] if "inter_node" in i else None
+    nbytes = nanmax(g, m["message_bytes"].to_numpy(dtype=float))
+    group_ranks = g.max(m["ranks"].to_numpy())
+    transfer = g.median(m["transfer_ns"].to_numpy()) / 1e6
+    first, sizes = g.first_row(), g.sizes
+    lr = m["last_rank"].to_numpy(dtype=np.int64)
     rows = []
-    for (pg, index), g in m.groupby(["pg", "index"], sort=True):
-        mine = i[i["key"].isin(g["key"])]
-        last = g["last_rank"].value_counts()
-        wait = mine["arrival_wait_ns"].to_numpy(dtype=float) / 1e6
+    for k in range(len(g.keys)):
+        w = wait[at[k] : at[k + 1]]
+        rank, count = _most_often(lr[g.order[g.starts[k] : g.starts[k] + sizes[k]]])
         rows.append(
             {
-                "pg": str(pg),
-                "index": int(index),
-                "kind": str(g["kind"].iloc[0]),
-                "message_bytes": float(g["message_bytes"].max()),
-                "per_step": len(g) / max(1, steps),
-                "group_ranks": int(g["ranks"].max()),
-                "transfer_ms": float(g["transfer_ns"].median()) / 1e6,
-                "wait_mean_ms": float(wait.mean()) if len(wait) else np.nan,
-                "wait_p99_ms": float(np.percentile(wait, 99)) if len(wait) else np.nan,
-                "last_rank": int(last.index[0]),
-                "last_count": int(last.iloc[0]),
-                "last_pct": 100.0 * int(last.iloc[0]) / len(g),
-                "inter_node": bool(mine["inter_node"].any()) if "inter_node" in mine else False,
+                "pg": str(pgs[pg_code[first[k]]]),
+                "index": int(index[first[k]]),
+                "kind": str(m["kind"].iloc[first[k]]),
+                "message_bytes": float(nbytes[k]),
+                "per_step": int(sizes[k]) / max(1, steps),
+                "group_ranks": int(group_ranks[k]),
+                "transfer_ms": float(transfer[k]),
+                "wait_mean_ms": float(w.mean()) if len(w) else np.nan,
+                "wait_p99_ms": float(np.percentile(w, 99)) if len(w) else np.nan,
+                "last_rank": rank,
+                "last_count": count,
+                "last_pct": 100.0 * count / int(sizes[k]),
+                "inter_node": bool(inter[at[k] : at[k + 1]].any()) if inter is not None else False,
             }
         )
     return cast(pd.DataFrame, pd.DataFrame(rows, columns=COLLECTIVE_COLUMNS))

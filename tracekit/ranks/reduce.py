@@ -31,6 +31,7 @@ import pandas as pd
 
 from tracekit.ranks import bandwidth as BW
 from tracekit.ranks.collectives import COMMUNICATION, INSTANCE_COLUMNS, assign_keys, match
+from tracekit.ranks.groups import Groups
 from tracekit.ranks.latends import late_ends
 from tracekit.ranks.measured import Measured, reconcile
 from tracekit.ranks.nodes import inter_node
@@ -121,10 +122,11 @@ def load(dirs: dict[int, Path], lane_ranks: set[int] | None = None) -> Loaded:
 def impossible(inst: pd.DataFrame, offsets: dict[int, int]) -> int:
     """How many collectives seen on several ranks would end on one rank before another
     started them (by more than :data:`ALIGN_TOLERANCE_NS`) with these clock offsets."""
-    off = inst["rank"].map(offsets).fillna(0).astype(np.int64)
-    g = pd.DataFrame({"key": inst["key"], "ts": inst["ts"] + off, "end": inst["end"] + off})
-    g = g.groupby("key").agg(n=("ts", "size"), start=("ts", "max"), end=("end", "min"))
-    return int(((g["n"] >= 2) & (g["start"] - g["end"] > ALIGN_TOLERANCE_NS)).sum())
+    off = inst["rank"].map(offsets).fillna(0).to_numpy(dtype=np.int64)
+    g = Groups.of(inst["key"].to_numpy())
+    start = g.max(inst["ts"].to_numpy(dtype=np.int64) + off)
+    end = g.min(inst["end"].to_numpy(dtype=np.int64) + off)
+    return int(((g.sizes >= 2) & (start - end > ALIGN_TOLERANCE_NS)).sum())
 
 
 def align_clocks(
