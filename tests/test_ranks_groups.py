@@ -31,6 +31,8 @@ def test_reductions_equal_pandas() -> None:
         assert list(g.sum(df["c"].to_numpy())) == list(pg["c"].sum())
         assert list(g.nunique(df["c"].to_numpy())) == list(pg["c"].nunique())
         assert list(g.median(v)) == list(pg["v"].median())
+        f = df["v"].to_numpy(dtype=float) / 7.0 * df["c"].to_numpy()  # inexact float sums
+        assert list(g.fsum(f)) == list(df.assign(f=f).groupby("key")["f"].sum())
         assert list(g.first_row()) == [pg.indices[k][0] for k in g.keys]
         assert list(g.first_where(v == g.max(v)[g.inverse])) == list(pg["v"].idxmax())
         want = df[df["m"]].groupby("key").head(1).set_index("key").index
@@ -42,5 +44,12 @@ def test_reductions_equal_pandas() -> None:
 def test_empty() -> None:
     g = Groups.of(np.zeros(0, dtype=np.int64))
     e = np.zeros(0, dtype=np.int64)
-    assert len(g.max(e)) == len(g.sum(e)) == len(g.median(e)) == len(g.nunique(e)) == 0
+    assert (
+        len(g.max(e))
+        == len(g.sum(e))
+        == len(g.median(e))
+        == len(g.nunique(e))
+        == len(g.fsum(e))
+        == 0
+    )
     assert len(g.first_where(np.zeros(0, dtype=bool))) == 0

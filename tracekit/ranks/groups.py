@@ -53,6 +53,22 @@ class Groups:
             return np.asarray(values)[:0]
         return np.add.reduceat(self._sorted(values), self.starts)
 
+    def fsum(self, values: np.ndarray) -> np.ndarray:
+        """Per group, the sum of float ``values`` in the rows' order with Kahan's
+        compensation, as pandas' ``groupby().sum()`` adds them (bit for bit)."""
+        v = np.asarray(values, dtype=np.float64)[self.order]
+        total = np.zeros(len(self.keys))
+        comp = np.zeros(len(self.keys))
+        sizes = self.sizes
+        for j in range(int(sizes.max()) if len(sizes) else 0):
+            live = np.flatnonzero(sizes > j)
+            y = v[self.starts[live] + j] - comp[live]
+            t = total[live] + y
+            c = t - total[live] - y
+            comp[live] = np.where(np.isnan(c), 0.0, c)
+            total[live] = t
+        return total
+
     def first_row(self) -> np.ndarray:
         """Each group's first row (a position in the original rows)."""
         return np.asarray(self.order[self.starts])

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.ranks.groups import Groups
+
 SLOWER = 1.1  # a rank whose transfers scale this much over the job's: its anchor end is late
 SPREAD = 2.0  # the collectives' median transfers must span this factor to fit a slope
 
@@ -24,25 +26,27 @@ def late_ends(inst: pd.DataFrame, offsets: dict[int, int]) -> dict[int, int]:
     if not len(inst):
         return {}
     off = inst["rank"].map(offsets).fillna(0).to_numpy(dtype=np.int64)
-    df = pd.DataFrame(
-        {"key": inst["key"].to_numpy(), "rank": inst["rank"].to_numpy(),
-         "ts": inst["ts"].to_numpy(dtype=np.int64) + off,
-         "end": inst["end"].to_numpy(dtype=np.int64) + off}
-    )  # fmt: skip
-    g = df.groupby("key")
-    df = df[g["rank"].transform("size").to_numpy() >= 2]
-    if not len(df):
+    key, rank = inst["key"].to_numpy(), inst["rank"].to_numpy()
+    ts = inst["ts"].to_numpy(dtype=np.int64) + off
+    end = inst["end"].to_numpy(dtype=np.int64) + off
+    by_key = Groups.of(key)
+    keep = by_key.sizes[by_key.inverse] >= 2
+    if not keep.any():
         return {}
-    y = (df["end"] - df.groupby("key")["ts"].transform("max")).to_numpy(dtype=float)
-    x = pd.Series(y).groupby(df["key"].to_numpy()).transform("median").to_numpy()
+    key, rank, ts, end = key[keep], rank[keep], ts[keep], end[keep]
+    by_key = Groups.of(key)
+    y = (end - by_key.max(ts)[by_key.inverse]).astype(float)
+    x = by_key.median(y)[by_key.inverse]
     if not (x > 0).any() or x.max() < SPREAD * max(float(x[x > 0].min()), 1.0):
         return {}
-    t = pd.DataFrame({"rank": df["rank"].to_numpy(), "x": x, "y": y, "xx": x * x, "xy": x * y})
-    s = t.groupby("rank").agg(n=("x", "size"), x=("x", "sum"), y=("y", "sum"),
-                              xx=("xx", "sum"), xy=("xy", "sum"))  # fmt: skip
-    var = s["n"] * s["xx"] - s["x"] ** 2
+    by_rank = Groups.of(rank)
+    n = by_rank.sizes
+    sx, sy, sxx, sxy = (by_rank.fsum(a) for a in (x, y, x * x, x * y))
+    var = n * sxx - sx**2
     ok = var > 0
-    slope = (s["n"] * s["xy"] - s["x"] * s["y"])[ok] / var[ok]
-    icept = (s["y"][ok] - slope * s["x"][ok]) / s["n"][ok]
-    late = icept[(slope > SLOWER) & (icept < 0)]
-    return {int(r): round(float(-v)) for r, v in late.items()}
+    slope = (n * sxy - sx * sy)[ok] / var[ok]
+    icept = (sy[ok] - slope * sx[ok]) / n[ok]
+    late = (slope > SLOWER) & (icept < 0)
+    return {
+        int(r): round(float(-v)) for r, v in zip(by_rank.keys[ok][late], icept[late], strict=True)
+    }
