@@ -53,3 +53,17 @@ def test_empty() -> None:
         == 0
     )
     assert len(g.first_where(np.zeros(0, dtype=bool))) == 0
+
+
+def test_pivot_mean_equals_pivot_table() -> None:
+    from tracekit.ranks.story import pivot_mean
+
+    rng = np.random.default_rng(3)
+    df = pd.DataFrame(
+        {"rank": rng.integers(0, 9, 300), "step": rng.integers(2, 7, 300), "v": rng.random(300)}
+    )
+    df.loc[df["rank"] == 4, "v"] = np.nan  # a rank with no value: left out
+    df.loc[::7, "v"] = np.nan
+    want = df.pivot_table(index="rank", columns="step", values="v", aggfunc="mean")
+    got = pivot_mean(df["rank"], df["step"], df["v"].to_numpy())
+    pd.testing.assert_frame_equal(got, want, check_exact=True)

@@ -190,18 +190,23 @@ def common_steps(steps: pd.DataFrame, ranks: list[int]) -> list[int]:
     return sorted(int(x) for x in n.index[n.to_numpy() == len(set(ranks))])
 
 
-def _per_rank_step(inst: pd.DataFrame, col: str, sel: pd.Series | None = None) -> pd.Series:
-    """``col`` of the instances summed per (rank, step)."""
-    if not len(inst) or col not in inst:
-        return pd.Series(dtype=float)
-    i = inst if sel is None else inst[sel]
-    return i.groupby(["rank", "step"])[col].sum()
-
-
-def _at(s: pd.DataFrame, by: pd.Series) -> np.ndarray:
-    """``by`` (indexed by (rank, step)) at every row of ``s`` (0 where absent)."""
-    idx = pd.MultiIndex.from_arrays([s["rank"], s["step"]])
-    return by.reindex(idx).fillna(0.0).to_numpy(dtype=float) if len(by) else np.zeros(len(s))
+def _per_rank_step(s: pd.DataFrame, inst: pd.DataFrame, col: str, sel: Any = None) -> np.ndarray:
+    """Per row of ``s``: ``col`` of the instances (integers, those where ``sel`` holds)
+    summed over the row's (rank, step); 0 where it has none."""
+    if not len(inst) or col not in inst or not len(s):
+        return np.zeros(len(s))
+    keep = np.ones(len(inst), dtype=bool) if sel is None else np.asarray(sel, dtype=bool)
+    i_rank, i_step = inst["rank"].to_numpy(np.int64)[keep], inst["step"].to_numpy(np.int64)[keep]
+    s_rank, s_step = s["rank"].to_numpy(np.int64), s["step"].to_numpy(np.int64)
+    if not len(i_rank):
+        return np.zeros(len(s))
+    lo = min(int(i_step.min()), int(s_step.min()))
+    span = max(int(i_step.max()), int(s_step.max())) - lo + 1
+    g = Groups.of(i_rank * span + (i_step - lo))
+    sums = g.sum(inst[col].to_numpy(np.int64)[keep]).astype(float)
+    want = s_rank * span + (s_step - lo)
+    at = np.minimum(np.searchsorted(g.keys, want), len(g.keys) - 1)
+    return np.where(g.keys[at] == want, sums[at], 0.0)
 
 
 def rank_step_table(steps: pd.DataFrame, inst: pd.DataFrame, t0: int) -> pd.DataFrame:
@@ -211,7 +216,7 @@ def rank_step_table(steps: pd.DataFrame, inst: pd.DataFrame, t0: int) -> pd.Data
     arrival (:mod:`tracekit.ranks.collectives`) and its own transfer in inter-node
     collectives (``inst["inter_node"]``)."""
     s = steps
-    sync = _at(s, _per_rank_step(inst, "wait_ns"))
+    sync = _per_rank_step(s, inst, "wait_ns")
     inter = inst["inter_node"] if "inter_node" in inst.columns else None
     out = pd.DataFrame(
         {
@@ -228,8 +233,8 @@ def rank_step_table(steps: pd.DataFrame, inst: pd.DataFrame, t0: int) -> pd.Data
             "sync_wait_ms": sync / 1e6,
             "own_work_ms": (s["full_step_time_ns"] - sync).clip(lower=0) / 1e6,
             "input_ms": (s["input_ns"].fillna(0) if "input_ns" in s else 0 * s["idle_ns"]) / 1e6,
-            "arrival_wait_ms": _at(s, _per_rank_step(inst, "arrival_wait_ns")) / 1e6,
-            "internode_transfer_ms": _at(s, _per_rank_step(inst, "own_transfer_ns", inter)) / 1e6,
+            "arrival_wait_ms": _per_rank_step(s, inst, "arrival_wait_ns") / 1e6,
+            "internode_transfer_ms": _per_rank_step(s, inst, "own_transfer_ns", inter) / 1e6,
         }
     )
     return cast(pd.DataFrame, out.sort_values(["step", "rank"]).reset_index(drop=True))

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.ranks import nodes as N
+from tracekit.ranks.groups import Groups
 from tracekit.ranks.robust import MIN_RANKS, Distribution, distributions, outliers
 
 FIGURE_PARTS = (
@@ -200,17 +201,46 @@ def verdict(v: JobView, total: int) -> list[str]:
     return out
 
 
+def pivot_mean(rows: pd.Series, cols: pd.Series, values: np.ndarray) -> pd.DataFrame:
+    """``rows`` x ``cols`` (integers, named): the mean of ``values`` (NaN skipped) in each
+    cell, as ``pivot_table(aggfunc="mean")`` gives it: a cell with no value is NaN, a row
+    or column with none is left out."""
+    r, c = rows.to_numpy(dtype=np.int64), cols.to_numpy(dtype=np.int64)
+    v = np.asarray(values, dtype=float)
+    ok = ~np.isnan(v)
+    r, c, v = r[ok], c[ok], v[ok]
+    if not len(v):
+        empty = pd.DataFrame(
+            index=pd.Index([], dtype=np.int64, name=rows.name),
+            columns=pd.Index([], dtype=np.int64, name=cols.name),
+        )
+        return cast(pd.DataFrame, empty)
+    rk, ri = np.unique(r, return_inverse=True)
+    ck, ci = np.unique(c, return_inverse=True)
+    g = Groups.of(ri * len(ck) + ci)
+    grid = np.full(len(rk) * len(ck), np.nan)
+    grid[g.keys] = g.fsum(v) / g.sizes  # pandas' group mean: a Kahan sum over the count
+    return cast(
+        pd.DataFrame,
+        pd.DataFrame(
+            grid.reshape(len(rk), len(ck)),
+            index=pd.Index(rk, name=rows.name),
+            columns=pd.Index(ck, name=cols.name),
+        ),
+    )
+
+
 def heatmaps(rs: pd.DataFrame, inst: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """rank x step: work per step (step less wait for others), % over the step's median;
     rank x collective of the step: wait for others, ms (mean over steps)."""
-    work = rs.assign(work=rs["step_time_ms"] - rs["arrival_wait_ms"])
-    med = work.groupby("step")["work"].transform("median")
-    work["pct"] = np.where(med > 0, 100.0 * (work["work"] - med) / med, np.nan)
-    steps = work.pivot_table(index="rank", columns="step", values="pct", aggfunc="mean")
+    work = rs["step_time_ms"] - rs["arrival_wait_ms"]
+    med = work.groupby(rs["step"]).transform("median")
+    pct = np.where(med > 0, 100.0 * (work - med) / med, np.nan)
+    steps = pivot_mean(rs["rank"], rs["step"], pct)
     if not len(inst):
         return steps, pd.DataFrame()
-    w = inst.assign(ms=inst["arrival_wait_ns"] / 1e6, col=inst["index"].astype(int))
-    waits = w.pivot_table(index="rank", columns="col", values="ms", aggfunc="mean")
+    col = inst["index"].astype(int).rename("col")
+    waits = pivot_mean(inst["rank"], col, inst["arrival_wait_ns"].to_numpy() / 1e6)
     return steps, waits
 
 
