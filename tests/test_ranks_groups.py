@@ -67,3 +67,24 @@ def test_pivot_mean_equals_pivot_table() -> None:
     want = df.pivot_table(index="rank", columns="step", values="v", aggfunc="mean")
     got = pivot_mean(df["rank"], df["step"], df["v"].to_numpy())
     pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+def test_first_equals_groupby_first() -> None:
+    from tracekit.ranks.collectives import _first
+
+    inst = pd.DataFrame(
+        {
+            "key": [3, 1, 3, 1, 2, 2],
+            "pg": pd.array([None, "0", "1", "0", None, None], dtype="str"),
+            "step": [1, 1, 1, 1, 2, 2],
+            "index": [0, 1, 2, 3, 4, 5],
+            "seq": pd.array([None, 7, 9, None, None, 4], dtype="Int64"),
+            "kind": ["a", "b", "a", "b", "c", "c"],
+            "dtype": pd.array(["f", None, "g", "h", "i", "j"], dtype="str"),
+            "group_size": pd.array([2, 2, 2, 2, None, None], dtype="Int64"),
+        }
+    )
+    cols = ["pg", "step", "index", "seq", "kind", "dtype", "group_size"]
+    want = inst.groupby("key", sort=True)[cols].first().reset_index(drop=True)
+    got = _first(inst, Groups.of(inst["key"].to_numpy()))
+    pd.testing.assert_frame_equal(got, want, check_exact=True)

@@ -377,13 +377,15 @@ def _first(inst: pd.DataFrame, g: Groups) -> pd.DataFrame:
     """Per group, the first non-missing value of each column the match keeps (pandas'
     ``groupby().first()``), indexed 0..groups-1."""
     cols = ["pg", "step", "index", "seq", "kind", "dtype", "group_size"]
-    out = {}
+    out = inst[cols].iloc[g.first_row()].reset_index(drop=True)  # one take for all
     for c in cols:
         col = inst[c]
+        if not col.hasnans:
+            continue
         rows = g.first_where(col.notna().to_numpy())
-        got = col.iloc[np.maximum(rows, 0)].reset_index(drop=True) if len(col) else col
+        got = col.iloc[np.maximum(rows, 0)].reset_index(drop=True)
         out[c] = got.where(pd.Series(rows >= 0)) if (rows < 0).any() else got
-    return cast(pd.DataFrame, pd.DataFrame(out))
+    return cast(pd.DataFrame, out)
 
 
 def match(inst: pd.DataFrame, keys: pd.Series | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
