@@ -399,7 +399,8 @@ def match(inst: pd.DataFrame, keys: pd.Series | None = None) -> tuple[pd.DataFra
         )
     inst = inst.copy()
     inst["key"] = assign_keys(inst) if keys is None else keys
-    inst = inst[inst["key"] >= 0]
+    if (inst["key"].to_numpy() < 0).any():  # a boolean filter copies every column
+        inst = inst[inst["key"] >= 0]
     g = Groups.of(inst["key"].to_numpy())
     ts, end = inst["ts"].to_numpy(dtype=np.int64), inst["end"].to_numpy(dtype=np.int64)
     dur = inst["dur"].to_numpy(dtype=np.int64)
