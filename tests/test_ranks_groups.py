@@ -32,7 +32,10 @@ def test_reductions_equal_pandas() -> None:
         assert list(g.nunique(df["c"].to_numpy())) == list(pg["c"].nunique())
         assert list(g.median(v)) == list(pg["v"].median())
         f = df["v"].to_numpy(dtype=float) / 7.0 * df["c"].to_numpy()  # inexact float sums
+        f[::5] = np.nan  # skipped, as pandas skips them
         assert list(g.fsum(f)) == list(df.assign(f=f).groupby("key")["f"].sum())
+        mean = df.assign(f=f).groupby("key")["f"].mean()
+        assert np.array_equal(g.fmean(f), mean.to_numpy(), equal_nan=True)
         assert list(g.first_row()) == [pg.indices[k][0] for k in g.keys]
         assert list(g.first_where(v == g.max(v)[g.inverse])) == list(pg["v"].idxmax())
         want = df[df["m"]].groupby("key").head(1).set_index("key").index

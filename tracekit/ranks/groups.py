@@ -54,20 +54,29 @@ class Groups:
         return np.add.reduceat(self._sorted(values), self.starts)
 
     def fsum(self, values: np.ndarray) -> np.ndarray:
-        """Per group, the sum of float ``values`` in the rows' order with Kahan's
-        compensation, as pandas' ``groupby().sum()`` adds them (bit for bit)."""
+        """Per group, the sum of float ``values`` (NaN skipped) in the rows' order with
+        Kahan's compensation, as pandas' ``groupby().sum()`` adds them (bit for bit)."""
         v = np.asarray(values, dtype=np.float64)[self.order]
         total = np.zeros(len(self.keys))
         comp = np.zeros(len(self.keys))
         sizes = self.sizes
         for j in range(int(sizes.max()) if len(sizes) else 0):
             live = np.flatnonzero(sizes > j)
-            y = v[self.starts[live] + j] - comp[live]
+            x = v[self.starts[live] + j]
+            live, x = live[~np.isnan(x)], x[~np.isnan(x)]
+            y = x - comp[live]
             t = total[live] + y
             c = t - total[live] - y
             comp[live] = np.where(np.isnan(c), 0.0, c)
             total[live] = t
         return total
+
+    def fmean(self, values: np.ndarray) -> np.ndarray:
+        """Per group, the mean of float ``values`` (NaN skipped; NaN where none), as
+        pandas' ``groupby().mean()``: the Kahan sum over the count."""
+        n = self.sum((~np.isnan(np.asarray(values, dtype=np.float64))).astype(np.int64))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(n > 0, self.fsum(values) / np.maximum(n, 1), np.nan)
 
     def first_row(self) -> np.ndarray:
         """Each group's first row (a position in the original rows)."""

@@ -284,14 +284,29 @@ def class_shares(classes: pd.DataFrame, rs: pd.DataFrame) -> pd.DataFrame:
         return cast(
             pd.DataFrame, pd.DataFrame(columns=["class", "kernel_ms_per_step", "union_share_pct"])
         )
-    steps_per_rank = rs.groupby("rank")["step"].nunique()
-    c = classes.copy()
-    c["n"] = c["rank"].map(steps_per_rank).fillna(1).clip(lower=1)
-    c["kernel_ms_per_step"] = c["kernel_ns"] / 1e6 / c["n"]
-    c["union_share_pct"] = np.where(c["busy_ns"] > 0, 100.0 * c["union_ns"] / c["busy_ns"], np.nan)
-    g = c.groupby("class", sort=False)[["kernel_ms_per_step", "union_share_pct"]].mean()
-    out = g.reset_index().sort_values("union_share_pct", ascending=False)
-    exposed = rs.groupby("rank")[["exposed_comm_ms", "busy_ms"]].sum()
+    by_rank = Groups.of(rs["rank"].to_numpy())
+    per_rank = by_rank.nunique(rs["step"].to_numpy())
+    steps_per_rank = dict(zip(by_rank.keys.tolist(), per_rank.tolist(), strict=True))
+    n = classes["rank"].map(steps_per_rank).fillna(1).clip(lower=1).to_numpy(dtype=float)
+    busy = classes["busy_ns"].to_numpy(dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pct = np.where(busy > 0, 100.0 * classes["union_ns"].to_numpy(dtype=float) / busy, np.nan)
+    code = pd.factorize(classes["class"])[0]  # the classes in order of appearance
+    has = code >= 0  # groupby's dropna
+    by_class = Groups.of(code[has])
+    names = classes["class"][has].iloc[by_class.first_row()].reset_index(drop=True)
+    out = pd.DataFrame(
+        {
+            "class": names,
+            "kernel_ms_per_step": by_class.fmean(
+                (classes["kernel_ns"] / 1e6).to_numpy()[has] / n[has]
+            ),
+            "union_share_pct": by_class.fmean(pct[has]),
+        }
+    ).sort_values("union_share_pct", ascending=False)
+    exposed = pd.DataFrame(
+        {c: by_rank.fsum(rs[c].to_numpy(dtype=float)) for c in ("exposed_comm_ms", "busy_ms")}
+    )
     if COMMUNICATION in set(out["class"]) and float(exposed["busy_ms"].sum()) > 0:
         share = (
             100.0 * exposed["exposed_comm_ms"] / exposed["busy_ms"].where(exposed["busy_ms"] > 0)
