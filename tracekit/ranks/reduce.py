@@ -240,33 +240,54 @@ def rank_step_table(steps: pd.DataFrame, inst: pd.DataFrame, t0: int) -> pd.Data
     return cast(pd.DataFrame, out.sort_values(["step", "rank"]).reset_index(drop=True))
 
 
+def _median(v: np.ndarray) -> float:
+    """pandas' ``Series.median()``: NaN skipped."""
+    ok = ~np.isnan(v)
+    return float(np.nanmedian(v[ok])) if ok.any() else math.nan
+
+
+def _mode(v: np.ndarray) -> int:
+    """pandas' ``Series.mode().iloc[0]``: the smallest of the most frequent values."""
+    uniq, counts = np.unique(v, return_counts=True)
+    return int(uniq[np.argmax(counts)])
+
+
+def _split(df: pd.DataFrame, by: str, col: str) -> list[tuple[int, np.ndarray]]:
+    """``df[col]`` per value of ``df[by]`` (integers), rows in order."""
+    if not len(df):
+        return []
+    g = Groups.of(df[by].to_numpy())
+    v = df[col].to_numpy()[g.order]
+    return [(int(k), v[s : s + n]) for k, s, n in zip(g.keys, g.starts, g.sizes, strict=True)]
+
+
 def stragglers(rs: pd.DataFrame, matched: pd.DataFrame) -> pd.DataFrame:
     """Per step: the slowest rank, its step time, the median, its lead; the rank whose own
     work (step time - sync wait) was longest and its lead; the rank that arrived last at
     most collectives."""
     rows = []
-    for step, g in rs.groupby("step", sort=True):
-        med = float(g["step_time_ms"].median())
-        slow = g.loc[cast(Any, g["step_time_ms"].idxmax())]
-        work_med = float(g["own_work_ms"].median())
-        worker = g.loc[cast(Any, g["own_work_ms"].idxmax())]
-        last = (
-            matched.loc[(matched["step"] == step) & (matched["ranks"] >= 2), "last_rank"]
-            if len(matched)
-            else pd.Series()
-        )
+    by_step = Groups.of(rs["step"].to_numpy())
+    rank = rs["rank"].to_numpy()
+    st, work = rs["step_time_ms"].to_numpy(dtype=float), rs["own_work_ms"].to_numpy(dtype=float)
+    seen = matched[matched["ranks"] >= 2] if len(matched) else matched
+    last_of = {int(s): g for s, g in _split(seen, "step", "last_rank")}
+    for k, step in enumerate(by_step.keys.tolist()):
+        at = by_step.order[by_step.starts[k] : by_step.starts[k] + by_step.sizes[k]]
+        med, work_med = float(_median(st[at])), float(_median(work[at]))
+        slow, worker = at[np.nanargmax(st[at])], at[np.nanargmax(work[at])]
+        last = last_of.get(step)
         rows.append(
             {
-                "step": int(cast(Any, step)),
-                "slowest_rank": int(slow["rank"]),
-                "step_time_ms": float(slow["step_time_ms"]),
+                "step": int(step),
+                "slowest_rank": int(rank[slow]),
+                "step_time_ms": float(st[slow]),
                 "median_ms": med,
-                "lead_ms": float(slow["step_time_ms"]) - med,
-                "lead_pct": 100.0 * (float(slow["step_time_ms"]) - med) / med if med else math.nan,
-                "most_work_rank": int(worker["rank"]),
-                "own_work_ms": float(worker["own_work_ms"]),
-                "own_work_lead_ms": float(worker["own_work_ms"]) - work_med,
-                "waited_on_rank": int(last.mode().iloc[0]) if len(last) else -1,
+                "lead_ms": float(st[slow]) - med,
+                "lead_pct": 100.0 * (float(st[slow]) - med) / med if med else math.nan,
+                "most_work_rank": int(rank[worker]),
+                "own_work_ms": float(work[worker]),
+                "own_work_lead_ms": float(work[worker]) - work_med,
+                "waited_on_rank": _mode(last) if last is not None else -1,
             }
         )
     return cast(pd.DataFrame, pd.DataFrame(rows))
