@@ -141,18 +141,20 @@ def align_clocks(
     if not len(inst) or inst["rank"].nunique() < 2:
         return Clock(False, none, None, "no collective seen on two ranks: each rank's own clock")
     m, inst2 = match(inst, keys)
-    multi = m[(m["ranks"] >= 2) & m["consistent"]]
+    multi = np.flatnonzero((m["ranks"].to_numpy() >= 2) & m["consistent"].to_numpy(dtype=bool))
     if not len(multi):
         return Clock(False, none, None, "no collective matched across ranks: own clocks")
-    first = multi.sort_values(["step", "latest_start"]).iloc[0]
-    sel = inst2[inst2["key"] == int(first["key"])]
-    ends = sel.set_index("rank")["end"].astype(np.int64)
+    at = np.lexsort((m["latest_start"].to_numpy()[multi], m["step"].to_numpy()[multi]))
+    first = int(multi[at[0]])  # the first by (step, latest start), as a stable sort
+    key = int(m["key"].iloc[first])
     anchor = (
-        f"{first['kind']} #{int(first['index'])} of group {first['pg']} "
-        f"in step {int(first['step'])}"
+        f"{m['kind'].iloc[first]} #{int(m['index'].iloc[first])} of group "
+        f"{m['pg'].iloc[first]} in step {int(m['step'].iloc[first])}"
     )
-    ref = int(ends.loc[int(ends.index.min())])
-    end_of = {int(r): int(e) for r, e in ends.items()}
+    sel = inst2["key"].to_numpy() == key
+    ends = inst2["end"].to_numpy(dtype=np.int64)[sel]
+    end_of = {int(r): int(e) for r, e in zip(inst2["rank"].to_numpy()[sel], ends, strict=True)}
+    ref = end_of[min(end_of)]
     offsets = {r: ref - end_of[r] if r in end_of else 0 for r in ranks}
     for r, late in late_ends(inst2, offsets).items():
         offsets[r] += late
