@@ -34,6 +34,8 @@ def test_reductions_equal_pandas() -> None:
         f = df["v"].to_numpy(dtype=float) / 7.0 * df["c"].to_numpy()  # inexact float sums
         f[::5] = np.nan  # skipped, as pandas skips them
         assert list(g.fsum(f)) == list(df.assign(f=f).groupby("key")["f"].sum())
+        med = df.assign(f=f).groupby("key")["f"].median()
+        assert np.array_equal(g.median(f), med.to_numpy(), equal_nan=True)
         mean = df.assign(f=f).groupby("key")["f"].mean()
         assert np.array_equal(g.fmean(f), mean.to_numpy(), equal_nan=True)
         assert list(g.first_row()) == [pg.indices[k][0] for k in g.keys]

@@ -105,15 +105,18 @@ class Groups:
         return np.bincount(gs[new], minlength=len(self.keys)).astype(np.int64)
 
     def median(self, values: np.ndarray) -> np.ndarray:
-        """Per group, the median as float64 (pandas': the mean of the two middle values
-        for an even count)."""
+        """Per group, the median as float64, NaN skipped (NaN where none), as pandas'
+        (the mean of the two middle values for an even count)."""
         v = np.asarray(values, dtype=np.float64)
         if not len(self.keys):
             return v[:0]
-        o = np.lexsort((v, self.inverse))
-        vs, n = v[o], self.sizes
-        lo, hi = self.starts + (n - 1) // 2, self.starts + n // 2
-        return np.asarray((vs[lo] + vs[hi]) / 2)
+        o = np.lexsort((v, self.inverse))  # each group's values ascending, NaN last
+        vs = v[o]
+        n = self.sum((~np.isnan(v)).astype(np.int64))
+        lo = self.starts + np.maximum(n - 1, 0) // 2
+        hi = self.starts + n // 2
+        hi = np.minimum(hi, len(vs) - 1)
+        return np.asarray(np.where(n > 0, (vs[lo] + vs[hi]) / 2, np.nan))
 
 
 def nanmax(g: Groups, values: np.ndarray) -> np.ndarray:

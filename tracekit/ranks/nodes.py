@@ -54,18 +54,20 @@ def node_table(fig: pd.DataFrame, flagged: set[int]) -> pd.DataFrame:
     ``host``); ``flagged``: how many of its ranks a finding names."""
     if not len(fig) or fig["host"].isna().all():
         return cast(pd.DataFrame, pd.DataFrame(columns=NODE_COLUMNS))
-    f = fig.assign(flag=fig["rank"].isin(list(flagged)))
-    g = f.groupby("host", sort=True)
-    med = g[["step_time_ms", "compute_ms", "arrival_wait_ms", "input_ms"]].median()
+    host = fig["host"]
+    has = host.notna().to_numpy()  # groupby's dropna
+    names, code = np.unique(host[has].astype(str).to_numpy(), return_inverse=True)
+    g = Groups.of(code)
+    rank = fig["rank"].to_numpy()[has]
+    medians = ("step_time_ms", "compute_ms", "arrival_wait_ms", "input_ms", "internode_transfer_ms")
     out = pd.DataFrame(
         {
-            "host": med.index.astype(str),
-            "ranks": g["rank"].size().to_numpy(),
-            "first_rank": g["rank"].min().to_numpy(),
-            "last_rank": g["rank"].max().to_numpy(),
-            **{c: med[c].to_numpy() for c in med.columns},
-            "internode_transfer_ms": g["internode_transfer_ms"].median().to_numpy(),
-            "flagged": g["flag"].sum().to_numpy(),
+            "host": pd.Index(names).astype(str),
+            "ranks": g.sizes,
+            "first_rank": g.min(rank),
+            "last_rank": g.max(rank),
+            **{c: g.median(fig[c].to_numpy(dtype=float)[has]) for c in medians},
+            "flagged": g.sum(np.isin(rank, list(flagged)).astype(np.int64)),
         }
     )
     return cast(pd.DataFrame, out[NODE_COLUMNS].sort_values("first_rank").reset_index(drop=True))
