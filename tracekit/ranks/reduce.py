@@ -254,6 +254,12 @@ def _mode(v: np.ndarray) -> int:
     return int(uniq[np.argmax(counts)])
 
 
+def _counts(v: np.ndarray) -> list[tuple[int, int]]:
+    """Each value of ``v`` (integers) and how often it occurs."""
+    uniq, counts = np.unique(v, return_counts=True)
+    return list(zip(uniq.tolist(), counts.tolist(), strict=True))
+
+
 def _split(df: pd.DataFrame, by: str, col: str) -> list[tuple[int, np.ndarray]]:
     """``df[col]`` per value of ``df[by]`` (integers), rows in order."""
     if not len(df):
@@ -410,38 +416,44 @@ def per_rank_table(
     """One row per rank: medians and per-step means over the common steps."""
     if not len(rs):
         return cast(pd.DataFrame, pd.DataFrame())
-    g = rs.groupby("rank", sort=True)
-    mean = g.mean(numeric_only=True)
-    total = g["step_time_ms"].sum()
-    ranks = [int(r) for r in mean.index]
+    g = Groups.of(rs["rank"].to_numpy())
+
+    def mean(c: str) -> np.ndarray:
+        return g.fmean(rs[c].to_numpy(dtype=float))
+
+    def summed(c: str) -> np.ndarray:
+        return g.fsum(rs[c].to_numpy(dtype=float))
+
+    total = summed("step_time_ms")
+    ranks = [int(r) for r in g.keys]
     seen = matched[matched["ranks"] >= 2] if len(matched) else matched
-    last = seen["last_rank"].value_counts() if len(seen) else pd.Series(dtype=np.int64)
+    last = dict(_counts(seen["last_rank"].to_numpy())) if len(seen) else {}
 
     def meta(key: str) -> list[Any]:
         return [info.get(r, {}).get(key) for r in ranks]
 
-    pct = 100.0 / total.where(total > 0)
+    pct = 100.0 / np.where(total > 0, total, np.nan)
     df = pd.DataFrame(
         {
             "rank": ranks,
             "host": [hosts.get(r) for r in ranks],
             "device": meta("device"),
             "trace": [Path(str(t or "")).name for t in meta("trace")],
-            "steps": g.size().to_numpy(),
-            "step_time_ms": g["step_time_ms"].median().to_numpy(),
-            "gpu_busy_ms": mean["busy_ms"].to_numpy(),
-            "compute_ms": mean["compute_ms"].to_numpy(),
-            "comm_kernel_ms": mean["comm_ms"].to_numpy(),
-            "comm_kernel_sum_ms": mean["comm_sum_ms"].to_numpy(),
-            "exposed_comm_ms": mean["exposed_comm_ms"].to_numpy(),
-            "overlapped_comm_ms": (mean["comm_ms"] - mean["exposed_comm_ms"]).to_numpy(),
-            "gpu_idle_ms": mean["idle_ms"].to_numpy(),
-            "gpu_idle_pct": (g["idle_ms"].sum() * pct).to_numpy(),
-            "exposed_comm_pct": (g["exposed_comm_ms"].sum() * pct).to_numpy(),
-            "sync_wait_ms": mean["sync_wait_ms"].to_numpy(),
-            "own_work_ms": mean["own_work_ms"].to_numpy(),
+            "steps": g.sizes,
+            "step_time_ms": g.median(rs["step_time_ms"].to_numpy(dtype=float)),
+            "gpu_busy_ms": mean("busy_ms"),
+            "compute_ms": mean("compute_ms"),
+            "comm_kernel_ms": mean("comm_ms"),
+            "comm_kernel_sum_ms": mean("comm_sum_ms"),
+            "exposed_comm_ms": mean("exposed_comm_ms"),
+            "overlapped_comm_ms": mean("comm_ms") - mean("exposed_comm_ms"),
+            "gpu_idle_ms": mean("idle_ms"),
+            "gpu_idle_pct": summed("idle_ms") * pct,
+            "exposed_comm_pct": summed("exposed_comm_ms") * pct,
+            "sync_wait_ms": mean("sync_wait_ms"),
+            "own_work_ms": mean("own_work_ms"),
             "collectives_per_step": meta("collectives_per_step"),
-            "last_arrivals": [int(last.get(r, 0)) for r in ranks],
+            "last_arrivals": [last.get(r, 0) for r in ranks],
             "peak_allocated_bytes": meta("peak_allocated_bytes"),
             "peak_reserved_bytes": meta("peak_reserved_bytes"),
             "clock_offset_ms": [clock.offsets_ns.get(r, 0) / 1e6 for r in ranks],
