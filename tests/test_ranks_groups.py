@@ -93,3 +93,17 @@ def test_first_equals_groupby_first() -> None:
     want = inst.groupby("key", sort=True)[cols].first().reset_index(drop=True)
     got = _first(inst, Groups.of(inst["key"].to_numpy()))
     pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+def test_series_helpers_equal_pandas() -> None:
+    from tracekit.ranks.groups import series_median, series_mode, value_counts
+
+    rng = np.random.default_rng(4)
+    for n in (1, 2, 9, 40):
+        ints = rng.integers(0, 5, n)
+        floats = rng.random(n)
+        floats[::3] = np.nan
+        assert series_mode(ints) == int(pd.Series(ints).mode().iloc[0])
+        assert dict(value_counts(ints)) == pd.Series(ints).value_counts().to_dict()
+        want = pd.Series(floats).median()
+        assert series_median(floats) == want or (np.isnan(want) and n == 1)

@@ -8,9 +8,11 @@ giving the same values as the pandas calls they replace."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -125,3 +127,30 @@ def nanmax(g: Groups, values: np.ndarray) -> np.ndarray:
     if not len(g.keys):
         return np.asarray(values)[:0]
     return np.asarray(np.fmax.reduceat(np.asarray(values)[g.order], g.starts))
+
+
+def series_median(v: np.ndarray) -> float:
+    """pandas' ``Series.median()``: NaN skipped."""
+    ok = ~np.isnan(v)
+    return float(np.nanmedian(v[ok])) if ok.any() else math.nan
+
+
+def series_mode(v: np.ndarray) -> int:
+    """pandas' ``Series.mode().iloc[0]``: the smallest of the most frequent values."""
+    uniq, counts = np.unique(v, return_counts=True)
+    return int(uniq[np.argmax(counts)])
+
+
+def value_counts(v: np.ndarray) -> list[tuple[int, int]]:
+    """Each value of ``v`` (integers) and how often it occurs."""
+    uniq, counts = np.unique(v, return_counts=True)
+    return list(zip(uniq.tolist(), counts.tolist(), strict=True))
+
+
+def split(df: pd.DataFrame, by: str, col: str) -> list[tuple[int, np.ndarray]]:
+    """``df[col]`` per value of ``df[by]`` (integers), rows in order."""
+    if not len(df):
+        return []
+    g = Groups.of(df[by].to_numpy())
+    v = df[col].to_numpy()[g.order]
+    return [(int(k), v[s : s + n]) for k, s, n in zip(g.keys, g.starts, g.sizes, strict=True)]

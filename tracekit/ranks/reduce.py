@@ -31,7 +31,7 @@ import pandas as pd
 
 from tracekit.ranks import bandwidth as BW
 from tracekit.ranks.collectives import COMMUNICATION, INSTANCE_COLUMNS, assign_keys, match
-from tracekit.ranks.groups import Groups
+from tracekit.ranks.groups import Groups, series_median, series_mode, split, value_counts
 from tracekit.ranks.latends import late_ends
 from tracekit.ranks.measured import Measured, reconcile
 from tracekit.ranks.nodes import inter_node
@@ -242,33 +242,6 @@ def rank_step_table(steps: pd.DataFrame, inst: pd.DataFrame, t0: int) -> pd.Data
     return cast(pd.DataFrame, out.sort_values(["step", "rank"]).reset_index(drop=True))
 
 
-def _median(v: np.ndarray) -> float:
-    """pandas' ``Series.median()``: NaN skipped."""
-    ok = ~np.isnan(v)
-    return float(np.nanmedian(v[ok])) if ok.any() else math.nan
-
-
-def _mode(v: np.ndarray) -> int:
-    """pandas' ``Series.mode().iloc[0]``: the smallest of the most frequent values."""
-    uniq, counts = np.unique(v, return_counts=True)
-    return int(uniq[np.argmax(counts)])
-
-
-def _counts(v: np.ndarray) -> list[tuple[int, int]]:
-    """Each value of ``v`` (integers) and how often it occurs."""
-    uniq, counts = np.unique(v, return_counts=True)
-    return list(zip(uniq.tolist(), counts.tolist(), strict=True))
-
-
-def _split(df: pd.DataFrame, by: str, col: str) -> list[tuple[int, np.ndarray]]:
-    """``df[col]`` per value of ``df[by]`` (integers), rows in order."""
-    if not len(df):
-        return []
-    g = Groups.of(df[by].to_numpy())
-    v = df[col].to_numpy()[g.order]
-    return [(int(k), v[s : s + n]) for k, s, n in zip(g.keys, g.starts, g.sizes, strict=True)]
-
-
 def stragglers(rs: pd.DataFrame, matched: pd.DataFrame) -> pd.DataFrame:
     """Per step: the slowest rank, its step time, the median, its lead; the rank whose own
     work (step time - sync wait) was longest and its lead; the rank that arrived last at
@@ -278,10 +251,10 @@ def stragglers(rs: pd.DataFrame, matched: pd.DataFrame) -> pd.DataFrame:
     rank = rs["rank"].to_numpy()
     st, work = rs["step_time_ms"].to_numpy(dtype=float), rs["own_work_ms"].to_numpy(dtype=float)
     seen = matched[matched["ranks"] >= 2] if len(matched) else matched
-    last_of = {int(s): g for s, g in _split(seen, "step", "last_rank")}
+    last_of = {int(s): g for s, g in split(seen, "step", "last_rank")}
     for k, step in enumerate(by_step.keys.tolist()):
         at = by_step.order[by_step.starts[k] : by_step.starts[k] + by_step.sizes[k]]
-        med, work_med = float(_median(st[at])), float(_median(work[at]))
+        med, work_med = float(series_median(st[at])), float(series_median(work[at]))
         slow, worker = at[np.nanargmax(st[at])], at[np.nanargmax(work[at])]
         last = last_of.get(step)
         rows.append(
@@ -295,7 +268,7 @@ def stragglers(rs: pd.DataFrame, matched: pd.DataFrame) -> pd.DataFrame:
                 "most_work_rank": int(rank[worker]),
                 "own_work_ms": float(work[worker]),
                 "own_work_lead_ms": float(work[worker]) - work_med,
-                "waited_on_rank": _mode(last) if last is not None else -1,
+                "waited_on_rank": series_mode(last) if last is not None else -1,
             }
         )
     return cast(pd.DataFrame, pd.DataFrame(rows))
@@ -427,7 +400,7 @@ def per_rank_table(
     total = summed("step_time_ms")
     ranks = [int(r) for r in g.keys]
     seen = matched[matched["ranks"] >= 2] if len(matched) else matched
-    last = dict(_counts(seen["last_rank"].to_numpy())) if len(seen) else {}
+    last = dict(value_counts(seen["last_rank"].to_numpy())) if len(seen) else {}
 
     def meta(key: str) -> list[Any]:
         return [info.get(r, {}).get(key) for r in ranks]
