@@ -383,7 +383,7 @@ def test_a_cpu_generate_sweep_tells_one_story(tmp_path: Path) -> None:
     memory in the unit its figures need, no nan cell, one configuration's figure not a
     range with equal ends, a batch that did not gain not said to grow, and one sentence
     per failure reason."""
-    from tracekit.sweep import _generate_table
+    from tracekit.sweep import GENERATE_COLUMNS, _column_table
     from tracekit.sweep.findings import failed_findings
 
     tiny = 2**20 * 1.5  # a tiny model's 1.5 MiB peak: "0.00 GiB" before
@@ -397,7 +397,7 @@ def test_a_cpu_generate_sweep_tells_one_story(tmp_path: Path) -> None:
     for r in rows:  # its steps' times spread (p10-p90 > 10 %): the dip is within the noise
         r.update(tpot_p10_ms=0.5 * r["tpot_ms"], tpot_p90_ms=2 * r["tpot_ms"])
     t = prepared(pd.DataFrame(rows))
-    header, row = _generate_table(t)
+    header, row = _column_table(t, GENERATE_COLUMNS)
     assert "peak MiB" in header and "KV MiB" in header and "GiB" not in header
     line = row(t.iloc[0])
     assert "nan" not in line and "    1.50 " in line and "    0.30 " in line

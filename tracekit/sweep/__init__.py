@@ -7,7 +7,7 @@ writes findings. No torch import here: the collectors run in the subprocesses.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,21 +110,48 @@ def _measured(table: pd.DataFrame) -> list[tuple[str, str, int, str]]:
     return [c for c in TRAIN_COLUMNS if c[0] in ok and ok[c[0]].notna().any()]
 
 
-def _train_table(table: pd.DataFrame) -> tuple[str, Callable[[pd.Series], str]]:
-    """The header and row formatter of a training sweep's table, memory in the unit that
-    shows its values (MiB or KiB on a CPU sweep, not 0.00 GiB)."""
-    cols = _measured(table)
+# a generate sweep's columns, every one shown (a figure a run lacks, the GPU's on CPU: -)
+GENERATE_COLUMNS: tuple[tuple[str, str, int, str], ...] = (
+    ("ttft_ms", "TTFT ms", 8, ".2f"),
+    ("tpot_ms", "TPOT ms", 8, ".3f"),
+    ("time_per_token_ms", "ms/tok", 8, ".4f"),
+    ("tokens_per_s", "tokens/s", 10, ",.0f"),
+    ("peak_bytes", "peak {u}", 8, "mem"),
+    ("kv_cache_bytes", "KV {u}", 7, "mem"),
+    ("model_decode_bytes_per_step", "model MB/step", 13, "M.1f"),
+    ("decode_model_bw_Bps", "GB/s", 7, "G.1f"),
+    ("decode_bw_util_pct", "% copy", 6, ".1f"),
+    ("decode_gemm_ms", "GEMM ms", 8, ".3f"),
+    ("decode_gpu_busy_ms", "GPU ms", 7, ".3f"),
+    ("decode_host_idle_pct", "idle %", 6, ".0f"),
+    ("decode_limit", "limit", 5, "limit"),
+)
+_SCALES = {"M": 1e6, "G": 1e9}  # a kind's leading letter: the value over this
+
+
+def _column_table(
+    table: pd.DataFrame, cols: Sequence[tuple[str, str, int, str]]
+) -> tuple[str, Callable[[pd.Series], str]]:
+    """The header and row formatter of ``cols`` (key, title, width, kind): memory
+    (``mem``) in the unit its largest ok value needs (MiB or KiB on a CPU sweep, not 0.00
+    GiB), ``M``/``G`` before a format spec: the value in millions/billions, ``+`` a sign,
+    ``limit`` the decode limit's short word; a missing figure is ``-``."""
     ok = table[table["status"] == "ok"]
-    unit, scale = memory_unit([float(v) for c, _, _, k in cols if k == "mem" for v in ok[c]])
+    mem = [float(v) for c, _, _, k in cols if k == "mem" and c in ok for v in ok[c]]
+    unit, scale = memory_unit(mem)
     header = " ".join(f"{t.format(u=unit):>{w}}" for _, t, w, _ in cols)
 
     def cell(v: Any, w: int, kind: str) -> str:
+        if kind == "limit":
+            return f"{short_limit(v):>{w}}"
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return f"{'-':>{w}}"
         if kind == "mem":
             return f"{v / scale:>{w}.2f}"
+        div = _SCALES.get(kind[:1], 1.0)
+        kind = kind[1:] if kind[:1] in _SCALES else kind
         sign, spec = ("+", kind[1:]) if kind.startswith("+") else ("", kind)
-        return f"{v:>{sign}{w}{spec}}"
+        return f"{v / div:>{sign}{w}{spec}}"
 
     def row(r: pd.Series) -> str:
         return " ".join(cell(r.get(c), w, k) for c, _, w, k in cols)
@@ -132,48 +159,12 @@ def _train_table(table: pd.DataFrame) -> tuple[str, Callable[[pd.Series], str]]:
     return header, row
 
 
-def _generate_table(table: pd.DataFrame) -> tuple[str, Callable[[pd.Series], str]]:
-    """Prefill and decode times, memory (in the unit its largest figure needs: a CPU
-    sweep's KiB would read 0.00 GiB), and the decode step's bandwidth by the analytic
-    model's byte count (% of the measured copy ceiling); a figure a run does not have
-    (no GPU on CPU) is ``-``."""
-    ok = table[table["status"] == "ok"]
-    mem = [float(v) for c in ("peak_bytes", "kv_cache_bytes") if c in ok for v in ok[c]]
-    unit, scale = memory_unit(mem)
-    header = (
-        f"{'TTFT ms':>8} {'TPOT ms':>8} {'ms/tok':>8} {'tokens/s':>10} {'peak ' + unit:>8} "
-        f"{'KV ' + unit:>7} {'model MB/step':>13} {'GB/s':>7} {'% copy':>6} {'GEMM ms':>8} "
-        f"{'GPU ms':>7} {'idle %':>6} {'limit':>5}"
-    )
-
-    def cell(v: Any, w: int, spec: str, div: float = 1.0) -> str:
-        if v is None or (isinstance(v, float) and math.isnan(v)):
-            return f"{'-':>{w}}"
-        return f"{v / div:>{w}{spec}}"
-
-    def row(r: pd.Series) -> str:
-        return " ".join((
-            cell(r.get("ttft_ms"), 8, ".2f"), cell(r.get("tpot_ms"), 8, ".3f"),
-            cell(r.get("time_per_token_ms"), 8, ".4f"), cell(r.get("tokens_per_s"), 10, ",.0f"),
-            cell(r.get("peak_bytes"), 8, ".2f", scale),
-            cell(r.get("kv_cache_bytes"), 7, ".2f", scale),
-            cell(r.get("model_decode_bytes_per_step"), 13, ".1f", 1e6),
-            cell(r.get("decode_model_bw_Bps"), 7, ".1f", 1e9),
-            cell(r.get("decode_bw_util_pct"), 6, ".1f"), cell(r.get("decode_gemm_ms"), 8, ".3f"),
-            cell(r.get("decode_gpu_busy_ms"), 7, ".3f"),
-            cell(r.get("decode_host_idle_pct"), 6, ".0f"),
-            f"{short_limit(r.get('decode_limit')):>5}",
-        ))  # fmt: skip
-
-    return header, row
-
-
 def describe(table: pd.DataFrame, outs: SweepOutputs) -> str:
     """What the CLI prints: the table, the model next to the measurement, fits, findings."""
     if "workload" in table.columns and (table["workload"] == "generate").all():
-        header, row = _generate_table(prepared(table))
+        header, row = _column_table(prepared(table), GENERATE_COLUMNS)
         return _describe(_table_lines(prepared(table), header, row), outs)
-    header, row = _train_table(table)
+    header, row = _column_table(table, _measured(table))
     return _describe(_table_lines(table, header, row), outs)
 
 
