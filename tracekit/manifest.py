@@ -602,8 +602,8 @@ def write_manifest(
     if not p.name.endswith(MANIFEST):
         raise ManifestError(f"{p}: a manifest's file name ends in {MANIFEST}")
     doc = {"schema_version": SCHEMA_VERSION, **data}
-    man = check_manifest(doc, strict=strict)
-    if bad := dropped(doc):
+    man = check_manifest(doc, strict=strict)  # strict: refused there
+    if not strict and (bad := dropped(doc)):
         doc["manifest_problems"] = bad
     atomic_write_text(p, json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
     return man
