@@ -45,12 +45,14 @@ from tracekit.collectors.passes import (
 )
 from tracekit.collectors.profiler import ProfilerConfig, default_worker_name, snapshot_artifacts
 from tracekit.collectors.train import (
+    HOST_PROBE_STEPS,
     StepTimer,
     Workload,
     build_workload,
     cuda_graphs_method,
     run_steps,
     summarize_ms,
+    time_host_issue,
 )
 from tracekit.errors import OutOfMemoryError, TracekitError, UsageError
 from tracekit.io import atomic_dir
@@ -261,6 +263,13 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
     if not math.isfinite(final_loss):
         raise TracekitError(f"the training loss is {final_loss} after {n} steps")
 
+    host_probe: dict[str, Any] = {}
+    if device.type == "cuda":  # on CPU the step is the host's: nothing hidden to time
+        ui.phase("host-issue probe (unprofiled)", HOST_PROBE_STEPS)
+        host_ms, synced_ms = time_host_issue(wl.step, HOST_PROBE_STEPS, start=n, device=device)
+        n += HOST_PROBE_STEPS
+        host_probe = host_probe_metrics(host_ms, synced_ms)
+
     if after_timed is not None:
         ui.phase("communication cost (unprofiled)")
         n = after_timed(wl, n)
@@ -273,6 +282,7 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
         cfg, wl, timed_ms, profiled_ms, peak_alloc, peak_reserved, avg_alloc, final_loss
     )
     manifest["metrics"].update(timeline_metrics(timeline_ms, timed_ms, cost))
+    manifest["metrics"].update(host_probe)
 
     def snapshot_steps() -> None:
         ui.phase("recording CUDA memory snapshot", cfg.snapshot_steps)
@@ -286,6 +296,21 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
     windows = (cost or {}).get("unprofiled_ms") or []
     n = _residual_check(wl, ui, manifest, seen, (timed_ms, timed), windows, n)
     manifest["total_steps"] = n
+
+
+def host_probe_metrics(host_ms: list[float], synced_ms: list[float]) -> dict[str, Any]:
+    """The manifest's host-issue entries (:func:`~tracekit.collectors.train.time_host_issue`):
+    ``host_issue_ms``, the host's time per step from its start to its return with the GPU
+    idle at the start, and ``synced_step_ms``, the same steps until the GPU is done."""
+    return {
+        "host_issue_ms": summarize_ms(host_ms),
+        "synced_step_ms": summarize_ms(synced_ms),
+        "host_issue_method": (
+            f"{len(host_ms)} unprofiled steps after the timed ones, each after "
+            "torch.cuda.synchronize: time.perf_counter from the step's start to its return "
+            "(host_issue_ms) and to the next synchronize (synced_step_ms)"
+        ),
+    }
 
 
 def _observe_before(cfg: CollectConfig, device: torch.device, wl: Workload) -> dict[str, Any]:

@@ -357,6 +357,36 @@ def run_steps(
     return loss
 
 
+HOST_PROBE_STEPS = 5  # steps of the host-issue probe (collect, on CUDA)
+
+
+def time_host_issue(
+    step: Callable[[int], torch.Tensor], n: int, *, start: int, device: torch.device
+) -> tuple[list[float], list[float]]:
+    """The host's own time per step, unprofiled: ``n`` steps, each started on an idle GPU
+    (``torch.cuda.synchronize`` before it), timed with ``perf_counter`` from the step's
+    start until the host returns from it (its launches issued, the GPU still running
+    them) and until the GPU is done. Returns (host ms, synced step ms) per step.
+
+    Where the host returns well before the GPU is done, the first figure is the host's
+    time without the profiler — what a GPU-bound step hides from its own step time (the
+    advisor's host calibration reads it). A step that waits on the GPU inside (``.item()``,
+    a full launch queue) makes the two figures close: the host's time is then at most the
+    first."""
+    host: list[float] = []
+    synced: list[float] = []
+    for i in range(start, start + n):
+        torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        step(i)
+        t1 = time.perf_counter()
+        torch.cuda.synchronize(device)
+        t2 = time.perf_counter()
+        host.append((t1 - t0) * 1e3)
+        synced.append((t2 - t0) * 1e3)
+    return host, synced
+
+
 def percentile(values: list[float], q: float) -> float:
     """Linear-interpolated percentile (numpy's default), ``q`` in [0, 100]."""
     xs = sorted(values)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -19,10 +20,11 @@ import tracekit.advise.regions as R
 import tracekit.advise.table as TB
 import tracekit.summary.critical_path as CP
 from tracekit.advise import limits as LIM
-from tracekit.advise.baseline import ASSUMED_HOST_SPEEDUP, Baseline, analyse
+from tracekit.advise.baseline import ASSUMED_HOST_SPEEDUP, Baseline, analyse, probed_host
 from tracekit.advise.effects import Effect, scenario
 from tracekit.advise.predict import Prediction, predict
 from tracekit.classify.models.memory import StepOptions, estimate
+from tracekit.manifest import Metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "fixtures"
@@ -89,6 +91,62 @@ def test_host_calibration_basis(base: dict[str, Baseline]) -> None:
     assert base["fp32-naive"].host_basis == "assumed"
     assert base["fp32-naive"].host_speedup == ASSUMED_HOST_SPEEDUP
     assert any("cannot calibrate the host" in n for n in base["fp32-naive"].notes)
+
+
+def _probe(host: float, synced: float, n: int = 5) -> Metrics:
+    return Metrics.of({"host_issue_ms": {"median": host, "n": n},
+                       "synced_step_ms": {"median": synced, "n": n}})  # fmt: skip
+
+
+def test_host_issue_probe_calibrates_a_gpu_bound_step(base: dict[str, Baseline]) -> None:
+    """The fp32 step's traced host path, the GPU free, is 26.12 ms (the trace's own); a
+    probe that saw the host return after 13.06 ms of a 26.6 ms step makes it about 2x
+    faster: the k for which that path takes the probe's time."""
+    cp = base["fp32-naive"].cp
+    free = CP.predict(cp, CP.gpu_free())
+    assert free == pytest.approx(26.1183, abs=1e-3)
+    assert free < CP.predict(cp, CP.host_speedup(1.0))  # the GPU's side took some of it
+    got = probed_host(cp, _probe(free / 2, 26.6))
+    assert got is not None and got[1] == "probed"
+    # thread handoffs and untraced gaps are not the host's operators: a bit above 2x
+    assert 2.0 < got[0] < 2.1
+    k = got[0]
+    assert CP.predict(cp, CP.then(CP.gpu_free(), CP.host_speedup(k))) == pytest.approx(
+        free / 2, rel=6e-3
+    )
+    # the host did not return well before the GPU was done: it waited inside the step
+    assert probed_host(cp, _probe(25.0, 26.6)) is None
+    # no probe (a CPU run, a run collected before the probe existed)
+    assert probed_host(cp, Metrics.of({})) is None
+    # the host slower unprofiled than traced: no speed-up
+    assert probed_host(cp, _probe(30.0, 40.0)) == (1.0, "none")
+
+
+def test_analyse_reads_the_probe(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(FIX / "h200-gpt2s-b8-s128-fp32-naive", run)
+    man = json.loads((run / "manifest.json").read_text())
+    man["metrics"]["host_issue_ms"] = {
+        "median": 10.0,
+        "p10": 9.9,
+        "p90": 10.2,
+        "mean": 10.0,
+        "n": 5,
+    }
+    man["metrics"]["synced_step_ms"] = {
+        "median": 27.0,
+        "p10": 26.9,
+        "p90": 27.2,
+        "mean": 27.0,
+        "n": 5,
+    }
+    (run / "manifest.json").write_text(json.dumps(man))
+    b = analyse(run)
+    assert b.host_basis == "probed"
+    path = CP.predict(b.cp, CP.then(CP.gpu_free(), CP.host_speedup(b.host_speedup)))
+    assert path == pytest.approx(10.0, rel=6e-3) and b.host_speedup > 2.612  # 26.12 / 10
+    assert any("host-issue probe" in n and "10.00 ms" in n for n in b.notes)
+    assert predict(b, ["bf16"]).time_basis.endswith("faster without the profiler (probed)")
 
 
 def test_fused_adamw_evidence_on_the_sdpa_fixture(base: dict[str, Baseline]) -> None:

@@ -174,6 +174,9 @@ class Metrics:
     ttft_ms: StepTime | None = None
     tpot_ms: StepTime | None = None
     timeline_cost: dict[str, Any] | None = None
+    host_issue_ms: StepTime | None = None  # the host's own time per step (collect, CUDA)
+    synced_step_ms: StepTime | None = None  # the same steps, to the GPU's end
+    host_issue_method: str | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def number(self, key: str) -> float | None:
@@ -212,6 +215,9 @@ class Metrics:
             ttft_ms=StepTime.of(m.get("ttft_ms")),
             tpot_ms=StepTime.of(m.get("tpot_ms")),
             timeline_cost=_sub(m.get("timeline_cost")),
+            host_issue_ms=StepTime.of(m.get("host_issue_ms")),
+            synced_step_ms=StepTime.of(m.get("synced_step_ms")),
+            host_issue_method=_str(m.get("host_issue_method")),
             raw=m,
         )
 

@@ -16,7 +16,7 @@ import tracekit.summary.critical_path as CP
 from tracekit.classify.models.memory import MemoryEstimate, StepOptions, estimate
 from tracekit.classify.models.shape import ModelShape
 from tracekit.errors import UsageError
-from tracekit.manifest import manifest_or_empty
+from tracekit.manifest import Metrics, manifest_or_empty
 from tracekit.summary.roofs import Roofs, roofs_from
 
 # Host speed-up assumed when the unprofiled step cannot calibrate it (a GPU-bound step
@@ -24,6 +24,9 @@ from tracekit.summary.roofs import Roofs, roofs_from
 # 1.95 (bf16 naive, SDPA, SDPA compiled; docs/critical-path.md).
 ASSUMED_HOST_SPEEDUP = 2.1
 WHAT_IF_STEPS = 8  # at most this many profiled steps are analysed
+# The host-issue probe calibrates the host where the host returned from the step at least
+# this share of the step before the GPU was done (else it waited on the GPU inside it).
+HOST_AHEAD = 0.10
 
 
 @dataclass
@@ -38,7 +41,7 @@ class Baseline:
     summary: Any  # tracekit.summary.Summary
     cp: CP.CriticalPath  # the lever models' step graph (a CPU run's: its threads)
     host_speedup: float
-    host_basis: str  # 'calibrated', 'assumed' or 'none' (the trace is not slower)
+    host_basis: str  # 'calibrated', 'probed', 'assumed' or 'none' (the trace is not slower)
     step_ms: float  # unprofiled median (manifest)
     tokens: int  # per step (all micro-batches)
     peak_bytes: float  # measured peak (NaN: unknown)
@@ -162,6 +165,34 @@ def aligned_kernels(trace: Any, cls: Any) -> pd.DataFrame:
     return out
 
 
+def probed_host(cp: CP.CriticalPath, m: Metrics) -> tuple[float, str] | None:
+    """The host's speed-up without the profiler from ``collect``'s host-issue probe, for a
+    step whose unprofiled time cannot calibrate it (the GPU binds): the k for which the
+    traced step's host path, the GPU's side free (:func:`~tracekit.summary.critical_path.
+    gpu_free`), takes the probe's host time per step. None without a probe, or where the
+    host returned less than :data:`HOST_AHEAD` before the GPU was done (it waited on the
+    GPU inside the step: its own time is not seen apart)."""
+    host, synced = m.host_issue_ms, m.synced_step_ms
+    if host is None or synced is None or host.median is None or synced.median is None:
+        return None
+    if not 0 < host.median <= (1.0 - HOST_AHEAD) * synced.median:
+        return None
+    k = CP.calibrate_host(cp, host.median, given=CP.gpu_free())
+    if k is None:
+        return None
+    return k, "probed" if k > 1.0 else "none"
+
+
+def probe_note(m: Metrics, k: float) -> str:
+    assert m.host_issue_ms is not None and m.synced_step_ms is not None
+    return (
+        f"the host calibrated by collect's host-issue probe: the host returns from a step "
+        f"{m.host_issue_ms.median:.2f} ms after its start without the profiler (the GPU done "
+        f"at {m.synced_step_ms.median:.2f} ms; median of {m.host_issue_ms.n} steps), the traced "
+        f"step's host path x{k:.2f} longer"
+    )
+
+
 def analyse(run: Path | str) -> Baseline:
     """Parse, classify and summarise the run; its critical path calibrated to the
     unprofiled step time of the manifest."""
@@ -190,6 +221,9 @@ def analyse(run: Path | str) -> Baseline:
         raise UsageError(f"{run}: no profiled step in the trace: nothing to predict from")
     k = cp.host_speedup
     basis = "calibrated" if k is not None and k > 1.0 else "none"
+    if k is None and (probed := probed_host(cp, typed.metrics)) is not None:
+        k, basis = probed
+        notes.append(probe_note(typed.metrics, k))
     if k is None:
         k, basis = ASSUMED_HOST_SPEEDUP, "assumed"
         notes.append(

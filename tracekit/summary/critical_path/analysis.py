@@ -73,6 +73,19 @@ def host_speedup(k: float) -> Scenario:
     )
 
 
+def gpu_free() -> Scenario:
+    """The GPU's side of the step costs nothing (kernels, launch latency, GPU idle, stream
+    and sync waits, the launch queue): what is left is the host's own path through the
+    step — what the host-issue probe of ``tracekit collect`` times without the profiler."""
+    gpu_side = (T.LAUNCH, T.GPU_IDLE, T.STREAM_WAIT, T.SYNC, T.QUEUE)
+
+    def w(sg: B.StepGraph) -> Weights:
+        host = {*T.HOST, T.THREAD, T.UNEXPLAINED}
+        return Weights(key_mult={k: 0.0 for k in (*sg.graph.keys, *gpu_side) if k not in host})
+
+    return Scenario("gpu_free", "the GPU's work and waits cost nothing", w)
+
+
 def launch_free() -> Scenario:
     """Launch calls cost no CPU time (the GPU-side launch latency stays)."""
     return Scenario(
@@ -291,30 +304,38 @@ def predict(cp: CriticalPath, scenario: Scenario, steps: Sequence[int] | None = 
     return float(np.mean(per) / 1e6)
 
 
-def calibrate_host(cp: CriticalPath, measured_ms: float, rel_tol: float = 5e-3) -> float | None:
+def calibrate_host(
+    cp: CriticalPath, measured_ms: float, rel_tol: float = 5e-3, given: Scenario | None = None
+) -> float | None:
     """The host speed-up k for which the predicted step time equals ``measured_ms``, a step
     time measured without the profiler (whose own per-operator cost inflates the traced
     host time; ``tracekit collect`` records it in the manifest). 1.0 when the traced path
     is not longer than the measurement; None when even a free host predicts more than it
     (then the host is not what the profiler slowed down). ``then(host_speedup(k), s)``
-    predicts scenario ``s`` for the unprofiled run."""
-    base = predict(cp, host_speedup(1.0))
+    predicts scenario ``s`` for the unprofiled run. ``given``: a scenario the measurement
+    was made under (:func:`gpu_free` for the host's own time per step)."""
+
+    def at(k: float) -> float:
+        s = host_speedup(k)
+        return predict(cp, s if given is None else then(given, s))
+
+    base = at(1.0)
     if not measured_ms > 0 or base != base:
         return None
     if measured_ms >= base:
         return 1.0
-    if predict(cp, host_speedup(1e6)) > measured_ms * (1 + rel_tol):
+    if at(1e6) > measured_ms * (1 + rel_tol):
         return None
     lo, hi = 1.0, 2.0
-    while predict(cp, host_speedup(hi)) > measured_ms and hi < 1e6:
+    while at(hi) > measured_ms and hi < 1e6:
         lo, hi = hi, hi * 2
-    if predict(cp, host_speedup(hi)) > measured_ms:
+    if at(hi) > measured_ms:
         # within rel_tol above a free host's time but not reached by any finite speed-up:
         # the GPU's path binds; no host speed-up describes the step (was read as x2**20)
         return None
     while hi / lo > 1 + rel_tol:  # the step time falls monotonically with k
         mid = (lo * hi) ** 0.5
-        lo, hi = (mid, hi) if predict(cp, host_speedup(mid)) > measured_ms else (lo, mid)
+        lo, hi = (mid, hi) if at(mid) > measured_ms else (lo, mid)
     return hi
 
 
