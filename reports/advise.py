@@ -17,6 +17,7 @@ from rich.text import Text
 
 import tracekit.reports.fmt as fmt
 import tracekit.reports.html as H
+from tracekit.advise.table import ratio_bounds
 from tracekit.io import atomic_write_text
 
 REPORT = "report"
@@ -152,15 +153,6 @@ LEGEND = (
 PRED_LEGEND = "pred ms, x: predicted step time and ratio; Δ MiB: predicted peak memory change"
 
 
-def bounds(lo: float, hi: float) -> str:
-    """``lo-hi`` at two decimals, or as many more (up to six) as tell its ends apart."""
-    for d in range(2, 7):
-        a, b = f"{lo:.{d}f}", f"{hi:.{d}f}"
-        if a != b:
-            break
-    return f"{a}-{b}"
-
-
 def interval(r: Mapping[str, Any], long: bool = False) -> str:
     """The step ratio's 90 % interval over paired rounds and how many rounds it rests on
     ('=' marks one holding 1.0): ``0.66-0.72 (12)`` (``long``: ``(12 rounds)``). One round
@@ -178,7 +170,7 @@ def interval(r: Mapping[str, Any], long: bool = False) -> str:
         return f"{rounds} rounds, no spread"
     mark = "=" if float(lo) <= 1.0 <= float(hi) else ""
     tail = f" ({rounds} rounds)" if long else f" ({rounds})"
-    return f"{mark}{bounds(float(lo), float(hi))}{tail}"
+    return f"{mark}{ratio_bounds(float(lo), float(hi))}{tail}"
 
 
 def ranked(doc: Mapping[str, Any], table: pd.DataFrame) -> RenderableType:

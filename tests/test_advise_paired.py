@@ -184,6 +184,20 @@ def test_interval_text_says_how_many_rounds_it_rests_on() -> None:
         assert lo != hi, text
 
 
+def test_the_why_lines_interval_tells_its_ends_apart_as_the_table_does() -> None:
+    from tracekit.advise.table import interval_text
+
+    def r(lo: float, hi: float, n: int) -> dict[str, object]:
+        return {"ratio_lo": lo, "ratio_hi": hi, "rounds": n}
+
+    # the H200 s128 table's cuda-graphs row: 1.010-1.012 there, "1.01-1.01" in its line
+    assert interval_text(r(1.0101, 1.0119, 5)) == "90 % interval 1.010-1.012, 5 rounds"
+    assert interval_text(r(1.12, 1.24, 5)) == "90 % interval 1.12-1.24, 5 rounds"
+    assert interval_text(r(1.3, 1.3, 5)) == "5 rounds, no spread"
+    assert interval_text(r(math.nan, math.nan, 1)) == "1 round, no interval"
+    assert interval_text(r(math.nan, math.nan, 0)) == "1 collect, no interval"
+
+
 def test_search_measurer_times_a_combination_against_the_best_so_far(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

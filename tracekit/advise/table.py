@@ -102,15 +102,27 @@ def row(
     return out
 
 
+def ratio_bounds(lo: float, hi: float) -> str:
+    """``lo-hi`` at two decimals, or as many more (up to six) as tell its ends apart."""
+    for d in range(2, 7):
+        a, b = f"{lo:.{d}f}", f"{hi:.{d}f}"
+        if a != b:
+            break
+    return f"{a}-{b}"
+
+
 def interval_text(r: Mapping[str, Any]) -> str:
-    """A row's 90 % interval and its rounds, for a sentence."""
+    """A row's 90 % interval and its rounds, for a sentence (its ends told apart as in the
+    table: never ``1.01-1.01`` for an interval of 1.010-1.012)."""
     lo, hi, n = _f(r.get("ratio_lo")), _f(r.get("ratio_hi")), _f(r.get("rounds"))
     rounds = int(n) if n == n else 0
     if rounds == 0:
         return "1 collect, no interval"
     if rounds < 2 or lo != lo or hi != hi:
         return "1 round, no interval"
-    return f"90 % interval {lo:.2f}-{hi:.2f}, {rounds} rounds"
+    if lo == hi:
+        return f"{rounds} rounds, no spread"
+    return f"90 % interval {ratio_bounds(lo, hi)}, {rounds} rounds"
 
 
 def add_slower_why(
