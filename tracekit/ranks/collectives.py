@@ -37,6 +37,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
@@ -314,16 +315,21 @@ def _signature(kind: Any, nbytes: Any) -> tuple[str, float | None]:
     return str(kind), (round(float(nbytes)) if sized else None)
 
 
-def _agree(inst: pd.DataFrame, keys: pd.Series) -> pd.Series:
-    """Per key, whether its instances have one :func:`_signature` (vectorised: no Python
-    loop over the job's instances)."""
+def _agree_in(inst: pd.DataFrame, g: Groups) -> np.ndarray:
+    """Per group of ``g``, whether its instances have one :func:`_signature` (vectorised:
+    no Python loop over the job's instances)."""
     kind = inst["kind"].astype(str)
     nbytes = pd.to_numeric(inst["message_bytes"], errors="coerce").astype(float)
     size = nbytes.round().where((kind != "all_to_all") & nbytes.notna())
-    g = Groups.of(keys.to_numpy())
     one_kind = g.nunique(pd.factorize(kind.to_numpy(), use_na_sentinel=False)[0]) == 1
     one_size = g.nunique(pd.factorize(size.to_numpy(), use_na_sentinel=False)[0]) == 1
-    return cast(pd.Series, pd.Series(one_kind & one_size, index=pd.Index(g.keys)))
+    return np.asarray(one_kind & one_size)
+
+
+def _agree(inst: pd.DataFrame, keys: pd.Series) -> pd.Series:
+    """Per key, whether its instances have one :func:`_signature`."""
+    g = Groups.of(keys.to_numpy())
+    return cast(pd.Series, pd.Series(_agree_in(inst, g), index=pd.Index(g.keys)))
 
 
 def _by_order(inst: pd.DataFrame) -> pd.Series:
@@ -388,21 +394,64 @@ def _first(inst: pd.DataFrame, g: Groups) -> pd.DataFrame:
     return cast(pd.DataFrame, out)
 
 
-def match(inst: pd.DataFrame, keys: pd.Series | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Match every rank's instances (``inst``: :data:`INSTANCE_COLUMNS` plus ``rank``, with
-    ``ts``/``end`` on the common time base; ``keys``: their :func:`assign_keys` where the
-    caller has them). Returns (one row per collective, :data:`MATCH_COLUMNS`; ``inst`` with
-    ``key``, ``transfer_ns`` and ``wait_ns`` added)."""
-    if not len(inst):
-        return pd.DataFrame(columns=MATCH_COLUMNS), inst.assign(
-            key=[], transfer_ns=[], wait_ns=[], arrival_wait_ns=[], own_transfer_ns=[]
-        )
+@dataclass(frozen=True)
+class Keyed:
+    """The half of a match the clocks do not change: ``inst`` (the instances with their
+    ``key``, those matched to none dropped), grouped by key (``g``), and per collective
+    (in the order of ``g.keys``) the columns that do not depend on times (``fixed``)."""
+
+    inst: pd.DataFrame
+    g: Groups
+    fixed: dict[str, Any]
+
+
+def keyed(inst: pd.DataFrame, keys: pd.Series | None = None) -> Keyed:
+    """``inst`` (:data:`INSTANCE_COLUMNS` plus ``rank``) keyed and grouped (``keys``: their
+    :func:`assign_keys` where the caller has them)."""
     inst = inst.copy()
     inst["key"] = assign_keys(inst) if keys is None else keys
     if (inst["key"].to_numpy() < 0).any():  # a boolean filter copies every column
         inst = inst[inst["key"] >= 0]
     g = Groups.of(inst["key"].to_numpy())
+    dur = inst["dur"].to_numpy(dtype=np.int64)
+    first = _first(inst, g)
+    n_ranks = g.nunique(inst["rank"].to_numpy())
+    size = first["group_size"].astype("Float64").fillna(pd.Series(n_ranks, dtype="Float64"))
+    size_f = size.astype(np.float64).to_numpy()
+    fixed = {
+        "key": g.keys,
+        **{c: first[c] for c in ("pg", "step", "index", "seq", "kind", "dtype")},
+        "message_bytes": nanmax(g, inst["message_bytes"].to_numpy(dtype=np.float64)),
+        "group_size": np.round(size_f).astype(np.int64),
+        "ranks": n_ranks,
+        "complete": n_ranks >= size_f,
+        "consistent": _agree_in(inst, g),
+        "dur_sum": g.sum(dur),
+        "dur_max_ns": g.max(dur),
+    }
+    return Keyed(inst, g, fixed)
+
+
+def _take(v: Any, order: np.ndarray) -> Any:
+    """``v`` (an array or a Series) in ``order``, as an array of its own dtype."""
+    if isinstance(v, pd.Series):
+        return v.array.take(order)
+    return np.asarray(v)[order]
+
+
+def timed(k: Keyed, offsets: dict[int, int] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`match` of ``k``'s instances, each rank's times moved by ``offsets`` (rank ->
+    ns; None: as they are): the clock-free half is not computed again."""
+    g, fx = k.g, k.fixed
+    inst = k.inst.copy()
     ts, end = inst["ts"].to_numpy(dtype=np.int64), inst["end"].to_numpy(dtype=np.int64)
+    if offsets is not None and len(inst):
+        rank = inst["rank"].to_numpy(dtype=np.int64)
+        ranks = np.unique(rank)
+        off = np.asarray([offsets.get(int(r), 0) for r in ranks], dtype=np.int64)
+        shift = off[np.searchsorted(ranks, rank)]
+        ts, end = ts + shift, end + shift
+        inst["ts"], inst["end"] = ts, end
     dur = inst["dur"].to_numpy(dtype=np.int64)
     latest, earliest = g.max(ts), g.min(end)
     transfer = np.clip(earliest - latest, 0, None)
@@ -412,46 +461,44 @@ def match(inst: pd.DataFrame, keys: pd.Series | None = None) -> tuple[pd.DataFra
     arrived = latest[g.inverse]
     inst["arrival_wait_ns"] = np.minimum(dur, np.clip(arrived - ts, 0, None))
     inst["own_transfer_ns"] = np.clip(end - arrived, 0, None)
-    first = _first(inst, g)
-    n_ranks = g.nunique(inst["rank"].to_numpy())
-    size = first["group_size"].astype("Float64").fillna(pd.Series(n_ranks, dtype="Float64"))
-    size_f = size.astype(np.float64).to_numpy()
     last = inst["rank"].to_numpy()[g.first_where(ts == arrived)]
-    nbytes = inst["message_bytes"].to_numpy(dtype=np.float64)
     count = g.sizes.astype(np.float64)
-    out = pd.DataFrame(
-        {
-            "key": g.keys,
-            "pg": first["pg"],
-            "step": first["step"],
-            "index": first["index"],
-            "seq": first["seq"],
-            "kind": first["kind"],
-            "dtype": first["dtype"],
-            "message_bytes": nanmax(g, nbytes),
-            "group_size": np.round(size_f).astype(np.int64),
-            "ranks": n_ranks,
-            "complete": n_ranks >= size_f,
-            "consistent": _agree(inst, inst["key"]).reindex(g.keys).to_numpy(dtype=bool),
-            "latest_start": latest,
-            "earliest_end": earliest,
-            "transfer_ns": transfer,
-            "dur_mean_ns": g.sum(dur) / count,
-            "dur_max_ns": g.max(dur),
-            "wait_mean_ns": g.sum(wait) / count,
-            "wait_max_ns": g.max(wait),
-            "last_rank": last.astype(np.int64),
-            "last_rank_late_ns": latest - g.median(ts),
-        }
-    )
-    out["algbw_Bps"] = np.where(
-        (out["transfer_ns"] > 0) & (out["ranks"] > 1),
-        out["message_bytes"] / (out["transfer_ns"].clip(lower=1) / 1e9),
-        np.nan,
-    )
+    nbytes, n = fx["message_bytes"], fx["ranks"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        algbw = np.where(
+            (transfer > 0) & (n > 1), nbytes / (np.clip(transfer, 1, None) / 1e9), np.nan
+        )
+    cols = {
+        **{c: fx[c] for c in MATCH_COLUMNS[:12]},
+        "latest_start": latest,
+        "earliest_end": earliest,
+        "transfer_ns": transfer,
+        "dur_mean_ns": fx["dur_sum"] / count,
+        "dur_max_ns": fx["dur_max_ns"],
+        "wait_mean_ns": g.sum(wait) / count,
+        "wait_max_ns": g.max(wait),
+        "last_rank": last.astype(np.int64),
+        "last_rank_late_ns": latest - g.median(ts),
+        "algbw_Bps": algbw,
+    }
+    order = np.argsort(latest, kind="stable")
+    out = pd.DataFrame({c: _take(v, order) for c, v in cols.items()})
     out["busbw_Bps"] = [
-        a * COLLECTIVES[k].factor(int(n)) if k in COLLECTIVES and a == a else math.nan
-        for a, k, n in zip(out["algbw_Bps"], out["kind"], out["group_size"], strict=True)
+        a * COLLECTIVES[kd].factor(int(gs)) if kd in COLLECTIVES and a == a else math.nan
+        for a, kd, gs in zip(
+            out["algbw_Bps"].tolist(), out["kind"].tolist(), out["group_size"].tolist(), strict=True
+        )
     ]
-    out = out.sort_values(["latest_start"], kind="stable").reset_index(drop=True)
-    return out[MATCH_COLUMNS], inst
+    return out, inst
+
+
+def match(inst: pd.DataFrame, keys: pd.Series | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Match every rank's instances (``inst``: :data:`INSTANCE_COLUMNS` plus ``rank``, with
+    ``ts``/``end`` on the common time base; ``keys``: their :func:`assign_keys` where the
+    caller has them). Returns (one row per collective, :data:`MATCH_COLUMNS`; ``inst`` with
+    ``key``, ``transfer_ns`` and ``wait_ns`` added)."""
+    if not len(inst):
+        return pd.DataFrame(columns=MATCH_COLUMNS), inst.assign(
+            key=[], transfer_ns=[], wait_ns=[], arrival_wait_ns=[], own_transfer_ns=[]
+        )
+    return timed(keyed(inst, keys))

@@ -30,7 +30,14 @@ import numpy as np
 import pandas as pd
 
 from tracekit.ranks import bandwidth as BW
-from tracekit.ranks.collectives import COMMUNICATION, INSTANCE_COLUMNS, assign_keys, match
+from tracekit.ranks.collectives import (
+    COMMUNICATION,
+    INSTANCE_COLUMNS,
+    assign_keys,
+    keyed,
+    match,
+    timed,
+)
 from tracekit.ranks.groups import Groups, series_median, series_mode, split, value_counts
 from tracekit.ranks.latends import late_ends
 from tracekit.ranks.measured import Measured, reconcile
@@ -130,17 +137,21 @@ def impossible(inst: pd.DataFrame, offsets: dict[int, int]) -> int:
 
 
 def align_clocks(
-    inst: pd.DataFrame, hosts: dict[int, str | None], keys: pd.Series | None = None
+    inst: pd.DataFrame,
+    hosts: dict[int, str | None],
+    keys: pd.Series | None = None,
+    matched: tuple[pd.DataFrame, pd.DataFrame] | None = None,
 ) -> Clock:
     """See the module's docstring (step 1): ranks of different hosts are aligned on the
     first collective; ranks of one host (or unknown hosts) only when that makes fewer of
     their collectives impossible than their own clocks do. ``keys``: the instances'
-    :func:`~tracekit.ranks.collectives.assign_keys`, if known."""
+    :func:`~tracekit.ranks.collectives.assign_keys`, if known; ``matched``: their
+    :func:`~tracekit.ranks.collectives.match` on the ranks' own clocks, if known."""
     ranks = sorted(hosts)
     none = {r: 0 for r in ranks}
     if not len(inst) or inst["rank"].nunique() < 2:
         return Clock(False, none, None, "no collective seen on two ranks: each rank's own clock")
-    m, inst2 = match(inst, keys)
+    m, inst2 = match(inst, keys) if matched is None else matched
     multi = np.flatnonzero((m["ranks"].to_numpy() >= 2) & m["consistent"].to_numpy(dtype=bool))
     if not len(multi):
         return Clock(False, none, None, "no collective matched across ranks: own clocks")
@@ -588,12 +599,13 @@ def reduce(
     L = load(dirs, None if len(ranks) <= SHOW_ALL else set())
     hosts = hosts or {r: None for r in ranks}
     notes = list(notes or [])
-    keys = assign_keys(L.instances) if len(L.instances) else None  # once: clock, then match
-    clock = align_clocks(L.instances, {r: hosts.get(r) for r in ranks}, keys)
+    # matched once on the ranks' own clocks, for the clock and then again only in time
+    k = keyed(L.instances, assign_keys(L.instances)) if len(L.instances) else None
+    own = timed(k) if k is not None else None
+    clock = align_clocks(L.instances, {r: hosts.get(r) for r in ranks}, None, own)
     if clock.aligned:
         notes.append(f"clocks {clock.reason}: {clock.anchor}")
     steps = _shift(L.steps, ["start_ns", "end_ns"], clock.offsets_ns)
-    inst = _shift(L.instances, ["ts", "end"], clock.offsets_ns)
     common = common_steps(steps, ranks)
     if len(common) < steps["step"].nunique():
         notes.append(
@@ -601,9 +613,14 @@ def reduce(
             f"({', '.join(map(str, common)) or 'none'}) are compared"
         )
     steps = steps[steps["step"].isin(common)]
-    sel = inst["step"].isin(common)
-    # a clock shift keeps each rank's order, so the keys stand unless steps were dropped
-    matched, inst = match(inst[sel], keys if keys is not None and bool(sel.all()) else None)
+    sel = L.instances["step"].isin(common)
+    if k is not None and own is not None and bool(sel.all()):
+        # a clock shift keeps each rank's order: the keys and the clock-free half stand
+        moved = any(clock.offsets_ns.values())
+        matched, inst = timed(k, clock.offsets_ns) if moved else own
+    else:
+        inst = _shift(L.instances, ["ts", "end"], clock.offsets_ns)
+        matched, inst = match(inst[sel])
     inst["inter_node"] = inter_node(inst, hosts)
     t0 = int(steps["start_ns"].min()) if len(steps) else 0
     rs = rank_step_table(steps, inst, t0)
