@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.ranks import nodes as N
-from tracekit.ranks.groups import Groups
+from tracekit.ranks.groups import Groups, value_counts
 from tracekit.ranks.robust import MIN_RANKS, Distribution, distributions, outliers
 
 FIGURE_PARTS = (
@@ -73,13 +73,25 @@ class JobView:
         return seen
 
 
-def rank_figures(rs: pd.DataFrame, hosts: dict[int, str | None], last: pd.Series) -> pd.DataFrame:
+def rank_figures(
+    rs: pd.DataFrame, hosts: dict[int, str | None], last: dict[int, int]
+) -> pd.DataFrame:
     """Per rank: the median over steps of each part (ms per step), its host, and how many
     collectives it arrived last at (``last``: rank -> count)."""
     cols = [c for c in FIGURE_PARTS if c in rs]
-    fig = rs.groupby("rank", sort=True)[cols].median().reset_index()
-    fig["host"] = fig["rank"].map(lambda r: hosts.get(int(r)))
-    fig["last_arrivals"] = fig["rank"].map(last).fillna(0).astype(np.int64)
+    g = Groups.of(rs["rank"].to_numpy())
+    ranks = g.keys.tolist()
+    fig = pd.DataFrame(
+        {
+            "rank": g.keys,
+            **{c: g.median(rs[c].to_numpy(dtype=float)) for c in cols},
+            # the dtype Series.map infers (str where hosts are known; of no rank: int64)
+            "host": pd.Series([hosts.get(r) for r in ranks], dtype=object).infer_objects()
+            if ranks
+            else pd.Series([], dtype=np.int64),
+            "last_arrivals": np.asarray([last.get(r, 0) for r in ranks], dtype=np.int64),
+        }
+    )
     return cast(pd.DataFrame, fig)
 
 
@@ -233,9 +245,11 @@ def pivot_mean(rows: pd.Series, cols: pd.Series, values: np.ndarray) -> pd.DataF
 def heatmaps(rs: pd.DataFrame, inst: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """rank x step: work per step (step less wait for others), % over the step's median;
     rank x collective of the step: wait for others, ms (mean over steps)."""
-    work = rs["step_time_ms"] - rs["arrival_wait_ms"]
-    med = work.groupby(rs["step"]).transform("median")
-    pct = np.where(med > 0, 100.0 * (work - med) / med, np.nan)
+    work = (rs["step_time_ms"] - rs["arrival_wait_ms"]).to_numpy(dtype=float)
+    by_step = Groups.of(rs["step"].to_numpy())
+    med = by_step.median(work)[by_step.inverse]  # groupby().transform("median")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pct = np.where(med > 0, 100.0 * (work - med) / med, np.nan)
     steps = pivot_mean(rs["rank"], rs["step"], pct)
     if not len(inst):
         return steps, pd.DataFrame()
@@ -255,12 +269,13 @@ def job_view(
     missing: list[int],
 ) -> JobView:
     """The job's view from the reduction's tables (see the module)."""
-    seen = matched[matched["ranks"] >= 2] if len(matched) else matched
-    last = seen["last_rank"].value_counts() if len(seen) else pd.Series(dtype=np.int64)
-    fig = rank_figures(rs, hosts, last)
+    seen = np.zeros(0, dtype=np.int64)  # the last rank of each collective seen on two ranks
+    if len(matched):
+        seen = matched["last_rank"].to_numpy(dtype=np.int64)[matched["ranks"].to_numpy() >= 2]
+    fig = rank_figures(rs, hosts, dict(value_counts(seen)))
     findings = unanalysed(damaged, missing) + find(fig, len(seen))
     named = {r for f in findings if f.kind not in ("damaged", "missing") for r in f.ranks}
-    nsteps = int(rs["step"].nunique()) if len(rs) else 0
+    nsteps = len(np.unique(rs["step"].to_numpy())) if len(rs) else 0
     v = JobView(
         ranks=len(fig),
         world_size=world_size,
