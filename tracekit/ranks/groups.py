@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -57,28 +58,34 @@ class Groups:
 
     def fsum(self, values: np.ndarray) -> np.ndarray:
         """Per group, the sum of float ``values`` (NaN skipped) in the rows' order with
-        Kahan's compensation, as pandas' ``groupby().sum()`` adds them (bit for bit)."""
-        v = np.asarray(values, dtype=np.float64)[self.order]
-        total = np.zeros(len(self.keys))
-        comp = np.zeros(len(self.keys))
+        Kahan's compensation, as pandas' ``groupby().sum()`` adds them (bit for bit).
+        ``values`` of shape (k, rows): k columns summed at once, (k, groups) returned."""
+        v = np.asarray(values, dtype=np.float64)
+        vs = np.atleast_2d(v)[:, self.order]
+        total = np.zeros((len(vs), len(self.keys)))
+        comp = np.zeros_like(total)
         sizes = self.sizes
         for j in range(int(sizes.max()) if len(sizes) else 0):
             live = np.flatnonzero(sizes > j)
-            x = v[self.starts[live] + j]
-            live, x = live[~np.isnan(x)], x[~np.isnan(x)]
-            y = x - comp[live]
-            t = total[live] + y
-            c = t - total[live] - y
-            comp[live] = np.where(np.isnan(c), 0.0, c)
-            total[live] = t
-        return total
+            x = vs[:, self.starts[live] + j]
+            tl, cl = total[:, live], comp[:, live]
+            y = x - cl
+            t = tl + y
+            c = t - tl - y
+            ok = ~np.isnan(x)  # a NaN leaves its group's sum as it was
+            comp[:, live] = np.where(ok, np.where(np.isnan(c), 0.0, c), cl)
+            total[:, live] = np.where(ok, t, tl)
+        return total if v.ndim == 2 else total[0]
 
     def fmean(self, values: np.ndarray) -> np.ndarray:
         """Per group, the mean of float ``values`` (NaN skipped; NaN where none), as
-        pandas' ``groupby().mean()``: the Kahan sum over the count."""
-        n = self.sum((~np.isnan(np.asarray(values, dtype=np.float64))).astype(np.int64))
+        pandas' ``groupby().mean()``: the Kahan sum over the count. ``values`` of shape
+        (k, rows): k columns at once."""
+        v = np.asarray(values, dtype=np.float64)
+        n = self.sum((~np.isnan(np.atleast_2d(v))).astype(np.int64).T).T
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(n > 0, self.fsum(values) / np.maximum(n, 1), np.nan)
+            got = np.where(n > 0, self.fsum(np.atleast_2d(v)) / np.maximum(n, 1), np.nan)
+        return got if v.ndim == 2 else got[0]
 
     def first_row(self) -> np.ndarray:
         """Each group's first row (a position in the original rows)."""
@@ -154,3 +161,15 @@ def split(df: pd.DataFrame, by: str, col: str) -> list[tuple[int, np.ndarray]]:
     g = Groups.of(df[by].to_numpy())
     v = df[col].to_numpy()[g.order]
     return [(int(k), v[s : s + n]) for k, s, n in zip(g.keys, g.starts, g.sizes, strict=True)]
+
+
+def lookup(keys: np.ndarray, table: dict[int, Any], default: Any) -> np.ndarray:
+    """``table[k]`` for each of ``keys`` (integers >= 0), ``default`` where it has none:
+    pandas' ``Series.map(table).fillna(default)`` through one array indexed by key."""
+    k = np.asarray(keys, dtype=np.int64)
+    vals = np.asarray(list(table.values()) or [default])
+    top = max([int(k.max()) if len(k) else -1, *table]) + 1
+    out = np.full(max(top, 1), default, dtype=np.result_type(vals, np.asarray(default)))
+    if table:
+        out[np.asarray(list(table), dtype=np.int64)] = vals
+    return np.asarray(out[k])
