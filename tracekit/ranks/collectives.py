@@ -335,11 +335,19 @@ def _agree(inst: pd.DataFrame, keys: pd.Series) -> pd.Series:
 def _by_order(inst: pd.DataFrame) -> pd.Series:
     """Keys by (group, seq) where every instance of the job has a sequence number, else by
     (group, step, index): NCCL's issue order."""
-    if len(inst) and (inst["seq"].fillna(-1).astype(np.int64) >= 0).all():
-        keys = ["pg", "seq"]
-    else:
-        keys = ["pg", "step", "index"]
-    return inst.groupby(keys, sort=True, dropna=False).ngroup().astype(np.int64)
+    seq = inst["seq"].to_numpy(dtype=np.float64, na_value=np.nan)
+    keys = ["pg", "seq"] if len(inst) and bool((seq >= 0).all()) else ["pg", "step", "index"]
+    return pd.Series(ngroup(inst, keys), index=inst.index)
+
+
+def ngroup(df: pd.DataFrame, by: list[str]) -> np.ndarray:
+    """pandas' ``df.groupby(by, sort=True, dropna=False).ngroup()``: each row's group
+    number, the groups in the sorted order of their keys (a missing value last)."""
+    key = np.zeros(len(df), dtype=np.int64)
+    for c in by:
+        codes, uniq = pd.factorize(df[c], sort=True, use_na_sentinel=False)
+        key = key * max(len(uniq), 1) + codes
+    return np.asarray(Groups.of(key).inverse, dtype=np.int64)
 
 
 def _resequence(group: pd.DataFrame, base: int) -> pd.Series:
@@ -367,16 +375,22 @@ def assign_keys(inst: pd.DataFrame) -> pd.Series:
     """Which collective each instance is (same key on every rank; -1: matched to none):
     by issue order, and, for a process group whose ranks disagree on what the k-th
     collective is, by aligning their sequences (:func:`_resequence`)."""
+    return _assign(inst)[0]
+
+
+def _assign(inst: pd.DataFrame) -> tuple[pd.Series, bool]:
+    """:func:`assign_keys`, and whether every key's instances agreed by issue order (then
+    none was realigned and each key is consistent)."""
     keys = _by_order(inst)
     bad = ~_agree(inst, keys)
     if not bad.any():
-        return keys
+        return keys, True
     base = int(keys.max()) + 1
     for pg in inst.loc[keys.isin(bad[bad].index), "pg"].unique():
         sel = inst["pg"] == pg
         keys[sel] = _resequence(inst[sel], base)
         base += int(sel.sum())
-    return keys
+    return keys, False
 
 
 def _first(inst: pd.DataFrame, g: Groups) -> pd.DataFrame:
@@ -409,15 +423,18 @@ def keyed(inst: pd.DataFrame, keys: pd.Series | None = None) -> Keyed:
     """``inst`` (:data:`INSTANCE_COLUMNS` plus ``rank``) keyed and grouped (``keys``: their
     :func:`assign_keys` where the caller has them)."""
     inst = inst.copy()
-    inst["key"] = assign_keys(inst) if keys is None else keys
+    agreed = False  # known: every key's instances agree (no need to look again)
+    if keys is None:
+        keys, agreed = _assign(inst)
+    inst["key"] = keys
     if (inst["key"].to_numpy() < 0).any():  # a boolean filter copies every column
         inst = inst[inst["key"] >= 0]
     g = Groups.of(inst["key"].to_numpy())
     dur = inst["dur"].to_numpy(dtype=np.int64)
     first = _first(inst, g)
     n_ranks = g.nunique(inst["rank"].to_numpy())
-    size = first["group_size"].astype("Float64").fillna(pd.Series(n_ranks, dtype="Float64"))
-    size_f = size.astype(np.float64).to_numpy()
+    size_f = first["group_size"].to_numpy(dtype=np.float64, na_value=np.nan)
+    size_f = np.where(np.isnan(size_f), n_ranks, size_f)  # the group's size, else its ranks
     fixed = {
         "key": g.keys,
         **{c: first[c] for c in ("pg", "step", "index", "seq", "kind", "dtype")},
@@ -425,7 +442,7 @@ def keyed(inst: pd.DataFrame, keys: pd.Series | None = None) -> Keyed:
         "group_size": np.round(size_f).astype(np.int64),
         "ranks": n_ranks,
         "complete": n_ranks >= size_f,
-        "consistent": _agree_in(inst, g),
+        "consistent": np.ones(len(g.keys), dtype=bool) if agreed else _agree_in(inst, g),
         "dur_sum": g.sum(dur),
         "dur_max_ns": g.max(dur),
     }

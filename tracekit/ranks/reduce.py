@@ -33,12 +33,18 @@ from tracekit.ranks import bandwidth as BW
 from tracekit.ranks.collectives import (
     COMMUNICATION,
     INSTANCE_COLUMNS,
-    assign_keys,
     keyed,
     match,
     timed,
 )
-from tracekit.ranks.groups import Groups, series_median, series_mode, split, value_counts
+from tracekit.ranks.groups import (
+    Groups,
+    lookup,
+    series_median,
+    series_mode,
+    split,
+    value_counts,
+)
 from tracekit.ranks.latends import late_ends
 from tracekit.ranks.measured import Measured, reconcile
 from tracekit.ranks.nodes import inter_node
@@ -132,7 +138,7 @@ def load(dirs: dict[int, Path], lane_ranks: set[int] | None = None) -> Loaded:
 def impossible(inst: pd.DataFrame, offsets: dict[int, int]) -> int:
     """How many collectives seen on several ranks would end on one rank before another
     started them (by more than :data:`ALIGN_TOLERANCE_NS`) with these clock offsets."""
-    off = inst["rank"].map(offsets).fillna(0).to_numpy(dtype=np.int64)
+    off = lookup(inst["rank"].to_numpy(), offsets, 0).astype(np.int64)
     g = Groups.of(inst["key"].to_numpy())
     start = g.max(inst["ts"].to_numpy(dtype=np.int64) + off)
     end = g.min(inst["end"].to_numpy(dtype=np.int64) + off)
@@ -188,12 +194,13 @@ def align_clocks(
 
 
 def _shift(df: pd.DataFrame, cols: list[str], offsets: dict[int, int]) -> pd.DataFrame:
-    if not len(df):
+    """``df`` with each rank's offset added to ``cols`` (a copy; ``df`` where none moves)."""
+    if not len(df) or not any(offsets.values()):
         return df
-    off = df["rank"].map(offsets).fillna(0).astype(np.int64)
+    off = lookup(df["rank"].to_numpy(), offsets, 0).astype(np.int64)
     df = df.copy()
     for c in cols:
-        df[c] = df[c].astype(np.int64) + off
+        df[c] = df[c].to_numpy(dtype=np.int64) + off
     return df
 
 
@@ -404,14 +411,16 @@ def per_rank_table(
     if not len(rs):
         return cast(pd.DataFrame, pd.DataFrame())
     g = Groups.of(rs["rank"].to_numpy())
+    means = ["busy_ms", "compute_ms", "comm_ms", "comm_sum_ms", "exposed_comm_ms", "idle_ms",
+             "sync_wait_ms", "own_work_ms"]  # fmt: skip
+    sums = ["step_time_ms", "idle_ms", "exposed_comm_ms"]
+    got = dict(zip(means, g.fmean(rs[means].to_numpy(dtype=float).T), strict=True))
+    summed = dict(zip(sums, g.fsum(rs[sums].to_numpy(dtype=float).T), strict=True))
 
     def mean(c: str) -> np.ndarray:
-        return g.fmean(rs[c].to_numpy(dtype=float))
+        return np.asarray(got[c])
 
-    def summed(c: str) -> np.ndarray:
-        return g.fsum(rs[c].to_numpy(dtype=float))
-
-    total = summed("step_time_ms")
+    total = summed["step_time_ms"]
     ranks = [int(r) for r in g.keys]
     seen = matched[matched["ranks"] >= 2] if len(matched) else matched
     last = dict(value_counts(seen["last_rank"].to_numpy())) if len(seen) else {}
@@ -435,8 +444,8 @@ def per_rank_table(
             "exposed_comm_ms": mean("exposed_comm_ms"),
             "overlapped_comm_ms": mean("comm_ms") - mean("exposed_comm_ms"),
             "gpu_idle_ms": mean("idle_ms"),
-            "gpu_idle_pct": summed("idle_ms") * pct,
-            "exposed_comm_pct": summed("exposed_comm_ms") * pct,
+            "gpu_idle_pct": summed["idle_ms"] * pct,
+            "exposed_comm_pct": summed["exposed_comm_ms"] * pct,
             "sync_wait_ms": mean("sync_wait_ms"),
             "own_work_ms": mean("own_work_ms"),
             "collectives_per_step": meta("collectives_per_step"),
@@ -603,7 +612,7 @@ def reduce(
     hosts = hosts or {r: None for r in ranks}
     notes = list(notes or [])
     # matched once on the ranks' own clocks, for the clock and then again only in time
-    k = keyed(L.instances, assign_keys(L.instances)) if len(L.instances) else None
+    k = keyed(L.instances) if len(L.instances) else None
     own = timed(k) if k is not None else None
     clock = align_clocks(L.instances, {r: hosts.get(r) for r in ranks}, None, own)
     if clock.aligned:
