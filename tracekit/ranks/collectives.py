@@ -337,7 +337,7 @@ def _by_order(inst: pd.DataFrame) -> pd.Series:
     (group, step, index): NCCL's issue order."""
     seq = inst["seq"].to_numpy(dtype=np.float64, na_value=np.nan)
     keys = ["pg", "seq"] if len(inst) and bool((seq >= 0).all()) else ["pg", "step", "index"]
-    return pd.Series(ngroup(inst, keys), index=inst.index)
+    return cast(pd.Series, pd.Series(ngroup(inst, keys), index=inst.index))
 
 
 def ngroup(df: pd.DataFrame, by: list[str]) -> np.ndarray:

@@ -108,46 +108,46 @@ def collective_table(inst: pd.DataFrame, matched: pd.DataFrame, steps: int) -> p
     instances, and the 99th percentile), and the rank that arrived last most often."""
     if not len(inst) or not len(matched):
         return cast(pd.DataFrame, pd.DataFrame(columns=COLLECTIVE_COLUMNS))
-    m = matched[matched["ranks"] >= 2]
-    i = inst[inst["key"].isin(m["key"])]
-    if not len(m):
-        return cast(pd.DataFrame, pd.DataFrame(columns=COLLECTIVE_COLUMNS))
-    m = m[m["pg"].notna()]  # groupby's dropna
-    if not len(m):
+    m = matched[(matched["ranks"].to_numpy() >= 2) & matched["pg"].notna().to_numpy()]
+    if not len(m):  # (a missing group: groupby's dropna)
         return cast(pd.DataFrame, pd.DataFrame(columns=COLLECTIVE_COLUMNS))
     # one group per (pg, index), in that order: pg's rank among the names, then index
     pgs, pg_code = np.unique(m["pg"].astype(str).to_numpy(), return_inverse=True)
     index = m["index"].to_numpy(dtype=np.int64)
     lo = int(index.min())
     g = Groups.of(pg_code * (int(index.max()) - lo + 1) + (index - lo))
-    group_of = dict(zip(m["key"].to_numpy().tolist(), g.inverse.tolist(), strict=True))
-    mine = i["key"].map(group_of).to_numpy()
-    has = ~pd.isna(mine)
-    gid = mine[has].astype(np.int64)
+    # each instance of those collectives: its group, and the groups' instances in order
+    m_keys = m["key"].to_numpy(dtype=np.int64)
+    by_key = np.argsort(m_keys, kind="stable")
+    key = inst["key"].to_numpy(dtype=np.int64)
+    at_key = np.minimum(np.searchsorted(m_keys[by_key], key), len(m_keys) - 1)
+    has = m_keys[by_key][at_key] == key
+    gid = g.inverse[by_key[at_key[has]]]
     order = np.argsort(gid, kind="stable")  # each group's instances in their own order
-    wait = (i["arrival_wait_ns"].to_numpy(dtype=float) / 1e6)[has][order]
+    wait = (inst["arrival_wait_ns"].to_numpy(dtype=float) / 1e6)[has][order]
     at = np.searchsorted(gid[order], np.arange(len(g.keys) + 1))
-    inter = i["inter_node"].to_numpy(dtype=bool)[has][order] if "inter_node" in i else None
+    inter = inst["inter_node"].to_numpy(dtype=bool)[has][order] if "inter_node" in inst else None
+    wait_mean, wait_p99 = _means_p99(wait, at)
     nbytes = nanmax(g, m["message_bytes"].to_numpy(dtype=float))
     group_ranks = g.max(m["ranks"].to_numpy())
     transfer = g.median(m["transfer_ns"].to_numpy()) / 1e6
     first, sizes = g.first_row(), g.sizes
     lr = m["last_rank"].to_numpy(dtype=np.int64)
+    kinds = m["kind"].tolist()
     rows = []
     for k in range(len(g.keys)):
-        w = wait[at[k] : at[k + 1]]
         rank, count = _most_often(lr[g.order[g.starts[k] : g.starts[k] + sizes[k]]])
         rows.append(
             {
                 "pg": str(pgs[pg_code[first[k]]]),
                 "index": int(index[first[k]]),
-                "kind": str(m["kind"].iloc[first[k]]),
+                "kind": str(kinds[first[k]]),
                 "message_bytes": float(nbytes[k]),
                 "per_step": int(sizes[k]) / max(1, steps),
                 "group_ranks": int(group_ranks[k]),
                 "transfer_ms": float(transfer[k]),
-                "wait_mean_ms": float(w.mean()) if len(w) else np.nan,
-                "wait_p99_ms": float(np.percentile(w, 99)) if len(w) else np.nan,
+                "wait_mean_ms": float(wait_mean[k]),
+                "wait_p99_ms": float(wait_p99[k]),
                 "last_rank": rank,
                 "last_count": count,
                 "last_pct": 100.0 * count / int(sizes[k]),
@@ -155,3 +155,17 @@ def collective_table(inst: pd.DataFrame, matched: pd.DataFrame, steps: int) -> p
             }
         )
     return cast(pd.DataFrame, pd.DataFrame(rows, columns=COLLECTIVE_COLUMNS))
+
+
+def _means_p99(values: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The mean and the 99th percentile of each run ``values[at[k]:at[k + 1]]`` (NaN where
+    empty), as ``np.mean`` and ``np.percentile`` of each: one call per run length, the
+    runs of that length stacked as rows."""
+    n = np.diff(at)
+    mean, p99 = np.full(len(n), np.nan), np.full(len(n), np.nan)
+    for size in np.unique(n[n > 0]).tolist():
+        rows = np.flatnonzero(n == size)
+        block = values[at[rows][:, None] + np.arange(size)]
+        mean[rows] = block.mean(axis=1)
+        p99[rows] = np.percentile(block, 99, axis=1)
+    return mean, p99
