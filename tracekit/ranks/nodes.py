@@ -16,7 +16,7 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from tracekit.ranks.groups import Groups, nanmax
+from tracekit.ranks.groups import Groups, lookup, nanmax
 from tracekit.ranks.robust import outliers
 
 NODE_SHARE = 0.75
@@ -44,9 +44,12 @@ def inter_node(inst: pd.DataFrame, hosts: dict[int, str | None]) -> pd.Series:
     """Per instance: its collective's ranks span more than one (known) host."""
     if not len(inst):
         return pd.Series(dtype=bool)
-    host = inst["rank"].map({int(r): h for r, h in hosts.items()})  # a dict: no Python per row
-    spans = host.groupby(inst["key"]).nunique()
-    return inst["key"].map(spans > 1).fillna(False).astype(bool)
+    known = {int(r): h for r, h in hosts.items() if isinstance(h, str)}
+    names = sorted(set(known.values()))
+    code = lookup(inst["rank"].to_numpy(), {r: names.index(h) for r, h in known.items()}, -1)
+    g = Groups.of(inst["key"].to_numpy())
+    hosts_of = g.nunique(code) - g.max((code < 0).astype(np.int64))  # an unknown host: none
+    return pd.Series((hosts_of > 1)[g.inverse], index=inst.index, name="key")
 
 
 def node_table(fig: pd.DataFrame, flagged: set[int]) -> pd.DataFrame:

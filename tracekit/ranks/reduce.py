@@ -208,28 +208,47 @@ def common_steps(steps: pd.DataFrame, ranks: list[int]) -> list[int]:
     """The steps every rank analysed."""
     if not ranks:
         return []
-    have = steps[steps["rank"].isin(ranks)].drop_duplicates(["rank", "step"])
-    n = have.groupby("step")["rank"].nunique()
-    return sorted(int(x) for x in n.index[n.to_numpy() == len(set(ranks))])
+    rank = steps["rank"].to_numpy()
+    mine = np.isin(rank, list(set(ranks)))
+    g = Groups.of(steps["step"].to_numpy()[mine])
+    n = g.nunique(rank[mine])  # the ranks that analysed each step
+    return sorted(int(x) for x in g.keys[n == len(set(ranks))])
 
 
-def _per_rank_step(s: pd.DataFrame, inst: pd.DataFrame, col: str, sel: Any = None) -> np.ndarray:
-    """Per row of ``s``: ``col`` of the instances (integers, those where ``sel`` holds)
-    summed over the row's (rank, step); 0 where it has none."""
-    if not len(inst) or col not in inst or not len(s):
-        return np.zeros(len(s))
-    keep = np.ones(len(inst), dtype=bool) if sel is None else np.asarray(sel, dtype=bool)
-    i_rank, i_step = inst["rank"].to_numpy(np.int64)[keep], inst["step"].to_numpy(np.int64)[keep]
+def _per_rank_step(
+    s: pd.DataFrame, inst: pd.DataFrame, cols: list[str], sel: Any = None
+) -> list[np.ndarray]:
+    """Per row of ``s`` and per column of ``cols``: that column of the instances
+    (integers) summed over the row's (rank, step), 0 where it has none; the last column
+    only over the instances where ``sel`` holds (None: all). One grouping for all."""
+    zeros = [np.zeros(len(s)) for _ in cols]
+    if not len(inst) or not len(s):
+        return zeros
+    i_rank, i_step = inst["rank"].to_numpy(np.int64), inst["step"].to_numpy(np.int64)
     s_rank, s_step = s["rank"].to_numpy(np.int64), s["step"].to_numpy(np.int64)
-    if not len(i_rank):
-        return np.zeros(len(s))
     lo = min(int(i_step.min()), int(s_step.min()))
     span = max(int(i_step.max()), int(s_step.max())) - lo + 1
     g = Groups.of(i_rank * span + (i_step - lo))
-    sums = g.sum(inst[col].to_numpy(np.int64)[keep]).astype(float)
     want = s_rank * span + (s_step - lo)
     at = np.minimum(np.searchsorted(g.keys, want), len(g.keys) - 1)
-    return np.where(g.keys[at] == want, sums[at], 0.0)
+    found = g.keys[at] == want
+    out = []
+    for j, c in enumerate(cols):
+        if c not in inst:
+            out.append(zeros[j])
+            continue
+        v = inst[c].to_numpy(np.int64)
+        if j == len(cols) - 1 and sel is not None:
+            v = np.where(np.asarray(sel, dtype=bool), v, 0)
+        out.append(np.where(found, g.sum(v).astype(float)[at], 0.0))
+    return out
+
+
+RANK_STEP_MS = (
+    ("busy_ms", "busy_ns"), ("compute_ms", "compute_ns"), ("comm_ms", "comm_ns"),
+    ("comm_sum_ms", "comm_sum_ns"), ("exposed_comm_ms", "exposed_comm_ns"),
+    ("idle_ms", "idle_ns"),
+)  # fmt: skip
 
 
 def rank_step_table(steps: pd.DataFrame, inst: pd.DataFrame, t0: int) -> pd.DataFrame:
@@ -237,30 +256,34 @@ def rank_step_table(steps: pd.DataFrame, inst: pd.DataFrame, t0: int) -> pd.Data
     (the full pass's step time minus that sync wait: both of the profiled window, whichever
     pass the step's other figures come from); input wait; the wait for the last rank's
     arrival (:mod:`tracekit.ranks.collectives`) and its own transfer in inter-node
-    collectives (``inst["inter_node"]``)."""
+    collectives (``inst["inter_node"]``). Numpy on the steps' integer (or float) columns,
+    sorted by (step, rank)."""
     s = steps
-    sync = _per_rank_step(s, inst, "wait_ns")
     inter = inst["inter_node"] if "inter_node" in inst.columns else None
-    out = pd.DataFrame(
-        {
-            "rank": s["rank"].astype(np.int64),
-            "step": s["step"].astype(np.int64),
-            "start_ms": (s["start_ns"] - t0) / 1e6,
-            "step_time_ms": s["step_time_ns"] / 1e6,
-            "busy_ms": s["busy_ns"] / 1e6,
-            "compute_ms": s["compute_ns"] / 1e6,
-            "comm_ms": s["comm_ns"] / 1e6,
-            "comm_sum_ms": s["comm_sum_ns"] / 1e6,
-            "exposed_comm_ms": s["exposed_comm_ns"] / 1e6,
-            "idle_ms": s["idle_ns"] / 1e6,
-            "sync_wait_ms": sync / 1e6,
-            "own_work_ms": (s["full_step_time_ns"] - sync).clip(lower=0) / 1e6,
-            "input_ms": (s["input_ns"].fillna(0) if "input_ns" in s else 0 * s["idle_ns"]) / 1e6,
-            "arrival_wait_ms": _per_rank_step(s, inst, "arrival_wait_ns") / 1e6,
-            "internode_transfer_ms": _per_rank_step(s, inst, "own_transfer_ns", inter) / 1e6,
-        }
+    sync, arrival, internode = _per_rank_step(
+        s, inst, ["wait_ns", "arrival_wait_ns", "own_transfer_ns"], inter
     )
-    return cast(pd.DataFrame, out.sort_values(["step", "rank"]).reset_index(drop=True))
+    rank, step = s["rank"].to_numpy().astype(np.int64), s["step"].to_numpy().astype(np.int64)
+    idle = s["idle_ns"].to_numpy()
+    if "input_ns" in s:
+        inp = s["input_ns"].to_numpy()
+        inp = np.where(np.isnan(inp), 0, inp) if inp.dtype.kind == "f" else inp
+    else:
+        inp = 0 * idle
+    cols: dict[str, np.ndarray] = {
+        "rank": rank,
+        "step": step,
+        "start_ms": (s["start_ns"].to_numpy() - t0) / 1e6,
+        "step_time_ms": s["step_time_ns"].to_numpy() / 1e6,
+        **{ms: s[ns].to_numpy() / 1e6 for ms, ns in RANK_STEP_MS},
+        "sync_wait_ms": sync / 1e6,
+        "own_work_ms": np.clip(s["full_step_time_ns"].to_numpy() - sync, 0, None) / 1e6,
+        "input_ms": inp / 1e6,
+        "arrival_wait_ms": arrival / 1e6,
+        "internode_transfer_ms": internode / 1e6,
+    }
+    order = np.lexsort((rank, step))  # sort_values(["step", "rank"]): stable
+    return cast(pd.DataFrame, pd.DataFrame({c: v[order] for c, v in cols.items()}))
 
 
 def stragglers(rs: pd.DataFrame, matched: pd.DataFrame) -> pd.DataFrame:
@@ -503,15 +526,20 @@ def with_job_columns(per_rank: pd.DataFrame, job: JobView) -> pd.DataFrame:
     kind of the finding that names the rank (``""``: none)."""
     if not len(per_rank):
         return per_rank
-    fig = job.figures.set_index("rank")
+    fig = job.figures
     out = per_rank.copy()
-    for c in JOB_COLUMNS:
-        out[c] = out["rank"].map(fig[c]) if c in fig else np.nan
+    ranks = out["rank"].to_numpy(dtype=np.int64)
+    by_rank = np.argsort(fig["rank"].to_numpy(dtype=np.int64), kind="stable")
+    fig_rank = fig["rank"].to_numpy(dtype=np.int64)[by_rank]
+    at = by_rank[np.minimum(np.searchsorted(fig_rank, ranks), max(len(fig_rank) - 1, 0))]
+    found = fig["rank"].to_numpy(dtype=np.int64)[at] == ranks if len(fig_rank) else ranks < 0
+    for c in JOB_COLUMNS:  # Series.map(fig[c]): NaN where the rank has no figures
+        out[c] = np.where(found, fig[c].to_numpy(dtype=float)[at], np.nan) if c in fig else np.nan
     kind: dict[int, str] = {}
     for f in job.findings:
         for r in f.ranks:
             kind.setdefault(r, f.kind)
-    out["finding"] = out["rank"].map(lambda r: kind.get(int(r), ""))
+    out["finding"] = [kind.get(r, "") for r in ranks.tolist()]
     return cast(pd.DataFrame, out)
 
 
@@ -566,28 +594,30 @@ def _lanes_ms(lanes: pd.DataFrame, steps: list[int], rs: pd.DataFrame, t0: int) 
 def match_notes(matched: pd.DataFrame) -> list[str]:
     """What the matching says about the traces: partial, impossible, inconsistent, none."""
     notes: list[str] = []
-    incomplete = int((~matched["complete"]).sum()) if len(matched) else 0
+    if not len(matched):
+        return notes
+    m_ranks = matched["ranks"].to_numpy()
+    incomplete = int((~matched["complete"].to_numpy(dtype=bool)).sum())
     if incomplete:
         notes.append(
             f"{incomplete} of {len(matched)} collectives were seen on fewer ranks than their "
             "group has: transfer and wait are over the ranks present"
         )
-    bad = (matched["ranks"] >= 2) & (
-        matched["latest_start"] - matched["earliest_end"] > ALIGN_TOLERANCE_NS
-    )
+    late = matched["latest_start"].to_numpy() - matched["earliest_end"].to_numpy()
+    bad = (m_ranks >= 2) & (late > ALIGN_TOLERANCE_NS)
     if int(bad.sum()):
         notes.append(
             f"{int(bad.sum())} of {len(matched)} matched collectives end on one rank before "
             "another starts them: their transfer is 0 and all their time counts as wait; the "
             "traces may have lost collectives (sampled or cut), so the order matching is off"
         )
-    inconsistent = int((~matched["consistent"]).sum()) if len(matched) else 0
+    inconsistent = int((~matched["consistent"].to_numpy(dtype=bool)).sum())
     if inconsistent:
         notes.append(
             f"{inconsistent} matched collectives differ in kind or size between ranks: the "
             "ranks' traces may start at different collectives"
         )
-    if len(matched) and not int((matched["ranks"] >= 2).sum()):
+    if not int((m_ranks >= 2).sum()):
         notes.append(
             "no collective was seen on two ranks: are these traces of one job? (different "
             "process groups, or traces of different runs with the same world size)"
