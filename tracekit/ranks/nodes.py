@@ -49,7 +49,7 @@ def inter_node(inst: pd.DataFrame, hosts: dict[int, str | None]) -> pd.Series:
     code = lookup(inst["rank"].to_numpy(), {r: names.index(h) for r, h in known.items()}, -1)
     g = Groups.of(inst["key"].to_numpy())
     hosts_of = g.nunique(code) - g.max((code < 0).astype(np.int64))  # an unknown host: none
-    return pd.Series((hosts_of > 1)[g.inverse], index=inst.index, name="key")
+    return cast(pd.Series, pd.Series((hosts_of > 1)[g.inverse], index=inst.index, name="key"))
 
 
 def node_table(fig: pd.DataFrame, flagged: set[int]) -> pd.DataFrame:
