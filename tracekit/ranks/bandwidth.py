@@ -26,7 +26,7 @@ import pandas as pd
 
 from tracekit.classify.families.communication import COLLECTIVES, INTERCONNECT
 from tracekit.manifest import read_manifest
-from tracekit.ranks.groups import series_mode
+from tracekit.ranks.groups import series_mean, series_mode, series_sum
 
 AGG_COLUMNS = [
     "pg", "kind", "dtype", "message_bytes", "group_size", "count", "per_step", "dur_mean_ms",
@@ -122,18 +122,6 @@ def ceiling(
     return measured_ceiling(manifest) or spec_ceiling(device_properties)
 
 
-def _mean(v: np.ndarray) -> float:
-    """pandas' ``Series.mean()`` of float ``v``: NaN skipped, NaN where none."""
-    ok = ~np.isnan(v)
-    n = int(ok.sum())
-    return float(np.where(ok, v, 0.0).sum()) / n if n else math.nan
-
-
-def _sum(v: np.ndarray) -> float:
-    """pandas' ``Series.sum()`` of float ``v``: NaN skipped."""
-    return float(np.where(np.isnan(v), 0.0, v).sum())
-
-
 def _missing(v: Any) -> bool:
     return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
 
@@ -190,11 +178,11 @@ def aggregate(matched: pd.DataFrame, n_steps: int, ceil: Ceiling | None) -> pd.D
                 "group_size": n,
                 "count": len(at),
                 "per_step": len(at) / max(1, n_steps),
-                "dur_mean_ms": _mean(d) / 1e6,
+                "dur_mean_ms": series_mean(d) / 1e6,
                 "transfer_mean_ms": transfer / len(seen) / 1e6 if len(seen) else math.nan,
-                "wait_mean_ms": _mean(w) / 1e6,
-                "wait_pct": 100.0 * _sum(w) / max(1.0, _sum(d)),
-                "time_ms_per_step": _sum(d) / 1e6 / max(1, n_steps),
+                "wait_mean_ms": series_mean(w) / 1e6,
+                "wait_pct": 100.0 * series_sum(w) / max(1.0, series_sum(d)),
+                "time_ms_per_step": series_sum(d) / 1e6 / max(1, n_steps),
                 "algbw_Bps": alg,
                 "busbw_Bps": bus,
                 "ceiling_Bps": cap,

@@ -173,3 +173,26 @@ def lookup(keys: np.ndarray, table: dict[int, Any], default: Any) -> np.ndarray:
     if table:
         out[np.asarray(list(table), dtype=np.int64)] = vals
     return np.asarray(out[k])
+
+
+def series_sum(v: np.ndarray) -> float:
+    """pandas' ``Series.sum()`` of floats: NaN skipped (numpy's summation of the rest)."""
+    x = np.asarray(v, dtype=np.float64)
+    return float(np.where(np.isnan(x), 0.0, x).sum())
+
+
+def series_mean(v: np.ndarray) -> float:
+    """pandas' ``Series.mean()`` of floats: NaN skipped, NaN where none is left."""
+    x = np.asarray(v, dtype=np.float64)
+    n = int((~np.isnan(x)).sum())
+    return series_sum(x) / n if n else math.nan
+
+
+def descending(v: np.ndarray) -> np.ndarray:
+    """The order of pandas' ``sort_values(ascending=False)`` of float ``v`` (its default
+    quicksort, ties as pandas leaves them, NaN last)."""
+    x = np.asarray(v, dtype=np.float64)
+    nan = np.isnan(x)
+    idx = np.flatnonzero(~nan)[::-1]
+    order = idx[x[idx].argsort(kind="quicksort")][::-1]
+    return np.concatenate([order, np.flatnonzero(nan)])

@@ -39,9 +39,12 @@ from tracekit.ranks.collectives import (
 )
 from tracekit.ranks.groups import (
     Groups,
+    descending,
     lookup,
+    series_mean,
     series_median,
     series_mode,
+    series_sum,
     split,
     value_counts,
 )
@@ -333,34 +336,34 @@ def class_shares(classes: pd.DataFrame, rs: pd.DataFrame) -> pd.DataFrame:
     by_rank = Groups.of(rs["rank"].to_numpy())
     per_rank = by_rank.nunique(rs["step"].to_numpy())
     steps_per_rank = dict(zip(by_rank.keys.tolist(), per_rank.tolist(), strict=True))
-    n = classes["rank"].map(steps_per_rank).fillna(1).clip(lower=1).to_numpy(dtype=float)
+    n = np.maximum(lookup(classes["rank"].to_numpy(), steps_per_rank, 1), 1).astype(float)
     busy = classes["busy_ns"].to_numpy(dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         pct = np.where(busy > 0, 100.0 * classes["union_ns"].to_numpy(dtype=float) / busy, np.nan)
     code = pd.factorize(classes["class"])[0]  # the classes in order of appearance
-    has = code >= 0  # groupby's dropna
+    has = np.flatnonzero(code >= 0)  # groupby's dropna
     by_class = Groups.of(code[has])
-    names = classes["class"][has].iloc[by_class.first_row()].reset_index(drop=True)
-    out = pd.DataFrame(
-        {
-            "class": names,
-            "kernel_ms_per_step": by_class.fmean(
-                (classes["kernel_ns"] / 1e6).to_numpy()[has] / n[has]
-            ),
-            "union_share_pct": by_class.fmean(pct[has]),
-        }
-    ).sort_values("union_share_pct", ascending=False)
-    exposed = pd.DataFrame(
-        {c: by_rank.fsum(rs[c].to_numpy(dtype=float)) for c in ("exposed_comm_ms", "busy_ms")}
+    kernel_ms = (classes["kernel_ns"].to_numpy() / 1e6)[has] / n[has]
+    per_step, share = by_class.fmean(np.stack([kernel_ms, pct[has]]))
+    order = descending(share)  # sort_values("union_share_pct", ascending=False)
+    names = classes["class"].array.take(has[by_class.first_row()][order])
+    exposed, busy_ms = by_rank.fsum(rs[["exposed_comm_ms", "busy_ms"]].to_numpy(dtype=float).T)
+    exposed_share = np.full(len(order), np.nan)
+    if COMMUNICATION in set(names) and series_sum(busy_ms) > 0:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            comm = series_mean(100.0 * exposed / np.where(busy_ms > 0, busy_ms, np.nan))
+        exposed_share = np.where(np.asarray(names == COMMUNICATION, dtype=bool), comm, np.nan)
+    return cast(
+        pd.DataFrame,
+        pd.DataFrame(
+            {
+                "class": names,
+                "kernel_ms_per_step": per_step[order],
+                "union_share_pct": share[order],
+                "exposed_share_pct": exposed_share,
+            }
+        ),
     )
-    if COMMUNICATION in set(out["class"]) and float(exposed["busy_ms"].sum()) > 0:
-        share = (
-            100.0 * exposed["exposed_comm_ms"] / exposed["busy_ms"].where(exposed["busy_ms"] > 0)
-        ).mean()
-        out["exposed_share_pct"] = np.where(out["class"] == COMMUNICATION, share, np.nan)
-    else:
-        out["exposed_share_pct"] = np.nan
-    return cast(pd.DataFrame, out.reset_index(drop=True))
 
 
 @dataclass
