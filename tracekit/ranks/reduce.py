@@ -45,7 +45,6 @@ from tracekit.ranks.groups import (
     series_median,
     series_mode,
     series_sum,
-    split,
     value_counts,
 )
 from tracekit.ranks.latends import late_ends
@@ -289,6 +288,19 @@ def rank_step_table(steps: pd.DataFrame, inst: pd.DataFrame, t0: int) -> pd.Data
     return cast(pd.DataFrame, pd.DataFrame({c: v[order] for c, v in cols.items()}))
 
 
+def _columns(df: pd.DataFrame, cols: list[str]) -> np.ndarray:
+    """``df[cols]`` as floats, one row per column (``df[cols]`` indexes every name)."""
+    return np.stack([df[c].to_numpy(dtype=float) for c in cols]) if cols else np.zeros((0, 0))
+
+
+def last_ranks(matched: pd.DataFrame) -> np.ndarray:
+    """The rank that arrived last at each collective seen on two ranks or more."""
+    if not len(matched):
+        return np.zeros(0, dtype=np.int64)
+    seen = matched["ranks"].to_numpy() >= 2
+    return np.asarray(matched["last_rank"].to_numpy(dtype=np.int64)[seen])
+
+
 def stragglers(rs: pd.DataFrame, matched: pd.DataFrame) -> pd.DataFrame:
     """Per step: the slowest rank, its step time, the median, its lead; the rank whose own
     work (step time - sync wait) was longest and its lead; the rank that arrived last at
@@ -297,8 +309,14 @@ def stragglers(rs: pd.DataFrame, matched: pd.DataFrame) -> pd.DataFrame:
     by_step = Groups.of(rs["step"].to_numpy())
     rank = rs["rank"].to_numpy()
     st, work = rs["step_time_ms"].to_numpy(dtype=float), rs["own_work_ms"].to_numpy(dtype=float)
-    seen = matched[matched["ranks"] >= 2] if len(matched) else matched
-    last_of = {int(s): g for s, g in split(seen, "step", "last_rank")}
+    last_of: dict[int, np.ndarray] = {}  # per step, the last rank of each collective
+    if len(matched):
+        seen = matched["ranks"].to_numpy() >= 2
+        by = Groups.of(matched["step"].to_numpy()[seen])
+        lr = matched["last_rank"].to_numpy()[seen][by.order]
+        last_of = {
+            int(k): lr[a : a + n] for k, a, n in zip(by.keys, by.starts, by.sizes, strict=True)
+        }
     for k, step in enumerate(by_step.keys.tolist()):
         at = by_step.order[by_step.starts[k] : by_step.starts[k] + by_step.sizes[k]]
         med, work_med = float(series_median(st[at])), float(series_median(work[at]))
@@ -347,7 +365,7 @@ def class_shares(classes: pd.DataFrame, rs: pd.DataFrame) -> pd.DataFrame:
     per_step, share = by_class.fmean(np.stack([kernel_ms, pct[has]]))
     order = descending(share)  # sort_values("union_share_pct", ascending=False)
     names = classes["class"].array.take(has[by_class.first_row()][order])
-    exposed, busy_ms = by_rank.fsum(rs[["exposed_comm_ms", "busy_ms"]].to_numpy(dtype=float).T)
+    exposed, busy_ms = by_rank.fsum(_columns(rs, ["exposed_comm_ms", "busy_ms"]))
     exposed_share = np.full(len(order), np.nan)
     if COMMUNICATION in set(names) and series_sum(busy_ms) > 0:
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -440,16 +458,15 @@ def per_rank_table(
     means = ["busy_ms", "compute_ms", "comm_ms", "comm_sum_ms", "exposed_comm_ms", "idle_ms",
              "sync_wait_ms", "own_work_ms"]  # fmt: skip
     sums = ["step_time_ms", "idle_ms", "exposed_comm_ms"]
-    got = dict(zip(means, g.fmean(rs[means].to_numpy(dtype=float).T), strict=True))
-    summed = dict(zip(sums, g.fsum(rs[sums].to_numpy(dtype=float).T), strict=True))
+    got = dict(zip(means, g.fmean(_columns(rs, means)), strict=True))
+    summed = dict(zip(sums, g.fsum(_columns(rs, sums)), strict=True))
 
     def mean(c: str) -> np.ndarray:
         return np.asarray(got[c])
 
     total = summed["step_time_ms"]
     ranks = [int(r) for r in g.keys]
-    seen = matched[matched["ranks"] >= 2] if len(matched) else matched
-    last = dict(value_counts(seen["last_rank"].to_numpy())) if len(seen) else {}
+    last = dict(value_counts(last_ranks(matched)))
 
     def meta(key: str) -> list[Any]:
         return [info.get(r, {}).get(key) for r in ranks]
@@ -679,13 +696,9 @@ def reduce(
     notes.extend(match_notes(matched))
     strag = stragglers(rs, matched)
     measured, per_rank = reconcile(manifest, per_rank, rs)
-    exposed = per_rank["exposed_comm_pct"] if len(per_rank) else pd.Series(dtype=float)
-    medians = per_rank.set_index("rank")["step_time_ms"] if len(per_rank) else pd.Series()
-    last = (
-        matched.loc[matched["ranks"] >= 2, "last_rank"]
-        if len(matched)
-        else pd.Series(dtype=np.int64)
-    )
+    exposed = per_rank["exposed_comm_pct"].to_numpy(dtype=float) if len(per_rank) else np.zeros(0)
+    medians = per_rank["step_time_ms"] if len(per_rank) else pd.Series()
+    last = last_ranks(matched)
     damaged = dict(damaged or {})
     missing = [r for r in range(world_size) if r not in dirs and r not in damaged]
     job = job_view(
@@ -715,10 +728,14 @@ def reduce(
         shown=shown,
         clock=clock,
         ceiling=ceil,
-        exposed_comm_pct=float(exposed.mean()) if on == "gpu" and len(exposed) else None,
+        exposed_comm_pct=series_mean(exposed) if on == "gpu" and len(exposed) else None,
         skew_pct=skew_pct(medians) if len(medians) else None,
-        slowest_rank=int(cast(Any, medians.idxmax())) if len(medians) else None,
-        waited_on_rank=int(last.mode().iloc[0]) if len(last) else None,
+        slowest_rank=(
+            int(per_rank["rank"].iloc[int(np.nanargmax(medians.to_numpy(dtype=float)))])
+            if len(medians)
+            else None
+        ),
+        waited_on_rank=series_mode(last) if len(last) else None,
         notes=notes,
         dirs=dict(dirs),
         bases={r: int(L.info[r].get("trace_start_ns") or 0) for r in ranks},
