@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -152,15 +151,6 @@ def value_counts(v: np.ndarray) -> list[tuple[int, int]]:
     """Each value of ``v`` (integers) and how often it occurs."""
     uniq, counts = np.unique(v, return_counts=True)
     return list(zip(uniq.tolist(), counts.tolist(), strict=True))
-
-
-def split(df: pd.DataFrame, by: str, col: str) -> list[tuple[int, np.ndarray]]:
-    """``df[col]`` per value of ``df[by]`` (integers), rows in order."""
-    if not len(df):
-        return []
-    g = Groups.of(df[by].to_numpy())
-    v = df[col].to_numpy()[g.order]
-    return [(int(k), v[s : s + n]) for k, s, n in zip(g.keys, g.starts, g.sizes, strict=True)]
 
 
 def lookup(keys: np.ndarray, table: dict[int, Any], default: Any) -> np.ndarray:
