@@ -49,7 +49,7 @@ from tracekit.classify.families.communication import (
     dtype_size,
     kernel_dtype,
 )
-from tracekit.ranks.groups import Groups, nanmax
+from tracekit.ranks.groups import Groups, nanmax, ngroup
 
 COMMUNICATION = "communication"
 RPC = "record_param_comms"
@@ -338,16 +338,6 @@ def _by_order(inst: pd.DataFrame) -> pd.Series:
     seq = inst["seq"].to_numpy(dtype=np.float64, na_value=np.nan)
     keys = ["pg", "seq"] if len(inst) and bool((seq >= 0).all()) else ["pg", "step", "index"]
     return cast(pd.Series, pd.Series(ngroup(inst, keys), index=inst.index))
-
-
-def ngroup(df: pd.DataFrame, by: list[str]) -> np.ndarray:
-    """pandas' ``df.groupby(by, sort=True, dropna=False).ngroup()``: each row's group
-    number, the groups in the sorted order of their keys (a missing value last)."""
-    key = np.zeros(len(df), dtype=np.int64)
-    for c in by:
-        codes, uniq = pd.factorize(df[c], sort=True, use_na_sentinel=False)
-        key = key * max(len(uniq), 1) + codes
-    return np.asarray(Groups.of(key).inverse, dtype=np.int64)
 
 
 def _resequence(group: pd.DataFrame, base: int) -> pd.Series:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -186,3 +187,31 @@ def descending(v: np.ndarray) -> np.ndarray:
     idx = np.flatnonzero(~nan)[::-1]
     order = idx[x[idx].argsort(kind="quicksort")][::-1]
     return np.concatenate([order, np.flatnonzero(nan)])
+
+
+def sorted_codes(col: pd.Series) -> tuple[np.ndarray, int]:
+    """Each value's position among the column's distinct values in sorted order, a missing
+    value after them all (``pd.factorize(col, sort=True, use_na_sentinel=False)``'s codes),
+    and how many codes there are: through numpy, not the column's (Arrow) factorize."""
+    v = col.to_numpy()
+    if v.dtype.kind in "iub":
+        uniq, codes = np.unique(v, return_inverse=True)
+        return np.asarray(codes, dtype=np.int64).reshape(-1), len(uniq)
+    if v.dtype.kind == "f":
+        uniq, codes = np.unique(v, return_inverse=True)  # NaN last, one value
+        return np.asarray(codes, dtype=np.int64).reshape(-1), len(uniq)
+    miss = np.asarray(pd.isna(v), dtype=bool)
+    uniq, inner = np.unique(v[~miss], return_inverse=True)
+    codes = np.full(len(v), len(uniq), dtype=np.int64)
+    codes[~miss] = inner.reshape(-1)
+    return codes, len(uniq) + int(miss.any())
+
+
+def ngroup(df: pd.DataFrame, by: list[str]) -> np.ndarray:
+    """pandas' ``df.groupby(by, sort=True, dropna=False).ngroup()``: each row's group
+    number, the groups in the sorted order of their keys (a missing value last)."""
+    key = np.zeros(len(df), dtype=np.int64)
+    for c in by:
+        codes, n = sorted_codes(df[c])
+        key = key * max(n, 1) + codes
+    return np.asarray(Groups.of(key).inverse, dtype=np.int64)
