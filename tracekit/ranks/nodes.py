@@ -63,17 +63,16 @@ def node_table(fig: pd.DataFrame, flagged: set[int]) -> pd.DataFrame:
     g = Groups.of(code)
     rank = fig["rank"].to_numpy()[has]
     medians = ("step_time_ms", "compute_ms", "arrival_wait_ms", "input_ms", "internode_transfer_ms")
-    out = pd.DataFrame(
-        {
-            "host": pd.Index(names).astype(str),
-            "ranks": g.sizes,
-            "first_rank": g.min(rank),
-            "last_rank": g.max(rank),
-            **{c: g.median(fig[c].to_numpy(dtype=float)[has]) for c in medians},
-            "flagged": g.sum(np.isin(rank, list(flagged)).astype(np.int64)),
-        }
-    )
-    return cast(pd.DataFrame, out[NODE_COLUMNS].sort_values("first_rank").reset_index(drop=True))
+    cols = {
+        "host": pd.Index(names).astype(str),
+        "ranks": g.sizes,
+        "first_rank": g.min(rank),
+        "last_rank": g.max(rank),
+        **{c: g.median(fig[c].to_numpy(dtype=float)[has]) for c in medians},
+        "flagged": g.sum(np.isin(rank, list(flagged)).astype(np.int64)),
+    }
+    order = np.argsort(cols["first_rank"], kind="stable")  # distinct: any sort's order
+    return cast(pd.DataFrame, pd.DataFrame({c: cols[c][order] for c in NODE_COLUMNS}))
 
 
 def slow_nodes(fig: pd.DataFrame, step_median: float) -> list[SlowNode]:
@@ -137,27 +136,28 @@ def collective_table(inst: pd.DataFrame, matched: pd.DataFrame, steps: int) -> p
     first, sizes = g.first_row(), g.sizes
     lr = m["last_rank"].to_numpy(dtype=np.int64)
     kinds = m["kind"].tolist()
-    rows = []
-    for k in range(len(g.keys)):
-        rank, count = _most_often(lr[g.order[g.starts[k] : g.starts[k] + sizes[k]]])
-        rows.append(
-            {
-                "pg": str(pgs[pg_code[first[k]]]),
-                "index": int(index[first[k]]),
-                "kind": str(kinds[first[k]]),
-                "message_bytes": float(nbytes[k]),
-                "per_step": int(sizes[k]) / max(1, steps),
-                "group_ranks": int(group_ranks[k]),
-                "transfer_ms": float(transfer[k]),
-                "wait_mean_ms": float(wait_mean[k]),
-                "wait_p99_ms": float(wait_p99[k]),
-                "last_rank": rank,
-                "last_count": count,
-                "last_pct": 100.0 * count / int(sizes[k]),
-                "inter_node": bool(inter[at[k] : at[k + 1]].any()) if inter is not None else False,
-            }
-        )
-    return cast(pd.DataFrame, pd.DataFrame(rows, columns=COLLECTIVE_COLUMNS))
+    most = [_most_often(lr[g.order[a : a + n]]) for a, n in zip(g.starts, sizes, strict=True)]
+    count = np.asarray([c for _, c in most], dtype=np.int64)
+    cols = {
+        "pg": [str(pgs[pg_code[f]]) for f in first],
+        "index": index[first],
+        "kind": [str(kinds[f]) for f in first],
+        "message_bytes": nbytes.astype(float),
+        "per_step": sizes / max(1, steps),
+        "group_ranks": group_ranks.astype(np.int64),
+        "transfer_ms": transfer.astype(float),
+        "wait_mean_ms": wait_mean,
+        "wait_p99_ms": wait_p99,
+        "last_rank": np.asarray([r for r, _ in most], dtype=np.int64),
+        "last_count": count,
+        "last_pct": 100.0 * count / sizes,
+        "inter_node": (
+            np.asarray([bool(inter[at[k] : at[k + 1]].any()) for k in range(len(g.keys))])
+            if inter is not None
+            else np.zeros(len(g.keys), dtype=bool)
+        ),
+    }
+    return cast(pd.DataFrame, pd.DataFrame(cols, columns=COLLECTIVE_COLUMNS))
 
 
 def _means_p99(values: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

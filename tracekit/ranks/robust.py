@@ -57,22 +57,24 @@ class Distribution:
 def distributions(fig: pd.DataFrame) -> list[Distribution]:
     """Every part of :data:`PARTS` that ``fig`` (one row per rank, ``rank`` + parts) has."""
     out = []
+    all_ranks = fig["rank"].to_numpy() if len(fig) else None
     for col, words in PARTS:
-        if col not in fig or not len(fig):
+        if col not in fig or all_ranks is None:
             continue
         v = fig[col].to_numpy(dtype=float)
         ok = np.isfinite(v)
         if not ok.any():
             continue
-        v, ranks = v[ok], fig["rank"].to_numpy()[ok]
+        v, ranks = v[ok], all_ranks[ok]
         top = np.argsort(-v, kind="stable")[:TAIL]
+        p90, p99 = np.percentile(v, [90, 99])  # each as np.percentile(v, q) alone
         out.append(
             Distribution(
                 part=col,
                 words=words,
                 median=float(np.median(v)),
-                p90=float(np.percentile(v, 90)),
-                p99=float(np.percentile(v, 99)),
+                p90=float(p90),
+                p99=float(p99),
                 max=float(v.max()),
                 tail=tuple((int(ranks[i]), float(v[i])) for i in top),
             )

@@ -142,7 +142,7 @@ def find(fig: pd.DataFrame, total: int) -> list[Finding]:
         rank = r.rank
         if rank in explained:
             continue
-        w = float(fig.loc[fig["rank"] == rank, "arrival_wait_ms"].iloc[0])
+        w = _of(fig, rank, "arrival_wait_ms")
         why = (
             f"it waits on others ({_ms(w)} per step in collectives, median {_ms(wait_med)})"
             if w > wait_med
@@ -156,8 +156,13 @@ def find(fig: pd.DataFrame, total: int) -> list[Finding]:
     return out
 
 
+def _of(fig: pd.DataFrame, rank: int, col: str) -> float:
+    """``col`` of ``rank``'s row (its first) in ``fig``."""
+    return float(fig[col].to_numpy()[np.flatnonzero(fig["rank"].to_numpy() == rank)[0]])
+
+
 def _last(fig: pd.DataFrame, rank: int, total: int) -> str:
-    n = int(fig.loc[fig["rank"] == rank, "last_arrivals"].iloc[0])
+    n = int(_of(fig, rank, "last_arrivals"))
     return f"{n} of {total} collectives"
 
 
