@@ -593,21 +593,22 @@ def timeline_source(per_rank: pd.DataFrame) -> str:
 
 
 def _lanes_ms(lanes: pd.DataFrame, steps: list[int], rs: pd.DataFrame, t0: int) -> pd.DataFrame:
-    out = lanes.copy()
-    if not len(out):
+    if not len(lanes):
         return cast(pd.DataFrame, pd.DataFrame(columns=["rank", "what", "start_ms", "end_ms"]))
-    hi = t0 + int(1e6 * float((rs["start_ms"] + rs["step_time_ms"]).max()))
-    out = out[(out["end_ns"] > t0) & (out["start_ns"] < hi)]
+    ends = rs["start_ms"].to_numpy(dtype=float) + rs["step_time_ms"].to_numpy(dtype=float)
+    hi = t0 + int(1e6 * float(np.nanmax(ends)))  # Series.max(): NaN skipped
+    start, end = lanes["start_ns"].to_numpy(), lanes["end_ns"].to_numpy()
+    keep = (end > t0) & (start < hi)
     return cast(
         pd.DataFrame,
         pd.DataFrame(
             {
-                "rank": out["rank"].astype(np.int64),
-                "what": out["what"].astype(str),
-                "start_ms": (out["start_ns"] - t0) / 1e6,
-                "end_ms": (out["end_ns"] - t0) / 1e6,
+                "rank": lanes["rank"].to_numpy().astype(np.int64)[keep],
+                "what": lanes["what"].astype(str).array[keep],
+                "start_ms": (start[keep] - t0) / 1e6,
+                "end_ms": (end[keep] - t0) / 1e6,
             }
-        ).reset_index(drop=True),
+        ),
     )
 
 
