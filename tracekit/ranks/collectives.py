@@ -318,11 +318,14 @@ def _signature(kind: Any, nbytes: Any) -> tuple[str, float | None]:
 def _agree_in(inst: pd.DataFrame, g: Groups) -> np.ndarray:
     """Per group of ``g``, whether its instances have one :func:`_signature` (vectorised:
     no Python loop over the job's instances)."""
-    kind = inst["kind"].astype(str)
-    nbytes = pd.to_numeric(inst["message_bytes"], errors="coerce").astype(float)
-    size = nbytes.round().where((kind != "all_to_all") & nbytes.notna())
-    one_kind = g.nunique(pd.factorize(kind.to_numpy(), use_na_sentinel=False)[0]) == 1
-    one_size = g.nunique(pd.factorize(size.to_numpy(), use_na_sentinel=False)[0]) == 1
+    kind = inst["kind"].astype(str).to_numpy()
+    nb = inst["message_bytes"]
+    nbytes = (
+        nb.to_numpy() if nb.dtype == np.float64 else pd.to_numeric(nb, errors="coerce").to_numpy()
+    ).astype(float)
+    size = np.where((kind != "all_to_all") & ~np.isnan(nbytes), np.round(nbytes), np.nan)
+    one_kind = g.nunique(pd.factorize(kind, use_na_sentinel=False)[0]) == 1
+    one_size = g.nunique(pd.factorize(size, use_na_sentinel=False)[0]) == 1
     return np.asarray(one_kind & one_size)
 
 
@@ -387,15 +390,17 @@ def _first(inst: pd.DataFrame, g: Groups) -> pd.DataFrame:
     """Per group, the first non-missing value of each column the match keeps (pandas'
     ``groupby().first()``), indexed 0..groups-1."""
     cols = ["pg", "step", "index", "seq", "kind", "dtype", "group_size"]
-    out = inst[cols].iloc[g.first_row()].reset_index(drop=True)  # one take for all
-    for c in cols:
+    first = g.first_row()
+    out = {}
+    for c in cols:  # each column's array taken (a frame's iloc indexes and copies more)
         col = inst[c]
         if not col.hasnans:
+            out[c] = pd.Series(col.array.take(first))
             continue
         rows = g.first_where(col.notna().to_numpy())
-        got = col.iloc[np.maximum(rows, 0)].reset_index(drop=True)
+        got = pd.Series(col.array.take(np.maximum(rows, 0)))
         out[c] = got.where(pd.Series(rows >= 0)) if (rows < 0).any() else got
-    return cast(pd.DataFrame, out)
+    return cast(pd.DataFrame, pd.DataFrame(out))
 
 
 @dataclass(frozen=True)
