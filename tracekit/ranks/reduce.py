@@ -670,13 +670,15 @@ def reduce(
         notes.append(f"clocks {clock.reason}: {clock.anchor}")
     steps = _shift(L.steps, ["start_ns", "end_ns"], clock.offsets_ns)
     common = common_steps(steps, ranks)
-    if len(common) < steps["step"].nunique():
+    step = steps["step"].to_numpy()
+    if len(common) < len(np.unique(step)):
         notes.append(
             f"the ranks' traces cover different steps: the {len(common)} step(s) all have "
             f"({', '.join(map(str, common)) or 'none'}) are compared"
         )
-    steps = steps[steps["step"].isin(common)]
-    sel = L.instances["step"].isin(common)
+    keep = np.isin(step, common)
+    steps = steps if keep.all() else steps[keep]  # (a filter keeping every row: a copy)
+    sel = np.isin(L.instances["step"].to_numpy(), common) if len(L.instances) else keep[:0]
     if k is not None and own is not None and bool(sel.all()):
         # a clock shift keeps each rank's order: the keys and the clock-free half stand
         moved = any(clock.offsets_ns.values())
@@ -685,7 +687,7 @@ def reduce(
         inst = _shift(L.instances, ["ts", "end"], clock.offsets_ns)
         matched, inst = match(inst[sel])
     inst["inter_node"] = inter_node(inst, hosts)
-    t0 = int(steps["start_ns"].min()) if len(steps) else 0
+    t0 = int(steps["start_ns"].to_numpy().min()) if len(steps) else 0
     rs = rank_step_table(steps, inst, t0)
     per_rank = per_rank_table(rs, L.info, matched, clock, hosts)
     props: list[dict[str, Any]] = next(
