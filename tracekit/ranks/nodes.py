@@ -11,7 +11,7 @@ compute, hold the collective back.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -110,16 +110,20 @@ def collective_table(inst: pd.DataFrame, matched: pd.DataFrame, steps: int) -> p
     instances, and the 99th percentile), and the rank that arrived last most often."""
     if not len(inst) or not len(matched):
         return cast(pd.DataFrame, pd.DataFrame(columns=COLLECTIVE_COLUMNS))
-    m = matched[(matched["ranks"].to_numpy() >= 2) & matched["pg"].notna().to_numpy()]
-    if not len(m):  # (a missing group: groupby's dropna)
+    sel = np.flatnonzero((matched["ranks"].to_numpy() >= 2) & matched["pg"].notna().to_numpy())
+    if not len(sel):  # (a missing group: groupby's dropna)
         return cast(pd.DataFrame, pd.DataFrame(columns=COLLECTIVE_COLUMNS))
+
+    def m(c: str, dtype: Any = None) -> np.ndarray:  # a column of those collectives
+        return np.asarray(matched[c].to_numpy(dtype=dtype)[sel])
+
     # one group per (pg, index), in that order: pg's rank among the names, then index
-    pgs, pg_code = np.unique(m["pg"].astype(str).to_numpy(), return_inverse=True)
-    index = m["index"].to_numpy(dtype=np.int64)
+    pgs, pg_code = np.unique(matched["pg"].astype(str).to_numpy()[sel], return_inverse=True)
+    index = m("index", np.int64)
     lo = int(index.min())
     g = Groups.of(pg_code * (int(index.max()) - lo + 1) + (index - lo))
     # each instance of those collectives: its group, and the groups' instances in order
-    m_keys = m["key"].to_numpy(dtype=np.int64)
+    m_keys = m("key", np.int64)
     by_key = np.argsort(m_keys, kind="stable")
     key = inst["key"].to_numpy(dtype=np.int64)
     at_key = np.minimum(np.searchsorted(m_keys[by_key], key), len(m_keys) - 1)
@@ -130,12 +134,12 @@ def collective_table(inst: pd.DataFrame, matched: pd.DataFrame, steps: int) -> p
     at = np.searchsorted(gid[order], np.arange(len(g.keys) + 1))
     inter = inst["inter_node"].to_numpy(dtype=bool)[has][order] if "inter_node" in inst else None
     wait_mean, wait_p99 = _means_p99(wait, at)
-    nbytes = nanmax(g, m["message_bytes"].to_numpy(dtype=float))
-    group_ranks = g.max(m["ranks"].to_numpy())
-    transfer = g.median(m["transfer_ns"].to_numpy()) / 1e6
+    nbytes = nanmax(g, m("message_bytes", float))
+    group_ranks = g.max(m("ranks"))
+    transfer = g.median(m("transfer_ns")) / 1e6
     first, sizes = g.first_row(), g.sizes
-    lr = m["last_rank"].to_numpy(dtype=np.int64)
-    kinds = m["kind"].tolist()
+    lr = m("last_rank", np.int64)
+    kinds = m("kind").tolist()
     most = [_most_often(lr[g.order[a : a + n]]) for a, n in zip(g.starts, sizes, strict=True)]
     count = np.asarray([c for _, c in most], dtype=np.int64)
     cols = {
