@@ -26,7 +26,7 @@ import pandas as pd
 
 from tracekit.classify.families.communication import COLLECTIVES, INTERCONNECT
 from tracekit.manifest import read_manifest
-from tracekit.ranks.groups import series_mean, series_mode, series_sum
+from tracekit.ranks.groups import descending, series_mean, series_mode, series_sum
 
 AGG_COLUMNS = [
     "pg", "kind", "dtype", "message_bytes", "group_size", "count", "per_step", "dur_mean_ms",
@@ -156,7 +156,7 @@ def aggregate(matched: pd.DataFrame, n_steps: int, ceil: Ceiling | None) -> pd.D
     dur = matched["dur_mean_ns"].to_numpy(dtype=np.float64)
     waits = matched["wait_mean_ns"].to_numpy(dtype=np.float64)
     last_rank = matched["last_rank"].to_numpy()
-    rows = []
+    rows: dict[str, list[Any]] = {c: [] for c in AGG_COLUMNS}
     for at in _by_signature(matched):
         i = int(at[0])
         nbytes = float(nbytes_all[i]) if nbytes_all[i] == nbytes_all[i] else -1.0
@@ -169,35 +169,36 @@ def aggregate(matched: pd.DataFrame, n_steps: int, ceil: Ceiling | None) -> pd.D
         bus = alg * model.factor(n) if model is not None else math.nan
         cap = ceil.for_kind(str(k)) if ceil is not None else math.nan
         d, w = dur[at], waits[at]
-        rows.append(
-            {
-                "pg": pg[i],
-                "kind": k,
-                "dtype": None if _missing(dt) or dt == "?" else dt,
-                "message_bytes": nbytes if known else math.nan,
-                "group_size": n,
-                "count": len(at),
-                "per_step": len(at) / max(1, n_steps),
-                "dur_mean_ms": series_mean(d) / 1e6,
-                "transfer_mean_ms": transfer / len(seen) / 1e6 if len(seen) else math.nan,
-                "wait_mean_ms": series_mean(w) / 1e6,
-                "wait_pct": 100.0 * series_sum(w) / max(1.0, series_sum(d)),
-                "time_ms_per_step": series_sum(d) / 1e6 / max(1, n_steps),
-                "algbw_Bps": alg,
-                "busbw_Bps": bus,
-                "ceiling_Bps": cap,
-                "busbw_pct_of_ceiling": 100.0 * bus / cap if cap and cap == cap else math.nan,
-                "measured_at_size_Bps": (
-                    ceil.measured_at(str(k), nbytes) if ceil is not None and known else None
-                ),
-                "ceiling_source": ceil.source if ceil is not None else None,
-                "last_rank": series_mode(last_rank[seen]) if len(seen) else -1,
-            }
-        )
-    out = pd.DataFrame(rows, columns=AGG_COLUMNS)
-    out["measured_at_size_Bps"] = pd.to_numeric(out["measured_at_size_Bps"], errors="coerce")
-    out = out.sort_values("time_ms_per_step", ascending=False, kind="stable")
-    return cast(pd.DataFrame, out.reset_index(drop=True))
+        row = {
+            "pg": pg[i],
+            "kind": k,
+            "dtype": None if _missing(dt) or dt == "?" else dt,
+            "message_bytes": nbytes if known else math.nan,
+            "group_size": n,
+            "count": len(at),
+            "per_step": len(at) / max(1, n_steps),
+            "dur_mean_ms": series_mean(d) / 1e6,
+            "transfer_mean_ms": transfer / len(seen) / 1e6 if len(seen) else math.nan,
+            "wait_mean_ms": series_mean(w) / 1e6,
+            "wait_pct": 100.0 * series_sum(w) / max(1.0, series_sum(d)),
+            "time_ms_per_step": series_sum(d) / 1e6 / max(1, n_steps),
+            "algbw_Bps": alg,
+            "busbw_Bps": bus,
+            "ceiling_Bps": cap,
+            "busbw_pct_of_ceiling": 100.0 * bus / cap if cap and cap == cap else math.nan,
+            "measured_at_size_Bps": (
+                ceil.measured_at(str(k), nbytes) if ceil is not None and known else None
+            ),
+            "ceiling_source": ceil.source if ceil is not None else None,
+            "last_rank": series_mode(last_rank[seen]) if len(seen) else -1,
+        }
+        for c in AGG_COLUMNS:
+            rows[c].append(row[c])
+    sweep = rows["measured_at_size_Bps"]  # floats or None: pd.to_numeric's float64, NaN
+    rows["measured_at_size_Bps"] = [math.nan if v is None else v for v in sweep]
+    # sort_values("time_ms_per_step", ascending=False, kind="stable"), reset_index
+    order = descending(np.asarray(rows["time_ms_per_step"], dtype=float), "stable").tolist()
+    return cast(pd.DataFrame, pd.DataFrame({c: [rows[c][i] for i in order] for c in AGG_COLUMNS}))
 
 
 def by_kind(matched: pd.DataFrame, ceil: Ceiling | None) -> dict[str, dict[str, Any]]:

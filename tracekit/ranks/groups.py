@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -179,13 +179,13 @@ def series_mean(v: np.ndarray) -> float:
     return series_sum(x) / n if n else math.nan
 
 
-def descending(v: np.ndarray) -> np.ndarray:
-    """The order of pandas' ``sort_values(ascending=False)`` of float ``v`` (its default
-    quicksort, ties as pandas leaves them, NaN last)."""
+def descending(v: np.ndarray, kind: str = "quicksort") -> np.ndarray:
+    """The order of pandas' ``sort_values(ascending=False, kind=kind)`` of float ``v``
+    (ties as pandas leaves them, NaN last)."""
     x = np.asarray(v, dtype=np.float64)
     nan = np.isnan(x)
     idx = np.flatnonzero(~nan)[::-1]
-    order = idx[x[idx].argsort(kind="quicksort")][::-1]
+    order = idx[x[idx].argsort(kind=cast(Any, kind))][::-1]
     return np.concatenate([order, np.flatnonzero(nan)])
 
 
