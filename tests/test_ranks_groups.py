@@ -91,7 +91,7 @@ def test_first_equals_groupby_first() -> None:
     )
     cols = ["pg", "step", "index", "seq", "kind", "dtype", "group_size"]
     want = inst.groupby("key", sort=True)[cols].first().reset_index(drop=True)
-    got = _first(inst, Groups.of(inst["key"].to_numpy()))
+    got = pd.DataFrame(_first(inst, Groups.of(inst["key"].to_numpy())))
     pd.testing.assert_frame_equal(got, want, check_exact=True)
 
 

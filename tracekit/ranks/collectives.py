@@ -386,21 +386,24 @@ def _assign(inst: pd.DataFrame) -> tuple[pd.Series, bool]:
     return keys, False
 
 
-def _first(inst: pd.DataFrame, g: Groups) -> pd.DataFrame:
+def _first(inst: pd.DataFrame, g: Groups) -> dict[str, pd.Series]:
     """Per group, the first non-missing value of each column the match keeps (pandas'
-    ``groupby().first()``), indexed 0..groups-1."""
+    ``groupby().first()``, its columns), indexed 0..groups-1."""
     cols = ["pg", "step", "index", "seq", "kind", "dtype", "group_size"]
     first = g.first_row()
     out = {}
     for c in cols:  # each column's array taken (a frame's iloc indexes and copies more)
-        col = inst[c]
-        if not col.hasnans:
-            out[c] = pd.Series(col.array.take(first))
+        series = inst[c]
+        col = series.array
+        plain = isinstance(series.dtype, np.dtype) and series.dtype.kind in "iub"  # no NaN
+        missing = None if plain else np.asarray(col.isna(), dtype=bool)
+        if missing is None or not missing.any():
+            out[c] = pd.Series(col.take(first))
             continue
-        rows = g.first_where(col.notna().to_numpy())
-        got = pd.Series(col.array.take(np.maximum(rows, 0)))
+        rows = g.first_where(~missing)
+        got = pd.Series(col.take(np.maximum(rows, 0)))
         out[c] = got.where(pd.Series(rows >= 0)) if (rows < 0).any() else got
-    return cast(pd.DataFrame, pd.DataFrame(out))
+    return out
 
 
 @dataclass(frozen=True)
