@@ -16,7 +16,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from tracekit.ranks.groups import Groups, lookup, nanmax
+from tracekit.ranks.groups import Groups, lookup, nanmax, series_median
 from tracekit.ranks.robust import outliers
 
 NODE_SHARE = 0.75
@@ -82,16 +82,23 @@ def slow_nodes(fig: pd.DataFrame, step_median: float) -> list[SlowNode]:
     hit = [o.rank for o in outliers(fig, "internode_transfer_ms", step_median)]
     if not hit:
         return []
-    job = float(np.nanmedian(fig["internode_transfer_ms"].to_numpy(dtype=float)))
-    host_of = dict(zip(fig["rank"].astype(int), fig["host"], strict=True))
+    transfer = fig["internode_transfer_ms"].to_numpy(dtype=float)
+    job = float(np.nanmedian(transfer))
+    host = fig["host"].to_numpy(dtype=object)
+    has = np.flatnonzero(~np.asarray(pd.isna(host), dtype=bool))  # groupby's dropna
+    names, code = np.unique(host[has].astype(str), return_inverse=True)  # sorted, as groupby
+    g = Groups.of(code)
+    host_of = dict(zip(fig["rank"].astype(int).tolist(), host.tolist(), strict=True))
+    rank = fig["rank"].to_numpy()
     out = []
-    for host, g in fig.groupby("host", sort=True):
-        ranks = tuple(int(r) for r in g["rank"])
-        mine = tuple(r for r in hit if host_of.get(r) == host)
+    for k, name in enumerate(names.tolist()):
+        rows = has[g.order[g.starts[k] : g.starts[k] + g.sizes[k]]]  # the node's, in order
+        ranks = tuple(int(r) for r in rank[rows])
+        mine = tuple(r for r in hit if host_of.get(r) == name)
         if len(mine) < 2 or len(mine) < NODE_SHARE * len(ranks):
             continue
-        ms = float(g["internode_transfer_ms"].median())
-        out.append(SlowNode(str(host), ranks, mine, ms, job, ms / job if job > 0 else np.nan))
+        ms = series_median(transfer[rows])
+        out.append(SlowNode(name, ranks, mine, ms, job, ms / job if job > 0 else np.nan))
     return sorted(out, key=lambda n: -n.ratio)
 
 
