@@ -152,6 +152,9 @@ def test_series_sum_mean_and_descending_equal_pandas() -> None:
         for kind in ("quicksort", "stable"):
             want = df.sort_values("v", ascending=False, kind=kind)["i"].tolist()
             assert descending(ties, kind).tolist() == want
+        ints = rng.integers(0, 3, n)  # in their own dtype
+        want = pd.DataFrame({"v": ints}).sort_values("v", ascending=False).index.tolist()
+        assert descending(ints).tolist() == want
 
 
 def test_sorted_codes_and_ngroup_equal_pandas() -> None:

@@ -180,10 +180,10 @@ def series_mean(v: np.ndarray) -> float:
 
 
 def descending(v: np.ndarray, kind: str = "quicksort") -> np.ndarray:
-    """The order of pandas' ``sort_values(ascending=False, kind=kind)`` of float ``v``
-    (ties as pandas leaves them, NaN last)."""
-    x = np.asarray(v, dtype=np.float64)
-    nan = np.isnan(x)
+    """The order of pandas' ``sort_values(ascending=False, kind=kind)`` of ``v`` (numbers,
+    sorted in their own dtype; ties as pandas leaves them, NaN last)."""
+    x = np.asarray(v)
+    nan = np.isnan(x) if x.dtype.kind == "f" else np.zeros(len(x), dtype=bool)
     idx = np.flatnonzero(~nan)[::-1]
     order = idx[x[idx].argsort(kind=cast(Any, kind))][::-1]
     return np.concatenate([order, np.flatnonzero(nan)])

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.ranks import nodes as N
-from tracekit.ranks.groups import Groups, value_counts
+from tracekit.ranks.groups import Groups, descending, value_counts
 from tracekit.ranks.robust import MIN_RANKS, Distribution, distributions, outliers
 
 FIGURE_PARTS = (
@@ -208,7 +208,8 @@ def verdict(v: JobView, total: int) -> list[str]:
         out.append(f"fewer than {MIN_RANKS} ranks: no rank is called an outlier")
     aw = d.get("arrival_wait_ms")
     if aw is not None and st is not None and st.median > 0 and total:
-        lr = v.figures.sort_values("last_arrivals", ascending=False).iloc[0]
+        top = int(descending(v.figures["last_arrivals"].to_numpy())[0])  # sort_values' first
+        lr = {c: v.figures[c].iloc[top] for c in ("rank", "last_arrivals")}
         out.append(
             f"the others wait for them: wait for others {_ms(aw.median)} per step in "
             f"collectives, median over ranks ({100 * aw.median / st.median:.1f} % of the "
