@@ -33,6 +33,7 @@ from tracekit.ranks import bandwidth as BW
 from tracekit.ranks.collectives import (
     COMMUNICATION,
     INSTANCE_COLUMNS,
+    Keyed,
     keyed,
     match,
     timed,
@@ -151,27 +152,30 @@ def align_clocks(
     inst: pd.DataFrame,
     hosts: dict[int, str | None],
     keys: pd.Series | None = None,
-    matched: tuple[pd.DataFrame, pd.DataFrame] | None = None,
+    k: Keyed | None = None,
 ) -> Clock:
     """See the module's docstring (step 1): ranks of different hosts are aligned on the
     first collective; ranks of one host (or unknown hosts) only when that makes fewer of
     their collectives impossible than their own clocks do. ``keys``: the instances'
-    :func:`~tracekit.ranks.collectives.assign_keys`, if known; ``matched``: their
-    :func:`~tracekit.ranks.collectives.match` on the ranks' own clocks, if known."""
+    :func:`~tracekit.ranks.collectives.assign_keys`, if known; ``k``: their
+    :func:`~tracekit.ranks.collectives.keyed`, if known (the clock needs only when each
+    collective started on its last rank, not the whole match)."""
     ranks = sorted(hosts)
     none = {r: 0 for r in ranks}
-    if not len(inst) or inst["rank"].nunique() < 2:
+    if not len(inst) or len(np.unique(inst["rank"].to_numpy())) < 2:
         return Clock(False, none, None, "no collective seen on two ranks: each rank's own clock")
-    m, inst2 = match(inst, keys) if matched is None else matched
-    multi = np.flatnonzero((m["ranks"].to_numpy() >= 2) & m["consistent"].to_numpy(dtype=bool))
+    k = keyed(inst, keys) if k is None else k
+    inst2, fx = k.inst, k.fixed
+    multi = np.flatnonzero((fx["ranks"] >= 2) & fx["consistent"])
     if not len(multi):
         return Clock(False, none, None, "no collective matched across ranks: own clocks")
-    at = np.lexsort((m["latest_start"].to_numpy()[multi], m["step"].to_numpy()[multi]))
-    first = int(multi[at[0]])  # the first by (step, latest start), as a stable sort
-    key = int(m["key"].iloc[first])
+    latest = k.g.max(inst2["ts"].to_numpy(dtype=np.int64))  # each one's latest start
+    at = np.lexsort((latest[multi], fx["step"].to_numpy()[multi]))
+    first = int(multi[at[0]])  # the first by (step, latest start), then by key
+    key = int(fx["key"][first])
     anchor = (
-        f"{m['kind'].iloc[first]} #{int(m['index'].iloc[first])} of group "
-        f"{m['pg'].iloc[first]} in step {int(m['step'].iloc[first])}"
+        f"{fx['kind'].iloc[first]} #{int(fx['index'].iloc[first])} of group "
+        f"{fx['pg'].iloc[first]} in step {int(fx['step'].iloc[first])}"
     )
     sel = inst2["key"].to_numpy() == key
     ends = inst2["end"].to_numpy(dtype=np.int64)[sel]
@@ -662,10 +666,9 @@ def reduce(
     L = load(dirs, None if len(ranks) <= SHOW_ALL else set())
     hosts = hosts or {r: None for r in ranks}
     notes = list(notes or [])
-    # matched once on the ranks' own clocks, for the clock and then again only in time
+    # keyed once, for the clock and the match (which only redoes the times)
     k = keyed(L.instances) if len(L.instances) else None
-    own = timed(k) if k is not None else None
-    clock = align_clocks(L.instances, {r: hosts.get(r) for r in ranks}, None, own)
+    clock = align_clocks(L.instances, {r: hosts.get(r) for r in ranks}, None, k)
     if clock.aligned:
         notes.append(f"clocks {clock.reason}: {clock.anchor}")
     steps = _shift(L.steps, ["start_ns", "end_ns"], clock.offsets_ns)
@@ -679,10 +682,9 @@ def reduce(
     keep = np.isin(step, common)
     steps = steps if keep.all() else steps[keep]  # (a filter keeping every row: a copy)
     sel = np.isin(L.instances["step"].to_numpy(), common) if len(L.instances) else keep[:0]
-    if k is not None and own is not None and bool(sel.all()):
+    if k is not None and bool(sel.all()):
         # a clock shift keeps each rank's order: the keys and the clock-free half stand
-        moved = any(clock.offsets_ns.values())
-        matched, inst = timed(k, clock.offsets_ns) if moved else own
+        matched, inst = timed(k, clock.offsets_ns if any(clock.offsets_ns.values()) else None)
     else:
         inst = _shift(L.instances, ["ts", "end"], clock.offsets_ns)
         matched, inst = match(inst[sel])
