@@ -261,3 +261,15 @@ def test_by_signature_equals_groupby_indices() -> None:
     keys = ["pg", "kind", "dtype", "message_bytes", "group_size"]
     want = [list(g.index) for _, g in m.groupby(keys, sort=False, dropna=False)]
     assert [list(rows) for rows in _by_signature(matched)] == want
+
+
+def test_with_added_equals_column_assignments() -> None:
+    from tracekit.ranks.groups import with_added
+
+    df = _instances(3).iloc[::2]  # an index that is not a range
+    new = {"a": np.arange(len(df)), "b": pd.Series(["x"] * len(df), index=df.index)}
+    for cols in (new, {**new, "ts": np.zeros(len(df), dtype=np.int64)}, {}):
+        want = df.copy()
+        for c, v in cols.items():
+            want[c] = v
+        pd.testing.assert_frame_equal(with_added(df, cols), want, check_exact=True)

@@ -49,7 +49,7 @@ from tracekit.classify.families.communication import (
     dtype_size,
     kernel_dtype,
 )
-from tracekit.ranks.groups import Groups, lookup, nanmax, ngroup
+from tracekit.ranks.groups import Groups, lookup, nanmax, ngroup, with_added
 
 COMMUNICATION = "communication"
 RPC = "record_param_comms"
@@ -420,11 +420,10 @@ class Keyed:
 def keyed(inst: pd.DataFrame, keys: pd.Series | None = None) -> Keyed:
     """``inst`` (:data:`INSTANCE_COLUMNS` plus ``rank``) keyed and grouped (``keys``: their
     :func:`assign_keys` where the caller has them)."""
-    inst = inst.copy()
     agreed = False  # known: every key's instances agree (no need to look again)
     if keys is None:
         keys, agreed = _assign(inst)
-    inst["key"] = keys
+    inst = with_added(inst, {"key": keys})
     if (inst["key"].to_numpy() < 0).any():  # a boolean filter copies every column
         inst = inst[inst["key"] >= 0]
     g = Groups.of(inst["key"].to_numpy())

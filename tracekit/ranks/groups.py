@@ -215,3 +215,15 @@ def ngroup(df: pd.DataFrame, by: list[str]) -> np.ndarray:
         codes, n = sorted_codes(df[c])
         key = key * max(n, 1) + codes
     return np.asarray(Groups.of(key).inverse, dtype=np.int64)
+
+
+def with_added(df: pd.DataFrame, cols: dict[str, Any]) -> pd.DataFrame:
+    """``df`` with ``cols`` set as columns (``df.copy()`` then ``df[c] = v`` for each), in
+    one concatenation where every name is new: each assignment to a wide frame costs about
+    as much as its copy."""
+    if any(c in df.columns for c in cols) or not len(cols):
+        out: pd.DataFrame = df.copy()
+        for c, v in cols.items():
+            out[c] = v
+        return out
+    return cast(pd.DataFrame, pd.concat([df, pd.DataFrame(cols, index=df.index)], axis=1))

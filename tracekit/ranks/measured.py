@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.manifest import as_manifest
-from tracekit.ranks.groups import Groups, nanmax, series_mean
+from tracekit.ranks.groups import Groups, nanmax, series_mean, with_added
 
 DISAGREE_MS = 1.0  # the profiled spread must exceed the unprofiled one by more than this ...
 DISAGREE_PCT = 10.0  # ... and by more than this share of the unprofiled step
@@ -347,13 +347,13 @@ COLUMNS = (
 
 def with_columns(per_rank: pd.DataFrame, m: Measured) -> pd.DataFrame:
     """``per_rank`` with each rank's unprofiled figures (:data:`COLUMNS`; NaN: unknown)."""
-    out: pd.DataFrame = per_rank.copy()
     attrs = ("step_ms", "with_sync_ms", "without_sync_ms", "cost_ms", "cost_pct")
-    ranks = out["rank"].tolist()
-    for col, attr in zip(COLUMNS, attrs, strict=True):
-        vals = [getattr(m.ranks.get(int(r)), attr, None) for r in ranks]
-        out[col] = _numeric(vals, out.index)
-    return out
+    ranks = per_rank["rank"].tolist()
+    cols = {
+        col: _numeric([getattr(m.ranks.get(int(r)), attr, None) for r in ranks], per_rank.index)
+        for col, attr in zip(COLUMNS, attrs, strict=True)
+    }
+    return with_added(per_rank, cols)
 
 
 def _numeric(vals: list[Any], index: pd.Index) -> Any:

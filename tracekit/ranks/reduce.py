@@ -47,6 +47,7 @@ from tracekit.ranks.groups import (
     series_mode,
     series_sum,
     value_counts,
+    with_added,
 )
 from tracekit.ranks.latends import late_ends
 from tracekit.ranks.measured import Measured, reconcile
@@ -551,20 +552,22 @@ def with_job_columns(per_rank: pd.DataFrame, job: JobView) -> pd.DataFrame:
     if not len(per_rank):
         return per_rank
     fig = job.figures
-    out = per_rank.copy()
-    ranks = out["rank"].to_numpy(dtype=np.int64)
+    ranks = per_rank["rank"].to_numpy(dtype=np.int64)
     by_rank = np.argsort(fig["rank"].to_numpy(dtype=np.int64), kind="stable")
     fig_rank = fig["rank"].to_numpy(dtype=np.int64)[by_rank]
     at = by_rank[np.minimum(np.searchsorted(fig_rank, ranks), max(len(fig_rank) - 1, 0))]
     found = fig["rank"].to_numpy(dtype=np.int64)[at] == ranks if len(fig_rank) else ranks < 0
-    for c in JOB_COLUMNS:  # Series.map(fig[c]): NaN where the rank has no figures
-        out[c] = np.where(found, fig[c].to_numpy(dtype=float)[at], np.nan) if c in fig else np.nan
+    nan = np.full(len(ranks), np.nan)
+    cols: dict[str, Any] = {  # Series.map(fig[c]): NaN where the rank has no figures
+        c: np.where(found, fig[c].to_numpy(dtype=float)[at], np.nan) if c in fig else nan
+        for c in JOB_COLUMNS
+    }
     kind: dict[int, str] = {}
     for f in job.findings:
         for r in f.ranks:
             kind.setdefault(r, f.kind)
-    out["finding"] = [kind.get(r, "") for r in ranks.tolist()]
-    return cast(pd.DataFrame, out)
+    cols["finding"] = pd.Series([kind.get(r, "") for r in ranks.tolist()], index=per_rank.index)
+    return with_added(per_rank, cols)
 
 
 def timeline_words(per_rank: pd.DataFrame) -> str:
@@ -688,7 +691,7 @@ def reduce(
     else:
         inst = _shift(L.instances, ["ts", "end"], clock.offsets_ns)
         matched, inst = match(inst[sel])
-    inst["inter_node"] = inter_node(inst, hosts)
+    inst = with_added(inst, {"inter_node": inter_node(inst, hosts)})
     t0 = int(steps["start_ns"].to_numpy().min()) if len(steps) else 0
     rs = rank_step_table(steps, inst, t0)
     per_rank = per_rank_table(rs, L.info, matched, clock, hosts)
