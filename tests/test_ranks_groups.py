@@ -273,3 +273,13 @@ def test_with_added_equals_column_assignments() -> None:
         for c, v in cols.items():
             want[c] = v
         pd.testing.assert_frame_equal(with_added(df, cols), want, check_exact=True)
+
+
+def test_nullable_ints_equal_the_frame_column_converted() -> None:
+    from tracekit.ranks.reduce import _nullable_ints
+
+    for vals in ([None, 2**40 + 1, 3], [None, None], [1, 2], ["x", 5], [2**60 + 1, None]):
+        want = pd.DataFrame({"v": vals})
+        want["v"] = pd.to_numeric(want["v"], errors="coerce").astype("Int64")
+        got = pd.DataFrame({"v": _nullable_ints(vals)})
+        pd.testing.assert_frame_equal(got, want, check_exact=True)

@@ -496,20 +496,23 @@ def per_rank_table(
             "exposed_comm_pct": summed["exposed_comm_ms"] * pct,
             "sync_wait_ms": mean("sync_wait_ms"),
             "own_work_ms": mean("own_work_ms"),
-            "collectives_per_step": meta("collectives_per_step"),
+            "collectives_per_step": pd.to_numeric(
+                pd.Series(meta("collectives_per_step")), errors="coerce"
+            ),
             "last_arrivals": [last.get(r, 0) for r in ranks],
-            "peak_allocated_bytes": meta("peak_allocated_bytes"),
-            "peak_reserved_bytes": meta("peak_reserved_bytes"),
+            **{c: _nullable_ints(meta(c)) for c in ("peak_allocated_bytes", "peak_reserved_bytes")},
             "clock_offset_ms": [clock.offsets_ns.get(r, 0) / 1e6 for r in ranks],
             "timeline_source": [x or FULL for x in meta("timeline_source")],
             "timeline_reason": meta("timeline_reason"),
             "timeline_recorder": meta("timeline_recorder"),
         }
     )
-    for c in ("peak_allocated_bytes", "peak_reserved_bytes"):
-        df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
-    df["collectives_per_step"] = pd.to_numeric(df["collectives_per_step"], errors="coerce")
     return cast(pd.DataFrame, df)
+
+
+def _nullable_ints(values: list[Any]) -> pd.Series:
+    """``values`` as a column of the per-rank table: numbers (unknown: missing), Int64."""
+    return cast(pd.Series, pd.to_numeric(pd.Series(values), errors="coerce").astype("Int64"))
 
 
 SHOW_ALL = 32  # up to this many ranks, every rank is drawn; above, :func:`shown_ranks`
