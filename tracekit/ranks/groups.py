@@ -192,7 +192,8 @@ def descending(v: np.ndarray, kind: str = "quicksort") -> np.ndarray:
 def sorted_codes(col: pd.Series) -> tuple[np.ndarray, int]:
     """Each value's position among the column's distinct values in sorted order, a missing
     value after them all (``pd.factorize(col, sort=True, use_na_sentinel=False)``'s codes),
-    and how many codes there are: through numpy, not the column's (Arrow) factorize."""
+    and how many codes there are: on the values as numpy (objects), not through the
+    column's Arrow dictionary encoding."""
     v = col.to_numpy()
     if v.dtype.kind in "iub":
         uniq, codes = np.unique(v, return_inverse=True)
@@ -200,11 +201,8 @@ def sorted_codes(col: pd.Series) -> tuple[np.ndarray, int]:
     if v.dtype.kind == "f":
         uniq, codes = np.unique(v, return_inverse=True)  # NaN last, one value
         return np.asarray(codes, dtype=np.int64).reshape(-1), len(uniq)
-    miss = np.asarray(pd.isna(v), dtype=bool)
-    uniq, inner = np.unique(v[~miss], return_inverse=True)
-    codes = np.full(len(v), len(uniq), dtype=np.int64)
-    codes[~miss] = inner.reshape(-1)
-    return codes, len(uniq) + int(miss.any())
+    codes, uniq = pd.factorize(np.asarray(v, dtype=object), sort=True, use_na_sentinel=False)
+    return np.asarray(codes, dtype=np.int64), len(uniq)  # hashed: no sort of every value
 
 
 def ngroup(df: pd.DataFrame, by: list[str]) -> np.ndarray:
