@@ -498,9 +498,12 @@ def per_rank_table(
             "own_work_ms": mean("own_work_ms"),
             "collectives_per_step": pd.to_numeric(
                 pd.Series(meta("collectives_per_step")), errors="coerce"
-            ),
+            ).array,
             "last_arrivals": [last.get(r, 0) for r in ranks],
-            **{c: _nullable_ints(meta(c)) for c in ("peak_allocated_bytes", "peak_reserved_bytes")},
+            **{
+                c: _nullable_ints(meta(c)).array
+                for c in ("peak_allocated_bytes", "peak_reserved_bytes")
+            },
             "clock_offset_ms": [clock.offsets_ns.get(r, 0) / 1e6 for r in ranks],
             "timeline_source": [x or FULL for x in meta("timeline_source")],
             "timeline_reason": meta("timeline_reason"),
