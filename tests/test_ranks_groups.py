@@ -283,3 +283,20 @@ def test_nullable_ints_equal_the_frame_column_converted() -> None:
         want["v"] = pd.to_numeric(want["v"], errors="coerce").astype("Int64")
         got = pd.DataFrame({"v": _nullable_ints(vals)})
         pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+def test_distributions_equal_each_part_alone() -> None:
+    from tracekit.ranks.robust import PARTS, distributions
+
+    rng = np.random.default_rng(10)
+    for n in (8, 63, 1024):
+        fig = pd.DataFrame({"rank": np.arange(n), **{c: rng.random(n) * 100 for c, _ in PARTS}})
+        for frame in (fig, fig.assign(idle_ms=np.where(np.arange(n) % 5, fig["idle_ms"], np.nan))):
+            for d in distributions(frame):
+                v = frame[d.part].to_numpy(dtype=float)
+                v = v[np.isfinite(v)]
+                assert (d.median, d.p90, d.p99) == (
+                    float(np.median(v)),
+                    float(np.percentile(v, 90)),
+                    float(np.percentile(v, 99)),
+                )

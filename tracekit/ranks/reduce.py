@@ -542,9 +542,14 @@ def shown_ranks(job: JobView, ranks: list[int]) -> list[int]:
 
 
 def _lanes_of(
-    dirs: dict[int, Path], ranks: list[int], info: dict[int, dict[str, Any]]
+    dirs: dict[int, Path],
+    ranks: list[int],
+    info: dict[int, dict[str, Any]],
+    offsets: dict[int, int] | None = None,
 ) -> pd.DataFrame:
-    bases = {r: int(info[r].get("trace_start_ns") or 0) for r in ranks}
+    """The lanes of ``ranks``, each rank's time base and clock offset added (in Arrow)."""
+    off = offsets or {}
+    bases = {r: int(info[r].get("trace_start_ns") or 0) + off.get(r, 0) for r in ranks}
     tables = [(r, _read(Path(dirs[r]) / "lanes.arrow")) for r in ranks]
     return _frame(tables, ["what", "start_ns", "end_ns"], ["start_ns", "end_ns"], bases)
 
@@ -720,8 +725,10 @@ def reduce(
     )
     per_rank = with_job_columns(per_rank, job)
     shown = shown_ranks(job, ranks)
-    lanes = L.lanes if len(ranks) <= SHOW_ALL else _lanes_of(dirs, shown, L.info)
-    lanes = _shift(lanes, ["start_ns", "end_ns"], clock.offsets_ns)
+    if len(ranks) <= SHOW_ALL:
+        lanes = _shift(L.lanes, ["start_ns", "end_ns"], clock.offsets_ns)
+    else:  # read now, for the ranks shown, on the common clock
+        lanes = _lanes_of(dirs, shown, L.info, clock.offsets_ns)
     return RanksSummary(
         world_size=world_size,
         ranks=ranks,

@@ -56,23 +56,34 @@ class Distribution:
 
 def distributions(fig: pd.DataFrame) -> list[Distribution]:
     """Every part of :data:`PARTS` that ``fig`` (one row per rank, ``rank`` + parts) has."""
-    out = []
-    all_ranks = fig["rank"].to_numpy() if len(fig) else None
-    for col, words in PARTS:
-        if col not in fig or all_ranks is None:
-            continue
-        v = fig[col].to_numpy(dtype=float)
-        ok = np.isfinite(v)
+    out: list[Distribution] = []
+    parts = [(c, w) for c, w in PARTS if c in fig] if len(fig) else []
+    if not parts:
+        return out
+    all_ranks = fig["rank"].to_numpy()
+    values = np.stack([fig[c].to_numpy(dtype=float) for c, _ in parts])
+    finite = np.isfinite(values)
+    # every part at once where all are finite (each row as np.median / np.percentile alone)
+    whole = bool(finite.all())
+    if whole:
+        medians = np.median(values, axis=1)
+        p90s, p99s = np.percentile(values, [90, 99], axis=1)
+    for j, (col, words) in enumerate(parts):
+        ok = finite[j]
         if not ok.any():
             continue
-        v, ranks = v[ok], all_ranks[ok]
+        v, ranks = values[j][ok], all_ranks[ok]
         top = np.argsort(-v, kind="stable")[:TAIL]
-        p90, p99 = np.percentile(v, [90, 99])  # each as np.percentile(v, q) alone
+        med, (p90, p99) = (
+            (medians[j], (p90s[j], p99s[j]))
+            if whole
+            else (np.median(v), np.percentile(v, [90, 99]))
+        )
         out.append(
             Distribution(
                 part=col,
                 words=words,
-                median=float(np.median(v)),
+                median=float(med),
                 p90=float(p90),
                 p99=float(p99),
                 max=float(v.max()),
