@@ -329,12 +329,6 @@ def _agree_in(inst: pd.DataFrame, g: Groups) -> np.ndarray:
     return np.asarray(one_kind & one_size)
 
 
-def _agree(inst: pd.DataFrame, keys: pd.Series) -> pd.Series:
-    """Per key, whether its instances have one :func:`_signature`."""
-    g = Groups.of(keys.to_numpy())
-    return cast(pd.Series, pd.Series(_agree_in(inst, g), index=pd.Index(g.keys)))
-
-
 def _by_order(inst: pd.DataFrame) -> pd.Series:
     """Keys by (group, seq) where every instance of the job has a sequence number, else by
     (group, step, index): NCCL's issue order."""
@@ -371,19 +365,21 @@ def assign_keys(inst: pd.DataFrame) -> pd.Series:
     return _assign(inst)[0]
 
 
-def _assign(inst: pd.DataFrame) -> tuple[pd.Series, bool]:
-    """:func:`assign_keys`, and whether every key's instances agreed by issue order (then
-    none was realigned and each key is consistent)."""
+def _assign(inst: pd.DataFrame) -> tuple[pd.Series, Groups | None]:
+    """:func:`assign_keys`, and where every key's instances agreed by issue order (none
+    was realigned and each key is consistent) the instances grouped by those keys."""
     keys = _by_order(inst)
-    bad = ~_agree(inst, keys)
-    if not bad.any():
-        return keys, True
+    g = Groups.of(keys.to_numpy())
+    agree = _agree_in(inst, g)
+    if agree.all():
+        return keys, g
+    bad = ~pd.Series(agree, index=pd.Index(g.keys))
     base = int(keys.max()) + 1
     for pg in inst.loc[keys.isin(bad[bad].index), "pg"].unique():
         sel = inst["pg"] == pg
         keys[sel] = _resequence(inst[sel], base)
         base += int(sel.sum())
-    return keys, False
+    return keys, None
 
 
 def _first(inst: pd.DataFrame, g: Groups) -> dict[str, pd.Series]:
@@ -420,18 +416,19 @@ class Keyed:
 def keyed(inst: pd.DataFrame, keys: pd.Series | None = None) -> Keyed:
     """``inst`` (:data:`INSTANCE_COLUMNS` plus ``rank``) keyed and grouped (``keys``: their
     :func:`assign_keys` where the caller has them)."""
-    agreed = False  # known: every key's instances agree (no need to look again)
+    agreed = None  # the instances by key where every key's agree (no need to look again)
     if keys is None:
         keys, agreed = _assign(inst)
     inst = with_added(inst, {"key": keys})
     if (inst["key"].to_numpy() < 0).any():  # a boolean filter copies every column
         inst = inst[inst["key"] >= 0]
-    g = Groups.of(inst["key"].to_numpy())
+    g = agreed if agreed is not None else Groups.of(inst["key"].to_numpy())
     dur = inst["dur"].to_numpy(dtype=np.int64)
     first = _first(inst, g)
     n_ranks = g.nunique(inst["rank"].to_numpy())
     size_f = first["group_size"].to_numpy(dtype=np.float64, na_value=np.nan)
     size_f = np.where(np.isnan(size_f), n_ranks, size_f)  # the group's size, else its ranks
+    consistent = np.ones(len(g.keys), dtype=bool) if agreed is not None else _agree_in(inst, g)
     fixed = {
         "key": g.keys,
         **{c: first[c] for c in ("pg", "step", "index", "seq", "kind", "dtype")},
@@ -439,7 +436,7 @@ def keyed(inst: pd.DataFrame, keys: pd.Series | None = None) -> Keyed:
         "group_size": np.round(size_f).astype(np.int64),
         "ranks": n_ranks,
         "complete": n_ranks >= size_f,
-        "consistent": np.ones(len(g.keys), dtype=bool) if agreed else _agree_in(inst, g),
+        "consistent": consistent,
         "dur_sum": g.sum(dur),
         "dur_max_ns": g.max(dur),
     }
