@@ -55,11 +55,11 @@ def inter_node(inst: pd.DataFrame, hosts: dict[int, str | None]) -> pd.Series:
 def node_table(fig: pd.DataFrame, flagged: set[int]) -> pd.DataFrame:
     """One row per host: its ranks and their medians (``fig``: per-rank figures with
     ``host``); ``flagged``: how many of its ranks a finding names."""
-    if not len(fig) or fig["host"].isna().all():
+    host = fig["host"].to_numpy(dtype=object) if len(fig) else np.zeros(0, dtype=object)
+    has = ~np.asarray(pd.isna(host), dtype=bool)  # groupby's dropna
+    if not has.any():
         return cast(pd.DataFrame, pd.DataFrame(columns=NODE_COLUMNS))
-    host = fig["host"]
-    has = host.notna().to_numpy()  # groupby's dropna
-    names, code = np.unique(host[has].astype(str).to_numpy(), return_inverse=True)
+    names, code = np.unique(host[has].astype(str), return_inverse=True)
     g = Groups.of(code)
     rank = fig["rank"].to_numpy()[has]
     medians = ("step_time_ms", "compute_ms", "arrival_wait_ms", "input_ms", "internode_transfer_ms")

@@ -251,7 +251,7 @@ def pivot_mean(rows: pd.Series, cols: pd.Series, values: np.ndarray) -> pd.DataF
 def heatmaps(rs: pd.DataFrame, inst: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """rank x step: work per step (step less wait for others), % over the step's median;
     rank x collective of the step: wait for others, ms (mean over steps)."""
-    work = (rs["step_time_ms"] - rs["arrival_wait_ms"]).to_numpy(dtype=float)
+    work = rs["step_time_ms"].to_numpy(dtype=float) - rs["arrival_wait_ms"].to_numpy(dtype=float)
     by_step = Groups.of(rs["step"].to_numpy())
     med = by_step.median(work)[by_step.inverse]  # groupby().transform("median")
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -259,7 +259,7 @@ def heatmaps(rs: pd.DataFrame, inst: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
     steps = pivot_mean(rs["rank"], rs["step"], pct)
     if not len(inst):
         return steps, pd.DataFrame()
-    col = inst["index"].astype(int).rename("col")
+    col = pd.Series(inst["index"].to_numpy().astype(int), name="col")  # (names the columns)
     waits = pivot_mean(inst["rank"], col, inst["arrival_wait_ns"].to_numpy() / 1e6)
     return steps, waits
 
