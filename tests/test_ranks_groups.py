@@ -111,8 +111,9 @@ def test_series_helpers_equal_pandas() -> None:
 
 def test_fsum_fmean_of_several_columns_equal_pandas() -> None:
     rng = np.random.default_rng(5)
-    for n in (1, 7, 300):
+    for n, skew in ((1, 0), (7, 0), (300, 0), (300, 250)):
         key = rng.integers(0, 20, n)
+        key[:skew] = 7  # one group far larger than the others: the other layout
         v = rng.random((3, n)) * 1e9 / 7.0  # inexact sums
         v[:, ::5] = np.nan
         v[1, ::3] = np.nan

@@ -59,20 +59,37 @@ class Groups:
     def fsum(self, values: np.ndarray) -> np.ndarray:
         """Per group, the sum of float ``values`` (NaN skipped) in the rows' order with
         Kahan's compensation, as pandas' ``groupby().sum()`` adds them (bit for bit).
-        ``values`` of shape (k, rows): k columns summed at once, (k, groups) returned."""
+        ``values`` of shape (k, rows): k columns summed at once, (k, groups) returned.
+        One step per position in the largest group; where the groups are of similar
+        sizes, their values laid out as (k, groups, largest group), NaN after a group's
+        own (a NaN is skipped), so that each step is a few whole-array operations."""
         v = np.asarray(values, dtype=np.float64)
         vs = np.atleast_2d(v)[:, self.order]
+        sizes = self.sizes
+        width = int(sizes.max()) if len(sizes) else 0
         total = np.zeros((len(vs), len(self.keys)))
         comp = np.zeros_like(total)
-        sizes = self.sizes
-        for j in range(int(sizes.max()) if len(sizes) else 0):
+        if len(self.keys) * width <= 2 * len(self.order) + 64:
+            pad = np.full((len(vs), len(self.keys), width), np.nan)
+            row = np.repeat(np.arange(len(self.keys)), sizes)
+            pad[:, row, np.arange(len(self.order)) - self.starts[row]] = vs
+            for j in range(width):
+                x = pad[:, :, j]
+                y = x - comp
+                t = total + y
+                c = t - total - y
+                ok = ~np.isnan(x)  # a NaN leaves its group's sum as it was
+                comp = np.where(ok, np.where(np.isnan(c), 0.0, c), comp)
+                total = np.where(ok, t, total)
+            return total if v.ndim == 2 else total[0]
+        for j in range(width):  # groups of very different sizes: the live ones only
             live = np.flatnonzero(sizes > j)
             x = vs[:, self.starts[live] + j]
             tl, cl = total[:, live], comp[:, live]
             y = x - cl
             t = tl + y
             c = t - tl - y
-            ok = ~np.isnan(x)  # a NaN leaves its group's sum as it was
+            ok = ~np.isnan(x)
             comp[:, live] = np.where(ok, np.where(np.isnan(c), 0.0, c), cl)
             total[:, live] = np.where(ok, t, tl)
         return total if v.ndim == 2 else total[0]
