@@ -83,7 +83,7 @@ class Loaded:
     steps: pd.DataFrame  # STEP_COLUMNS + rank
     classes: pd.DataFrame
     instances: pd.DataFrame  # INSTANCE_COLUMNS + rank
-    lanes: pd.DataFrame
+    lanes: Any  # Arrow: rank, what, start_ns, end_ns (None: no lanes)
 
 
 def _read(path: Path) -> Any:
@@ -93,17 +93,14 @@ def _read(path: Path) -> Any:
     return pa.ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()
 
 
-def _frame(
-    tables: list[tuple[int, Any]], cols: list[str], times: list[str], bases: dict[int, int]
-) -> pd.DataFrame:
-    """The ranks' tables (rank, Arrow table) as one frame with a leading ``rank`` column,
-    the ``times`` columns with each rank's time base added: one concatenation, and the
-    columns added in Arrow before the one conversion to pandas."""
+def _arrow(tables: list[tuple[int, Any]], times: list[str], bases: dict[int, int]) -> Any:
+    """The ranks' tables (rank, Arrow table) as one Arrow table with a leading ``rank``
+    column, the ``times`` columns with each rank's time base added (None: no rows)."""
     import pyarrow as pa
 
     got = [(r, t) for r, t in tables if t.num_rows]
     if not got:
-        return cast(pd.DataFrame, pd.DataFrame(columns=[*cols, "rank"]))
+        return None
     rows = [t.num_rows for _, t in got]
     t = pa.concat_tables([t for _, t in got], promote_options="default")
     for c in times:
@@ -111,7 +108,18 @@ def _frame(
         at = t.schema.get_field_index(c)
         t = t.set_column(at, c, pa.array(np.asarray(t[c].to_numpy(), dtype=np.int64) + off))
     rank = np.repeat(np.asarray([r for r, _ in got], dtype=np.int64), rows)
-    return cast(pd.DataFrame, t.add_column(0, "rank", pa.array(rank)).to_pandas())
+    return t.add_column(0, "rank", pa.array(rank))
+
+
+def _frame(
+    tables: list[tuple[int, Any]], cols: list[str], times: list[str], bases: dict[int, int]
+) -> pd.DataFrame:
+    """:func:`_arrow` as a frame: one concatenation, the columns added in Arrow before the
+    one conversion to pandas."""
+    t = _arrow(tables, times, bases)
+    if t is None:
+        return cast(pd.DataFrame, pd.DataFrame(columns=[*cols, "rank"]))
+    return cast(pd.DataFrame, t.to_pandas())
 
 
 def load(dirs: dict[int, Path], lane_ranks: set[int] | None = None) -> Loaded:
@@ -135,7 +143,7 @@ def load(dirs: dict[int, Path], lane_ranks: set[int] | None = None) -> Loaded:
             parts["classes"], ["class", "kernel_ns", "union_ns", "count", "busy_ns"], [], bases
         ),
         instances=_frame(parts["inst"], INSTANCE_COLUMNS, ["ts", "end"], bases),
-        lanes=_frame(parts["lanes"], ["what", "start_ns", "end_ns"], times, bases),
+        lanes=_arrow(parts["lanes"], times, bases),
     )
 
 
@@ -541,17 +549,12 @@ def shown_ranks(job: JobView, ranks: list[int]) -> list[int]:
     return sorted(out)
 
 
-def _lanes_of(
-    dirs: dict[int, Path],
-    ranks: list[int],
-    info: dict[int, dict[str, Any]],
-    offsets: dict[int, int] | None = None,
-) -> pd.DataFrame:
-    """The lanes of ``ranks``, each rank's time base and clock offset added (in Arrow)."""
-    off = offsets or {}
-    bases = {r: int(info[r].get("trace_start_ns") or 0) + off.get(r, 0) for r in ranks}
-    tables = [(r, _read(Path(dirs[r]) / "lanes.arrow")) for r in ranks]
-    return _frame(tables, ["what", "start_ns", "end_ns"], ["start_ns", "end_ns"], bases)
+def _lanes_of(dirs: dict[int, Path], ranks: list[int], info: dict[int, dict[str, Any]]) -> Any:
+    """The lanes of ``ranks`` (Arrow, :func:`_arrow`)."""
+    bases = {r: int(info[r].get("trace_start_ns") or 0) for r in ranks}
+    return _arrow(
+        [(r, _read(Path(dirs[r]) / "lanes.arrow")) for r in ranks], ["start_ns", "end_ns"], bases
+    )
 
 
 JOB_COLUMNS = ("input_ms", "arrival_wait_ms", "internode_transfer_ms")
@@ -610,19 +613,25 @@ def timeline_source(per_rank: pd.DataFrame) -> str:
     return str(got.pop()) if len(got) == 1 else "mixed"
 
 
-def _lanes_ms(lanes: pd.DataFrame, steps: list[int], rs: pd.DataFrame, t0: int) -> pd.DataFrame:
-    if not len(lanes):
+def _lanes_ms(lanes: Any, offsets: dict[int, int], rs: pd.DataFrame, t0: int) -> pd.DataFrame:
+    """The lanes (Arrow, :func:`_arrow`) on the common clock (each rank's ``offsets``
+    added), in ms from ``t0``, those that end after it and start before the last step
+    ends: straight from Arrow to one frame."""
+    if lanes is None:
         return cast(pd.DataFrame, pd.DataFrame(columns=["rank", "what", "start_ms", "end_ms"]))
     ends = rs["start_ms"].to_numpy(dtype=float) + rs["step_time_ms"].to_numpy(dtype=float)
     hi = t0 + int(1e6 * float(np.nanmax(ends)))  # Series.max(): NaN skipped
-    start, end = lanes["start_ns"].to_numpy(), lanes["end_ns"].to_numpy()
+    rank = lanes.column("rank").to_numpy().astype(np.int64)
+    off = lookup(rank, offsets, 0).astype(np.int64)
+    start = np.asarray(lanes.column("start_ns").to_numpy(), dtype=np.int64) + off
+    end = np.asarray(lanes.column("end_ns").to_numpy(), dtype=np.int64) + off
     keep = (end > t0) & (start < hi)
     return cast(
         pd.DataFrame,
         pd.DataFrame(
             {
-                "rank": lanes["rank"].to_numpy().astype(np.int64)[keep],
-                "what": lanes["what"].astype(str).array[keep],
+                "rank": rank[keep],
+                "what": lanes.column("what").to_pandas().astype(str).array[keep],
                 "start_ms": (start[keep] - t0) / 1e6,
                 "end_ms": (end[keep] - t0) / 1e6,
             }
@@ -725,10 +734,7 @@ def reduce(
     )
     per_rank = with_job_columns(per_rank, job)
     shown = shown_ranks(job, ranks)
-    if len(ranks) <= SHOW_ALL:
-        lanes = _shift(L.lanes, ["start_ns", "end_ns"], clock.offsets_ns)
-    else:  # read now, for the ranks shown, on the common clock
-        lanes = _lanes_of(dirs, shown, L.info, clock.offsets_ns)
+    lanes = L.lanes if len(ranks) <= SHOW_ALL else _lanes_of(dirs, shown, L.info)
     return RanksSummary(
         world_size=world_size,
         ranks=ranks,
@@ -745,7 +751,7 @@ def reduce(
         collective_table=BW.aggregate(matched, len(common), ceil),
         by_kind=BW.by_kind(matched, ceil),
         class_shares=class_shares(L.classes, rs),
-        lanes=_lanes_ms(lanes, common, rs, t0),
+        lanes=_lanes_ms(lanes, clock.offsets_ns, rs, t0),
         shown=shown,
         clock=clock,
         ceiling=ceil,
