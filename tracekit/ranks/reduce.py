@@ -371,7 +371,8 @@ def class_shares(classes: pd.DataFrame, rs: pd.DataFrame) -> pd.DataFrame:
     busy = classes["busy_ns"].to_numpy(dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         pct = np.where(busy > 0, 100.0 * classes["union_ns"].to_numpy(dtype=float) / busy, np.nan)
-    code = pd.factorize(classes["class"])[0]  # the classes in order of appearance
+    # the classes in order of appearance (factorized as objects: hashed, not Arrow-encoded)
+    code = pd.factorize(classes["class"].to_numpy(dtype=object))[0]
     has = np.flatnonzero(code >= 0)  # groupby's dropna
     by_class = Groups.of(code[has])
     kernel_ms = (classes["kernel_ns"].to_numpy() / 1e6)[has] / n[has]
