@@ -138,7 +138,7 @@ def test_lookup_equals_series_map() -> None:
 
 
 def test_series_sum_mean_and_descending_equal_pandas() -> None:
-    from tracekit.ranks.groups import descending, series_mean, series_sum
+    from tracekit.ranks.groups import ascending, descending, series_mean, series_sum
 
     rng = np.random.default_rng(7)
     for n in (0, 1, 6, 40, 300):
@@ -153,6 +153,8 @@ def test_series_sum_mean_and_descending_equal_pandas() -> None:
         for kind in ("quicksort", "stable"):
             want = df.sort_values("v", ascending=False, kind=kind)["i"].tolist()
             assert descending(ties, kind).tolist() == want
+        want = df.sort_values("v")["i"].tolist()
+        assert ascending(ties).tolist() == want
         ints = rng.integers(0, 3, n)  # in their own dtype
         want = pd.DataFrame({"v": ints}).sort_values("v", ascending=False).index.tolist()
         assert descending(ints).tolist() == want

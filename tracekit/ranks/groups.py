@@ -196,6 +196,15 @@ def series_mean(v: np.ndarray) -> float:
     return series_sum(x) / n if n else math.nan
 
 
+def ascending(v: np.ndarray) -> np.ndarray:
+    """The order of pandas' ``sort_values()`` of ``v`` (numbers, in their own dtype; its
+    default quicksort, ties as pandas leaves them, NaN last)."""
+    x = np.asarray(v)
+    nan = np.isnan(x) if x.dtype.kind == "f" else np.zeros(len(x), dtype=bool)
+    idx = np.flatnonzero(~nan)
+    return np.concatenate([idx[x[idx].argsort(kind="quicksort")], np.flatnonzero(nan)])
+
+
 def descending(v: np.ndarray, kind: str = "quicksort") -> np.ndarray:
     """The order of pandas' ``sort_values(ascending=False, kind=kind)`` of ``v`` (numbers,
     sorted in their own dtype; ties as pandas leaves them, NaN last)."""

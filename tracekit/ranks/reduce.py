@@ -40,6 +40,7 @@ from tracekit.ranks.collectives import (
 )
 from tracekit.ranks.groups import (
     Groups,
+    ascending,
     descending,
     lookup,
     series_mean,
@@ -541,8 +542,9 @@ def shown_ranks(job: JobView, ranks: list[int]) -> list[int]:
     step = next((d for d in job.distributions if d.part == "step_time_ms"), None)
     if step is not None:
         want += [r for r, _ in step.tail]
-        fig = job.figures.sort_values("step_time_ms")
-        want.append(int(fig["rank"].iloc[len(fig) // 2]))
+        fig = job.figures  # the median rank of sort_values("step_time_ms")
+        mid = ascending(fig["step_time_ms"].to_numpy())[len(fig) // 2]
+        want.append(int(fig["rank"].iloc[mid]))
     out: list[int] = []
     for r in want:
         if r in ranks and r not in out and len(out) < SHOWN:
