@@ -26,6 +26,7 @@ import pandas as pd
 
 from tracekit.classify.families.communication import COLLECTIVES, INTERCONNECT
 from tracekit.manifest import read_manifest
+from tracekit.ranks.groups import descending, series_mean, series_mode, series_sum
 
 AGG_COLUMNS = [
     "pg", "kind", "dtype", "message_bytes", "group_size", "count", "per_step", "dur_mean_ms",
@@ -121,9 +122,26 @@ def ceiling(
     return measured_ceiling(manifest) or spec_ceiling(device_properties)
 
 
-def _mode(s: pd.Series) -> int:
-    m = s.mode()
-    return int(m.iloc[0]) if len(m) else -1
+def _missing(v: Any) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+
+
+def _by_signature(matched: pd.DataFrame) -> list[np.ndarray]:
+    """The rows of each (group, kind, dtype, message size, group size), in order of first
+    appearance (pandas' ``groupby(sort=False, dropna=False)``; a missing dtype as ``?``, a
+    missing size as -1): a dictionary over the few hundred collectives."""
+    nbytes = matched["message_bytes"].to_numpy(dtype=np.float64)
+    cols = (
+        [None if _missing(v) else v for v in matched["pg"].tolist()],
+        matched["kind"].tolist(),
+        ["?" if _missing(v) else v for v in matched["dtype"].tolist()],
+        np.where(np.isnan(nbytes), -1.0, nbytes).tolist(),
+        matched["group_size"].tolist(),
+    )
+    rows: dict[tuple[Any, ...], list[int]] = {}
+    for i, key in enumerate(zip(*cols, strict=True)):
+        rows.setdefault(key, []).append(i)
+    return [np.asarray(r, dtype=np.int64) for r in rows.values()]
 
 
 def aggregate(matched: pd.DataFrame, n_steps: int, ceil: Ceiling | None) -> pd.DataFrame:
@@ -131,74 +149,84 @@ def aggregate(matched: pd.DataFrame, n_steps: int, ceil: Ceiling | None) -> pd.D
     first (:data:`AGG_COLUMNS`). busbw is the group's bus bytes over its transfer time."""
     if not len(matched):
         return cast(pd.DataFrame, pd.DataFrame(columns=AGG_COLUMNS))
-    m = matched.copy()
-    m["message_bytes"] = m["message_bytes"].fillna(-1.0)
-    m["dtype"] = m["dtype"].fillna("?")
-    keys = ["pg", "kind", "dtype", "message_bytes", "group_size"]
-    rows = []
-    for key, g in m.groupby(keys, sort=False, dropna=False):
-        pg, kind, dtype, nbytes, n = key
-        seen = g[g["ranks"] >= 2]  # a transfer needs two ranks
-        transfer = float(seen["transfer_ns"].sum())
+    pg, kind, dtype = (matched[c].tolist() for c in ("pg", "kind", "dtype"))
+    nbytes_all = matched["message_bytes"].to_numpy(dtype=np.float64)
+    size = matched["group_size"].to_numpy()
+    ranks, transfer_ns = matched["ranks"].to_numpy(), matched["transfer_ns"].to_numpy()
+    dur = matched["dur_mean_ns"].to_numpy(dtype=np.float64)
+    waits = matched["wait_mean_ns"].to_numpy(dtype=np.float64)
+    last_rank = matched["last_rank"].to_numpy()
+    rows: dict[str, list[Any]] = {c: [] for c in AGG_COLUMNS}
+    for at in _by_signature(matched):
+        i = int(at[0])
+        nbytes = float(nbytes_all[i]) if nbytes_all[i] == nbytes_all[i] else -1.0
+        k, n, dt = kind[i], int(size[i]), dtype[i]
+        seen = at[ranks[at] >= 2]  # a transfer needs two ranks
+        transfer = float(transfer_ns[seen].sum())
         known = nbytes >= 0
         alg = nbytes * len(seen) / (transfer / 1e9) if known and transfer > 0 else math.nan
-        model = COLLECTIVES.get(str(kind))
-        bus = alg * model.factor(int(n)) if model is not None else math.nan
-        cap = ceil.for_kind(str(kind)) if ceil is not None else math.nan
-        rows.append(
-            {
-                "pg": pg,
-                "kind": kind,
-                "dtype": None if dtype == "?" else dtype,
-                "message_bytes": nbytes if known else math.nan,
-                "group_size": int(n),
-                "count": len(g),
-                "per_step": len(g) / max(1, n_steps),
-                "dur_mean_ms": float(g["dur_mean_ns"].mean()) / 1e6,
-                "transfer_mean_ms": transfer / len(seen) / 1e6 if len(seen) else math.nan,
-                "wait_mean_ms": float(g["wait_mean_ns"].mean()) / 1e6,
-                "wait_pct": 100.0
-                * float(g["wait_mean_ns"].sum())
-                / max(1.0, float(g["dur_mean_ns"].sum())),
-                "time_ms_per_step": float(g["dur_mean_ns"].sum()) / 1e6 / max(1, n_steps),
-                "algbw_Bps": alg,
-                "busbw_Bps": bus,
-                "ceiling_Bps": cap,
-                "busbw_pct_of_ceiling": 100.0 * bus / cap if cap and cap == cap else math.nan,
-                "measured_at_size_Bps": (
-                    ceil.measured_at(str(kind), nbytes) if ceil is not None and known else None
-                ),
-                "ceiling_source": ceil.source if ceil is not None else None,
-                "last_rank": _mode(seen["last_rank"]) if len(seen) else -1,
-            }
-        )
-    out = pd.DataFrame(rows, columns=AGG_COLUMNS)
-    out["measured_at_size_Bps"] = pd.to_numeric(out["measured_at_size_Bps"], errors="coerce")
-    out = out.sort_values("time_ms_per_step", ascending=False, kind="stable")
-    return cast(pd.DataFrame, out.reset_index(drop=True))
+        model = COLLECTIVES.get(str(k))
+        bus = alg * model.factor(n) if model is not None else math.nan
+        cap = ceil.for_kind(str(k)) if ceil is not None else math.nan
+        d, w = dur[at], waits[at]
+        row = {
+            "pg": pg[i],
+            "kind": k,
+            "dtype": None if _missing(dt) or dt == "?" else dt,
+            "message_bytes": nbytes if known else math.nan,
+            "group_size": n,
+            "count": len(at),
+            "per_step": len(at) / max(1, n_steps),
+            "dur_mean_ms": series_mean(d) / 1e6,
+            "transfer_mean_ms": transfer / len(seen) / 1e6 if len(seen) else math.nan,
+            "wait_mean_ms": series_mean(w) / 1e6,
+            "wait_pct": 100.0 * series_sum(w) / max(1.0, series_sum(d)),
+            "time_ms_per_step": series_sum(d) / 1e6 / max(1, n_steps),
+            "algbw_Bps": alg,
+            "busbw_Bps": bus,
+            "ceiling_Bps": cap,
+            "busbw_pct_of_ceiling": 100.0 * bus / cap if cap and cap == cap else math.nan,
+            "measured_at_size_Bps": (
+                ceil.measured_at(str(k), nbytes) if ceil is not None and known else None
+            ),
+            "ceiling_source": ceil.source if ceil is not None else None,
+            "last_rank": series_mode(last_rank[seen]) if len(seen) else -1,
+        }
+        for c in AGG_COLUMNS:
+            rows[c].append(row[c])
+    sweep = rows["measured_at_size_Bps"]  # floats or None: pd.to_numeric's float64, NaN
+    rows["measured_at_size_Bps"] = [math.nan if v is None else v for v in sweep]
+    # sort_values("time_ms_per_step", ascending=False, kind="stable"), reset_index
+    order = descending(np.asarray(rows["time_ms_per_step"], dtype=float), "stable").tolist()
+    return cast(pd.DataFrame, pd.DataFrame({c: [rows[c][i] for i in order] for c in AGG_COLUMNS}))
 
 
 def by_kind(matched: pd.DataFrame, ceil: Ceiling | None) -> dict[str, dict[str, Any]]:
     """Per kind over every sized instance: total bus bytes / total transfer time, and the
     best single collective's busbw (the headline figures)."""
     out: dict[str, dict[str, Any]] = {}
-    sized = matched[
-        matched["message_bytes"].notna() & (matched["transfer_ns"] > 0) & (matched["ranks"] >= 2)
-    ]
-    for kind, g in sized.groupby("kind", sort=True):
+    nbytes = matched["message_bytes"].to_numpy(dtype=np.float64)
+    transfer = matched["transfer_ns"].to_numpy()
+    sized = ~np.isnan(nbytes) & (transfer > 0) & (matched["ranks"].to_numpy() >= 2)
+    kinds = matched["kind"].tolist()
+    size, busbw = matched["group_size"].tolist(), matched["busbw_Bps"].to_numpy(dtype=np.float64)
+    rows: dict[str, list[int]] = {}
+    for i in np.flatnonzero(sized).tolist():
+        if not _missing(kinds[i]):  # groupby's dropna
+            rows.setdefault(kinds[i], []).append(i)
+    for kind in sorted(rows):
         model = COLLECTIVES.get(str(kind))
         if model is None:
             continue
-        bus_bytes = sum(
-            b * model.factor(int(n))
-            for b, n in zip(g["message_bytes"], g["group_size"], strict=True)
-        )
-        bus = bus_bytes / (float(g["transfer_ns"].sum()) / 1e9)
+        at = np.asarray(rows[kind], dtype=np.int64)
+        bus_bytes = sum(float(nbytes[i]) * model.factor(int(size[i])) for i in rows[kind])
+        bus = bus_bytes / (float(transfer[at].sum()) / 1e9)
+        best = busbw[at][~np.isnan(busbw[at])]
         cap = ceil.for_kind(str(kind)) if ceil is not None else None
         out[str(kind)] = {
-            "count": len(g),
+            "count": len(at),
             "busbw_Bps": bus,
-            "best_busbw_Bps": float(g["busbw_Bps"].max()),
+            "best_busbw_Bps": float(best.max()) if len(best) else math.nan,
             "ceiling_Bps": cap,
             "busbw_pct_of_ceiling": 100.0 * bus / cap if cap else None,
             "ceiling_source": ceil.source if ceil is not None else None,

@@ -37,6 +37,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
@@ -48,7 +49,7 @@ from tracekit.classify.families.communication import (
     dtype_size,
     kernel_dtype,
 )
-from tracekit.ranks.groups import Groups, nanmax
+from tracekit.ranks.groups import Groups, lookup, nanmax, ngroup, with_added
 
 COMMUNICATION = "communication"
 RPC = "record_param_comms"
@@ -314,26 +315,26 @@ def _signature(kind: Any, nbytes: Any) -> tuple[str, float | None]:
     return str(kind), (round(float(nbytes)) if sized else None)
 
 
-def _agree(inst: pd.DataFrame, keys: pd.Series) -> pd.Series:
-    """Per key, whether its instances have one :func:`_signature` (vectorised: no Python
-    loop over the job's instances)."""
-    kind = inst["kind"].astype(str)
-    nbytes = pd.to_numeric(inst["message_bytes"], errors="coerce").astype(float)
-    size = nbytes.round().where((kind != "all_to_all") & nbytes.notna())
-    g = Groups.of(keys.to_numpy())
-    one_kind = g.nunique(pd.factorize(kind.to_numpy(), use_na_sentinel=False)[0]) == 1
-    one_size = g.nunique(pd.factorize(size.to_numpy(), use_na_sentinel=False)[0]) == 1
-    return cast(pd.Series, pd.Series(one_kind & one_size, index=pd.Index(g.keys)))
+def _agree_in(inst: pd.DataFrame, g: Groups) -> np.ndarray:
+    """Per group of ``g``, whether its instances have one :func:`_signature` (vectorised:
+    no Python loop over the job's instances)."""
+    kind = inst["kind"].astype(str).to_numpy()
+    nb = inst["message_bytes"]
+    nbytes = (
+        nb.to_numpy() if nb.dtype == np.float64 else pd.to_numeric(nb, errors="coerce").to_numpy()
+    ).astype(float)
+    size = np.where((kind != "all_to_all") & ~np.isnan(nbytes), np.round(nbytes), np.nan)
+    one_kind = g.nunique(pd.factorize(kind, use_na_sentinel=False)[0]) == 1
+    one_size = g.nunique(pd.factorize(size, use_na_sentinel=False)[0]) == 1
+    return np.asarray(one_kind & one_size)
 
 
 def _by_order(inst: pd.DataFrame) -> pd.Series:
     """Keys by (group, seq) where every instance of the job has a sequence number, else by
     (group, step, index): NCCL's issue order."""
-    if len(inst) and (inst["seq"].fillna(-1).astype(np.int64) >= 0).all():
-        keys = ["pg", "seq"]
-    else:
-        keys = ["pg", "step", "index"]
-    return inst.groupby(keys, sort=True, dropna=False).ngroup().astype(np.int64)
+    seq = inst["seq"].to_numpy(dtype=np.float64, na_value=np.nan)
+    keys = ["pg", "seq"] if len(inst) and bool((seq >= 0).all()) else ["pg", "step", "index"]
+    return cast(pd.Series, pd.Series(ngroup(inst, keys), index=inst.index))
 
 
 def _resequence(group: pd.DataFrame, base: int) -> pd.Series:
@@ -361,31 +362,146 @@ def assign_keys(inst: pd.DataFrame) -> pd.Series:
     """Which collective each instance is (same key on every rank; -1: matched to none):
     by issue order, and, for a process group whose ranks disagree on what the k-th
     collective is, by aligning their sequences (:func:`_resequence`)."""
+    return _assign(inst)[0]
+
+
+def _assign(inst: pd.DataFrame) -> tuple[pd.Series, Groups | None]:
+    """:func:`assign_keys`, and where every key's instances agreed by issue order (none
+    was realigned and each key is consistent) the instances grouped by those keys."""
     keys = _by_order(inst)
-    bad = ~_agree(inst, keys)
-    if not bad.any():
-        return keys
+    g = Groups.of(keys.to_numpy())
+    agree = _agree_in(inst, g)
+    if agree.all():
+        return keys, g
+    bad = ~pd.Series(agree, index=pd.Index(g.keys))
     base = int(keys.max()) + 1
     for pg in inst.loc[keys.isin(bad[bad].index), "pg"].unique():
         sel = inst["pg"] == pg
         keys[sel] = _resequence(inst[sel], base)
         base += int(sel.sum())
-    return keys
+    return keys, None
 
 
-def _first(inst: pd.DataFrame, g: Groups) -> pd.DataFrame:
+def _first(inst: pd.DataFrame, g: Groups) -> dict[str, pd.Series]:
     """Per group, the first non-missing value of each column the match keeps (pandas'
-    ``groupby().first()``), indexed 0..groups-1."""
+    ``groupby().first()``, its columns), indexed 0..groups-1."""
     cols = ["pg", "step", "index", "seq", "kind", "dtype", "group_size"]
-    out = inst[cols].iloc[g.first_row()].reset_index(drop=True)  # one take for all
-    for c in cols:
-        col = inst[c]
-        if not col.hasnans:
+    first = g.first_row()
+    out = {}
+    for c in cols:  # each column's array taken (a frame's iloc indexes and copies more)
+        series = inst[c]
+        col = series.array
+        plain = isinstance(series.dtype, np.dtype) and series.dtype.kind in "iub"  # no NaN
+        missing = None if plain else np.asarray(col.isna(), dtype=bool)
+        if missing is None or not missing.any():
+            out[c] = pd.Series(col.take(first))
             continue
-        rows = g.first_where(col.notna().to_numpy())
-        got = col.iloc[np.maximum(rows, 0)].reset_index(drop=True)
+        rows = g.first_where(~missing)
+        got = pd.Series(col.take(np.maximum(rows, 0)))
         out[c] = got.where(pd.Series(rows >= 0)) if (rows < 0).any() else got
-    return cast(pd.DataFrame, out)
+    return out
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """The half of a match the clocks do not change: ``inst`` (the instances with their
+    ``key``, those matched to none dropped), grouped by key (``g``), and per collective
+    (in the order of ``g.keys``) the columns that do not depend on times (``fixed``)."""
+
+    inst: pd.DataFrame
+    g: Groups
+    fixed: dict[str, Any]
+
+
+def keyed(inst: pd.DataFrame, keys: pd.Series | None = None) -> Keyed:
+    """``inst`` (:data:`INSTANCE_COLUMNS` plus ``rank``) keyed and grouped (``keys``: their
+    :func:`assign_keys` where the caller has them)."""
+    agreed = None  # the instances by key where every key's agree (no need to look again)
+    if keys is None:
+        keys, agreed = _assign(inst)
+    inst = with_added(inst, {"key": keys})
+    if (inst["key"].to_numpy() < 0).any():  # a boolean filter copies every column
+        inst = inst[inst["key"] >= 0]
+    g = agreed if agreed is not None else Groups.of(inst["key"].to_numpy())
+    dur = inst["dur"].to_numpy(dtype=np.int64)
+    first = _first(inst, g)
+    n_ranks = g.nunique(inst["rank"].to_numpy())
+    size_f = first["group_size"].to_numpy(dtype=np.float64, na_value=np.nan)
+    size_f = np.where(np.isnan(size_f), n_ranks, size_f)  # the group's size, else its ranks
+    consistent = np.ones(len(g.keys), dtype=bool) if agreed is not None else _agree_in(inst, g)
+    fixed = {
+        "key": g.keys,
+        **{c: first[c] for c in ("pg", "step", "index", "seq", "kind", "dtype")},
+        "message_bytes": nanmax(g, inst["message_bytes"].to_numpy(dtype=np.float64)),
+        "group_size": np.round(size_f).astype(np.int64),
+        "ranks": n_ranks,
+        "complete": n_ranks >= size_f,
+        "consistent": consistent,
+        "dur_sum": g.sum(dur),
+        "dur_max_ns": g.max(dur),
+    }
+    return Keyed(inst, g, fixed)
+
+
+def _take(v: Any, order: np.ndarray) -> Any:
+    """``v`` (an array or a Series) in ``order``, as an array of its own dtype."""
+    if isinstance(v, pd.Series):
+        return v.array.take(order)
+    return np.asarray(v)[order]
+
+
+def timed(k: Keyed, offsets: dict[int, int] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`match` of ``k``'s instances, each rank's times moved by ``offsets`` (rank ->
+    ns; None: as they are): the clock-free half is not computed again."""
+    g, fx = k.g, k.fixed
+    inst = k.inst
+    ts, end = inst["ts"].to_numpy(dtype=np.int64), inst["end"].to_numpy(dtype=np.int64)
+    rank = inst["rank"].to_numpy()
+    if offsets is not None and len(inst):
+        shift = lookup(rank, offsets, 0).astype(np.int64)
+        ts, end = ts + shift, end + shift
+        inst = inst.assign(ts=ts, end=end)
+    dur = inst["dur"].to_numpy(dtype=np.int64)
+    latest, earliest = g.max(ts), g.min(end)
+    transfer = np.clip(earliest - latest, 0, None)
+    wait = np.clip(dur - transfer[g.inverse], 0, None)
+    arrived = latest[g.inverse]
+    added = {
+        "transfer_ns": transfer[g.inverse],
+        "wait_ns": wait,
+        "arrival_wait_ns": np.minimum(dur, np.clip(arrived - ts, 0, None)),
+        "own_transfer_ns": np.clip(end - arrived, 0, None),
+    }  # one concatenation: a column set on a wide frame costs as much as the frame's copy
+    inst = pd.concat([inst, pd.DataFrame(added, index=inst.index)], axis=1)
+    last = rank[g.first_where(ts == arrived)]
+    count = g.sizes.astype(np.float64)
+    nbytes, n = fx["message_bytes"], fx["ranks"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        algbw = np.where(
+            (transfer > 0) & (n > 1), nbytes / (np.clip(transfer, 1, None) / 1e9), np.nan
+        )
+    cols = {
+        **{c: fx[c] for c in MATCH_COLUMNS[:12]},
+        "latest_start": latest,
+        "earliest_end": earliest,
+        "transfer_ns": transfer,
+        "dur_mean_ns": fx["dur_sum"] / count,
+        "dur_max_ns": fx["dur_max_ns"],
+        "wait_mean_ns": g.sum(wait) / count,
+        "wait_max_ns": g.max(wait),
+        "last_rank": last.astype(np.int64),
+        "last_rank_late_ns": latest - g.median(ts),
+        "algbw_Bps": algbw,
+    }
+    order = np.argsort(latest, kind="stable")
+    out = pd.DataFrame({c: _take(v, order) for c, v in cols.items()})
+    out["busbw_Bps"] = [
+        a * COLLECTIVES[kd].factor(int(gs)) if kd in COLLECTIVES and a == a else math.nan
+        for a, kd, gs in zip(
+            out["algbw_Bps"].tolist(), out["kind"].tolist(), out["group_size"].tolist(), strict=True
+        )
+    ]
+    return out, inst
 
 
 def match(inst: pd.DataFrame, keys: pd.Series | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -397,61 +513,4 @@ def match(inst: pd.DataFrame, keys: pd.Series | None = None) -> tuple[pd.DataFra
         return pd.DataFrame(columns=MATCH_COLUMNS), inst.assign(
             key=[], transfer_ns=[], wait_ns=[], arrival_wait_ns=[], own_transfer_ns=[]
         )
-    inst = inst.copy()
-    inst["key"] = assign_keys(inst) if keys is None else keys
-    if (inst["key"].to_numpy() < 0).any():  # a boolean filter copies every column
-        inst = inst[inst["key"] >= 0]
-    g = Groups.of(inst["key"].to_numpy())
-    ts, end = inst["ts"].to_numpy(dtype=np.int64), inst["end"].to_numpy(dtype=np.int64)
-    dur = inst["dur"].to_numpy(dtype=np.int64)
-    latest, earliest = g.max(ts), g.min(end)
-    transfer = np.clip(earliest - latest, 0, None)
-    inst["transfer_ns"] = transfer[g.inverse]
-    wait = np.clip(dur - transfer[g.inverse], 0, None)
-    inst["wait_ns"] = wait
-    arrived = latest[g.inverse]
-    inst["arrival_wait_ns"] = np.minimum(dur, np.clip(arrived - ts, 0, None))
-    inst["own_transfer_ns"] = np.clip(end - arrived, 0, None)
-    first = _first(inst, g)
-    n_ranks = g.nunique(inst["rank"].to_numpy())
-    size = first["group_size"].astype("Float64").fillna(pd.Series(n_ranks, dtype="Float64"))
-    size_f = size.astype(np.float64).to_numpy()
-    last = inst["rank"].to_numpy()[g.first_where(ts == arrived)]
-    nbytes = inst["message_bytes"].to_numpy(dtype=np.float64)
-    count = g.sizes.astype(np.float64)
-    out = pd.DataFrame(
-        {
-            "key": g.keys,
-            "pg": first["pg"],
-            "step": first["step"],
-            "index": first["index"],
-            "seq": first["seq"],
-            "kind": first["kind"],
-            "dtype": first["dtype"],
-            "message_bytes": nanmax(g, nbytes),
-            "group_size": np.round(size_f).astype(np.int64),
-            "ranks": n_ranks,
-            "complete": n_ranks >= size_f,
-            "consistent": _agree(inst, inst["key"]).reindex(g.keys).to_numpy(dtype=bool),
-            "latest_start": latest,
-            "earliest_end": earliest,
-            "transfer_ns": transfer,
-            "dur_mean_ns": g.sum(dur) / count,
-            "dur_max_ns": g.max(dur),
-            "wait_mean_ns": g.sum(wait) / count,
-            "wait_max_ns": g.max(wait),
-            "last_rank": last.astype(np.int64),
-            "last_rank_late_ns": latest - g.median(ts),
-        }
-    )
-    out["algbw_Bps"] = np.where(
-        (out["transfer_ns"] > 0) & (out["ranks"] > 1),
-        out["message_bytes"] / (out["transfer_ns"].clip(lower=1) / 1e9),
-        np.nan,
-    )
-    out["busbw_Bps"] = [
-        a * COLLECTIVES[k].factor(int(n)) if k in COLLECTIVES and a == a else math.nan
-        for a, k, n in zip(out["algbw_Bps"], out["kind"], out["group_size"], strict=True)
-    ]
-    out = out.sort_values(["latest_start"], kind="stable").reset_index(drop=True)
-    return out[MATCH_COLUMNS], inst
+    return timed(keyed(inst, keys))

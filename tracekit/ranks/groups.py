@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -57,28 +58,51 @@ class Groups:
 
     def fsum(self, values: np.ndarray) -> np.ndarray:
         """Per group, the sum of float ``values`` (NaN skipped) in the rows' order with
-        Kahan's compensation, as pandas' ``groupby().sum()`` adds them (bit for bit)."""
-        v = np.asarray(values, dtype=np.float64)[self.order]
-        total = np.zeros(len(self.keys))
-        comp = np.zeros(len(self.keys))
+        Kahan's compensation, as pandas' ``groupby().sum()`` adds them (bit for bit).
+        ``values`` of shape (k, rows): k columns summed at once, (k, groups) returned.
+        One step per position in the largest group; where the groups are of similar
+        sizes, their values laid out as (k, groups, largest group), NaN after a group's
+        own (a NaN is skipped), so that each step is a few whole-array operations."""
+        v = np.asarray(values, dtype=np.float64)
+        vs = np.atleast_2d(v)[:, self.order]
         sizes = self.sizes
-        for j in range(int(sizes.max()) if len(sizes) else 0):
+        width = int(sizes.max()) if len(sizes) else 0
+        total = np.zeros((len(vs), len(self.keys)))
+        comp = np.zeros_like(total)
+        if len(self.keys) * width <= 2 * len(self.order) + 64:
+            pad = np.full((len(vs), len(self.keys), width), np.nan)
+            row = np.repeat(np.arange(len(self.keys)), sizes)
+            pad[:, row, np.arange(len(self.order)) - self.starts[row]] = vs
+            for j in range(width):
+                x = pad[:, :, j]
+                y = x - comp
+                t = total + y
+                c = t - total - y
+                ok = ~np.isnan(x)  # a NaN leaves its group's sum as it was
+                comp = np.where(ok, np.where(np.isnan(c), 0.0, c), comp)
+                total = np.where(ok, t, total)
+            return total if v.ndim == 2 else total[0]
+        for j in range(width):  # groups of very different sizes: the live ones only
             live = np.flatnonzero(sizes > j)
-            x = v[self.starts[live] + j]
-            live, x = live[~np.isnan(x)], x[~np.isnan(x)]
-            y = x - comp[live]
-            t = total[live] + y
-            c = t - total[live] - y
-            comp[live] = np.where(np.isnan(c), 0.0, c)
-            total[live] = t
-        return total
+            x = vs[:, self.starts[live] + j]
+            tl, cl = total[:, live], comp[:, live]
+            y = x - cl
+            t = tl + y
+            c = t - tl - y
+            ok = ~np.isnan(x)
+            comp[:, live] = np.where(ok, np.where(np.isnan(c), 0.0, c), cl)
+            total[:, live] = np.where(ok, t, tl)
+        return total if v.ndim == 2 else total[0]
 
     def fmean(self, values: np.ndarray) -> np.ndarray:
         """Per group, the mean of float ``values`` (NaN skipped; NaN where none), as
-        pandas' ``groupby().mean()``: the Kahan sum over the count."""
-        n = self.sum((~np.isnan(np.asarray(values, dtype=np.float64))).astype(np.int64))
+        pandas' ``groupby().mean()``: the Kahan sum over the count. ``values`` of shape
+        (k, rows): k columns at once."""
+        v = np.asarray(values, dtype=np.float64)
+        n = self.sum((~np.isnan(np.atleast_2d(v))).astype(np.int64).T).T
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(n > 0, self.fsum(values) / np.maximum(n, 1), np.nan)
+            got = np.where(n > 0, self.fsum(np.atleast_2d(v)) / np.maximum(n, 1), np.nan)
+        return got if v.ndim == 2 else got[0]
 
     def first_row(self) -> np.ndarray:
         """Each group's first row (a position in the original rows)."""
@@ -147,10 +171,83 @@ def value_counts(v: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(uniq.tolist(), counts.tolist(), strict=True))
 
 
-def split(df: pd.DataFrame, by: str, col: str) -> list[tuple[int, np.ndarray]]:
-    """``df[col]`` per value of ``df[by]`` (integers), rows in order."""
-    if not len(df):
-        return []
-    g = Groups.of(df[by].to_numpy())
-    v = df[col].to_numpy()[g.order]
-    return [(int(k), v[s : s + n]) for k, s, n in zip(g.keys, g.starts, g.sizes, strict=True)]
+def lookup(keys: np.ndarray, table: dict[int, Any], default: Any) -> np.ndarray:
+    """``table[k]`` for each of ``keys`` (integers >= 0), ``default`` where it has none:
+    pandas' ``Series.map(table).fillna(default)`` through one array indexed by key."""
+    k = np.asarray(keys, dtype=np.int64)
+    vals = np.asarray(list(table.values()) or [default])
+    top = max([int(k.max()) if len(k) else -1, *table]) + 1
+    out = np.full(max(top, 1), default, dtype=np.result_type(vals, np.asarray(default)))
+    if table:
+        out[np.asarray(list(table), dtype=np.int64)] = vals
+    return np.asarray(out[k])
+
+
+def series_sum(v: np.ndarray) -> float:
+    """pandas' ``Series.sum()`` of floats: NaN skipped (numpy's summation of the rest)."""
+    x = np.asarray(v, dtype=np.float64)
+    return float(np.where(np.isnan(x), 0.0, x).sum())
+
+
+def series_mean(v: np.ndarray) -> float:
+    """pandas' ``Series.mean()`` of floats: NaN skipped, NaN where none is left."""
+    x = np.asarray(v, dtype=np.float64)
+    n = int((~np.isnan(x)).sum())
+    return series_sum(x) / n if n else math.nan
+
+
+def ascending(v: np.ndarray) -> np.ndarray:
+    """The order of pandas' ``sort_values()`` of ``v`` (numbers, in their own dtype; its
+    default quicksort, ties as pandas leaves them, NaN last)."""
+    x = np.asarray(v)
+    nan = np.isnan(x) if x.dtype.kind == "f" else np.zeros(len(x), dtype=bool)
+    idx = np.flatnonzero(~nan)
+    return np.concatenate([idx[x[idx].argsort(kind="quicksort")], np.flatnonzero(nan)])
+
+
+def descending(v: np.ndarray, kind: str = "quicksort") -> np.ndarray:
+    """The order of pandas' ``sort_values(ascending=False, kind=kind)`` of ``v`` (numbers,
+    sorted in their own dtype; ties as pandas leaves them, NaN last)."""
+    x = np.asarray(v)
+    nan = np.isnan(x) if x.dtype.kind == "f" else np.zeros(len(x), dtype=bool)
+    idx = np.flatnonzero(~nan)[::-1]
+    order = idx[x[idx].argsort(kind=cast(Any, kind))][::-1]
+    return np.concatenate([order, np.flatnonzero(nan)])
+
+
+def sorted_codes(col: pd.Series) -> tuple[np.ndarray, int]:
+    """Each value's position among the column's distinct values in sorted order, a missing
+    value after them all (``pd.factorize(col, sort=True, use_na_sentinel=False)``'s codes),
+    and how many codes there are: on the values as numpy (objects), not through the
+    column's Arrow dictionary encoding."""
+    v = col.to_numpy()
+    if v.dtype.kind in "iub":
+        uniq, codes = np.unique(v, return_inverse=True)
+        return np.asarray(codes, dtype=np.int64).reshape(-1), len(uniq)
+    if v.dtype.kind == "f":
+        uniq, codes = np.unique(v, return_inverse=True)  # NaN last, one value
+        return np.asarray(codes, dtype=np.int64).reshape(-1), len(uniq)
+    codes, uniq = pd.factorize(np.asarray(v, dtype=object), sort=True, use_na_sentinel=False)
+    return np.asarray(codes, dtype=np.int64), len(uniq)  # hashed: no sort of every value
+
+
+def ngroup(df: pd.DataFrame, by: list[str]) -> np.ndarray:
+    """pandas' ``df.groupby(by, sort=True, dropna=False).ngroup()``: each row's group
+    number, the groups in the sorted order of their keys (a missing value last)."""
+    key = np.zeros(len(df), dtype=np.int64)
+    for c in by:
+        codes, n = sorted_codes(df[c])
+        key = key * max(n, 1) + codes
+    return np.asarray(Groups.of(key).inverse, dtype=np.int64)
+
+
+def with_added(df: pd.DataFrame, cols: dict[str, Any]) -> pd.DataFrame:
+    """``df`` with ``cols`` set as columns (``df.copy()`` then ``df[c] = v`` for each), in
+    one concatenation where every name is new: each assignment to a wide frame costs about
+    as much as its copy."""
+    if any(c in df.columns for c in cols) or not len(cols):
+        out: pd.DataFrame = df.copy()
+        for c, v in cols.items():
+            out[c] = v
+        return out
+    return cast(pd.DataFrame, pd.concat([df, pd.DataFrame(cols, index=df.index)], axis=1))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.ranks.groups import Groups
+from tracekit.ranks.groups import Groups, lookup
 
 SLOWER = 1.1  # a rank whose transfers scale this much over the job's: its anchor end is late
 SPREAD = 2.0  # the collectives' median transfers must span this factor to fit a slope
@@ -25,7 +25,7 @@ def late_ends(inst: pd.DataFrame, offsets: dict[int, int]) -> dict[int, int]:
     ``rank``, ``ts``, ``end`` on the ranks' own clocks; ``offsets``: rank -> ns)."""
     if not len(inst):
         return {}
-    off = inst["rank"].map(offsets).fillna(0).to_numpy(dtype=np.int64)
+    off = lookup(inst["rank"].to_numpy(), offsets, 0).astype(np.int64)
     key, rank = inst["key"].to_numpy(), inst["rank"].to_numpy()
     ts = inst["ts"].to_numpy(dtype=np.int64) + off
     end = inst["end"].to_numpy(dtype=np.int64) + off
@@ -41,7 +41,7 @@ def late_ends(inst: pd.DataFrame, offsets: dict[int, int]) -> dict[int, int]:
         return {}
     by_rank = Groups.of(rank)
     n = by_rank.sizes
-    sx, sy, sxx, sxy = (by_rank.fsum(a) for a in (x, y, x * x, x * y))
+    sx, sy, sxx, sxy = by_rank.fsum(np.stack([x, y, x * x, x * y]))  # one pass: 4 sums
     var = n * sxx - sx**2
     ok = var > 0
     slope = (n * sxy - sx * sy)[ok] / var[ok]

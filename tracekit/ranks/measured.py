@@ -27,9 +27,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import numpy as np
 import pandas as pd
 
 from tracekit.manifest import as_manifest
+from tracekit.ranks.groups import Groups, nanmax, series_mean, with_added
 
 DISAGREE_MS = 1.0  # the profiled spread must exceed the unprofiled one by more than this ...
 DISAGREE_PCT = 10.0  # ... and by more than this share of the unprofiled step
@@ -154,10 +156,11 @@ def _spread(values: dict[int, float | None]) -> tuple[float | None, float | None
 
 def profiled_spread(rank_steps: pd.DataFrame) -> float | None:
     """Per step, the longest own work (step - sync wait) minus the shortest; mean over steps."""
-    if not len(rank_steps) or rank_steps["rank"].nunique() < 2:
+    if not len(rank_steps) or len(np.unique(rank_steps["rank"].to_numpy())) < 2:
         return None
-    g = rank_steps.groupby("step")["own_work_ms"]
-    return float((g.max() - g.min()).mean())
+    g = Groups.of(rank_steps["step"].to_numpy())
+    work = rank_steps["own_work_ms"].to_numpy(dtype=float)
+    return series_mean(nanmax(g, work) + nanmax(g, -work))  # max - min per step (NaN skipped)
 
 
 def _ms(v: float | None) -> str:
@@ -196,9 +199,10 @@ def measure(manifest: Any, per_rank: pd.DataFrame, rank_steps: pd.DataFrame) -> 
     )  # fmt: skip
     p_spread = profiled_spread(rank_steps)
     wait_rank, wait_ms = None, None
-    if len(per_rank) and per_rank["sync_wait_ms"].notna().any():
-        row = per_rank.loc[cast(Any, per_rank["sync_wait_ms"].idxmax())]
-        wait_rank, wait_ms = int(row["rank"]), float(row["sync_wait_ms"])
+    waits = per_rank["sync_wait_ms"].to_numpy(dtype=float) if len(per_rank) else np.zeros(0)
+    if (~np.isnan(waits)).any():
+        at = int(np.nanargmax(waits))  # idxmax: the first largest
+        wait_rank, wait_ms = int(per_rank["rank"].iloc[at]), float(waits[at])
     spread = own_spread if own_spread is not None else step_spread
     disagree = (
         p_spread is not None
@@ -343,12 +347,21 @@ COLUMNS = (
 
 def with_columns(per_rank: pd.DataFrame, m: Measured) -> pd.DataFrame:
     """``per_rank`` with each rank's unprofiled figures (:data:`COLUMNS`; NaN: unknown)."""
-    out: pd.DataFrame = per_rank.copy()
     attrs = ("step_ms", "with_sync_ms", "without_sync_ms", "cost_ms", "cost_pct")
-    for col, attr in zip(COLUMNS, attrs, strict=True):
-        vals = [getattr(m.ranks.get(int(r)), attr, None) for r in out["rank"]] if len(out) else []
-        out[col] = pd.to_numeric(pd.Series(vals, index=out.index, dtype=object), errors="coerce")
-    return out
+    ranks = per_rank["rank"].tolist()
+    cols = {
+        col: _numeric([getattr(m.ranks.get(int(r)), attr, None) for r in ranks], per_rank.index)
+        for col, attr in zip(COLUMNS, attrs, strict=True)
+    }
+    return with_added(per_rank, cols)
+
+
+def _numeric(vals: list[Any], index: pd.Index) -> Any:
+    """``pd.to_numeric(pd.Series(vals, dtype=object), errors="coerce")``: an array of
+    floats where every value is a float or None (None: NaN), else pandas' own."""
+    if vals and all(v is None or type(v) is float for v in vals):
+        return np.asarray([math.nan if v is None else v for v in vals], dtype=np.float64)
+    return pd.to_numeric(pd.Series(vals, index=index, dtype=object), errors="coerce")
 
 
 def reconcile(

@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,12 +29,29 @@ import numpy as np
 import pandas as pd
 
 from tracekit.ranks import bandwidth as BW
-from tracekit.ranks.collectives import COMMUNICATION, INSTANCE_COLUMNS, assign_keys, match
-from tracekit.ranks.groups import Groups, series_median, series_mode, split, value_counts
+from tracekit.ranks.collectives import (
+    COMMUNICATION,
+    Keyed,
+    keyed,
+    match,
+    timed,
+)
+from tracekit.ranks.groups import (
+    Groups,
+    ascending,
+    descending,
+    lookup,
+    series_mean,
+    series_median,
+    series_mode,
+    series_sum,
+    value_counts,
+    with_added,
+)
 from tracekit.ranks.latends import late_ends
 from tracekit.ranks.measured import Measured, reconcile
 from tracekit.ranks.nodes import inter_node
-from tracekit.ranks.perrank import RESULT, STEP_COLUMNS
+from tracekit.ranks.readback import lanes_ms, lanes_of, load
 from tracekit.ranks.story import JobView, job_view
 from tracekit.summary.timeline import FULL, LIGHT, RECORDER_WORDS
 
@@ -58,71 +74,10 @@ class Clock:
         }
 
 
-@dataclass
-class Loaded:
-    """The per-rank results, read back (times already absolute: ``trace_start_ns`` added)."""
-
-    info: dict[int, dict[str, Any]]
-    steps: pd.DataFrame  # STEP_COLUMNS + rank
-    classes: pd.DataFrame
-    instances: pd.DataFrame  # INSTANCE_COLUMNS + rank
-    lanes: pd.DataFrame
-
-
-def _table(path: Path, rank: int) -> Any:
-    """One per-rank Arrow IPC file as an Arrow table with a leading ``rank`` column."""
-    import pyarrow as pa
-
-    t = pa.ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()  # 0.04 ms: a few kB
-    return t.add_column(0, "rank", pa.array(np.full(t.num_rows, rank, dtype=np.int64)))
-
-
-def _concat(tables: list[Any], cols: list[str]) -> pd.DataFrame:
-    import pyarrow as pa
-
-    got = [t for t in tables if t.num_rows]
-    if not got:
-        return cast(pd.DataFrame, pd.DataFrame(columns=[*cols, "rank"]))
-    return cast(pd.DataFrame, pa.concat_tables(got, promote_options="default").to_pandas())
-
-
-def _absolute(df: pd.DataFrame, cols: list[str], bases: dict[int, int]) -> pd.DataFrame:
-    """``cols`` of ``df`` with each rank's time base added."""
-    if len(df):
-        off = df["rank"].map(bases).fillna(0).to_numpy(dtype=np.int64)
-        for c in cols:
-            df[c] = df[c].to_numpy(dtype=np.int64) + off
-    return df
-
-
-def load(dirs: dict[int, Path], lane_ranks: set[int] | None = None) -> Loaded:
-    """Every rank's results (Arrow, one concatenation per table); ``lanes`` only of
-    ``lane_ranks`` (None: every rank)."""
-    info: dict[int, dict[str, Any]] = {}
-    parts: dict[str, list[Any]] = {"steps": [], "classes": [], "inst": [], "lanes": []}
-    for rank, d in sorted(dirs.items()):
-        info[rank] = json.loads((Path(d) / RESULT).read_text())
-        parts["steps"].append(_table(Path(d) / "steps.arrow", rank))
-        parts["classes"].append(_table(Path(d) / "classes.arrow", rank))
-        parts["inst"].append(_table(Path(d) / "collectives.arrow", rank))
-        if lane_ranks is None or rank in lane_ranks:
-            parts["lanes"].append(_table(Path(d) / "lanes.arrow", rank))
-    bases = {r: int(i.get("trace_start_ns") or 0) for r, i in info.items()}
-    return Loaded(
-        info=info,
-        steps=_absolute(_concat(parts["steps"], STEP_COLUMNS), ["start_ns", "end_ns"], bases),
-        classes=_concat(parts["classes"], ["class", "kernel_ns", "union_ns", "count", "busy_ns"]),
-        instances=_absolute(_concat(parts["inst"], INSTANCE_COLUMNS), ["ts", "end"], bases),
-        lanes=_absolute(
-            _concat(parts["lanes"], ["what", "start_ns", "end_ns"]), ["start_ns", "end_ns"], bases
-        ),
-    )
-
-
 def impossible(inst: pd.DataFrame, offsets: dict[int, int]) -> int:
     """How many collectives seen on several ranks would end on one rank before another
     started them (by more than :data:`ALIGN_TOLERANCE_NS`) with these clock offsets."""
-    off = inst["rank"].map(offsets).fillna(0).to_numpy(dtype=np.int64)
+    off = lookup(inst["rank"].to_numpy(), offsets, 0).astype(np.int64)
     g = Groups.of(inst["key"].to_numpy())
     start = g.max(inst["ts"].to_numpy(dtype=np.int64) + off)
     end = g.min(inst["end"].to_numpy(dtype=np.int64) + off)
@@ -130,26 +85,33 @@ def impossible(inst: pd.DataFrame, offsets: dict[int, int]) -> int:
 
 
 def align_clocks(
-    inst: pd.DataFrame, hosts: dict[int, str | None], keys: pd.Series | None = None
+    inst: pd.DataFrame,
+    hosts: dict[int, str | None],
+    keys: pd.Series | None = None,
+    k: Keyed | None = None,
 ) -> Clock:
     """See the module's docstring (step 1): ranks of different hosts are aligned on the
     first collective; ranks of one host (or unknown hosts) only when that makes fewer of
     their collectives impossible than their own clocks do. ``keys``: the instances'
-    :func:`~tracekit.ranks.collectives.assign_keys`, if known."""
+    :func:`~tracekit.ranks.collectives.assign_keys`, if known; ``k``: their
+    :func:`~tracekit.ranks.collectives.keyed`, if known (the clock needs only when each
+    collective started on its last rank, not the whole match)."""
     ranks = sorted(hosts)
     none = {r: 0 for r in ranks}
-    if not len(inst) or inst["rank"].nunique() < 2:
+    if not len(inst) or len(np.unique(inst["rank"].to_numpy())) < 2:
         return Clock(False, none, None, "no collective seen on two ranks: each rank's own clock")
-    m, inst2 = match(inst, keys)
-    multi = np.flatnonzero((m["ranks"].to_numpy() >= 2) & m["consistent"].to_numpy(dtype=bool))
+    k = keyed(inst, keys) if k is None else k
+    inst2, fx = k.inst, k.fixed
+    multi = np.flatnonzero((fx["ranks"] >= 2) & fx["consistent"])
     if not len(multi):
         return Clock(False, none, None, "no collective matched across ranks: own clocks")
-    at = np.lexsort((m["latest_start"].to_numpy()[multi], m["step"].to_numpy()[multi]))
-    first = int(multi[at[0]])  # the first by (step, latest start), as a stable sort
-    key = int(m["key"].iloc[first])
+    latest = k.g.max(inst2["ts"].to_numpy(dtype=np.int64))  # each one's latest start
+    at = np.lexsort((latest[multi], fx["step"].to_numpy()[multi]))
+    first = int(multi[at[0]])  # the first by (step, latest start), then by key
+    key = int(fx["key"][first])
     anchor = (
-        f"{m['kind'].iloc[first]} #{int(m['index'].iloc[first])} of group "
-        f"{m['pg'].iloc[first]} in step {int(m['step'].iloc[first])}"
+        f"{fx['kind'].iloc[first]} #{int(fx['index'].iloc[first])} of group "
+        f"{fx['pg'].iloc[first]} in step {int(fx['step'].iloc[first])}"
     )
     sel = inst2["key"].to_numpy() == key
     ends = inst2["end"].to_numpy(dtype=np.int64)[sel]
@@ -174,12 +136,13 @@ def align_clocks(
 
 
 def _shift(df: pd.DataFrame, cols: list[str], offsets: dict[int, int]) -> pd.DataFrame:
-    if not len(df):
+    """``df`` with each rank's offset added to ``cols`` (a copy; ``df`` where none moves)."""
+    if not len(df) or not any(offsets.values()):
         return df
-    off = df["rank"].map(offsets).fillna(0).astype(np.int64)
+    off = lookup(df["rank"].to_numpy(), offsets, 0).astype(np.int64)
     df = df.copy()
     for c in cols:
-        df[c] = df[c].astype(np.int64) + off
+        df[c] = df[c].to_numpy(dtype=np.int64) + off
     return df
 
 
@@ -187,28 +150,47 @@ def common_steps(steps: pd.DataFrame, ranks: list[int]) -> list[int]:
     """The steps every rank analysed."""
     if not ranks:
         return []
-    have = steps[steps["rank"].isin(ranks)].drop_duplicates(["rank", "step"])
-    n = have.groupby("step")["rank"].nunique()
-    return sorted(int(x) for x in n.index[n.to_numpy() == len(set(ranks))])
+    rank = steps["rank"].to_numpy()
+    mine = np.isin(rank, list(set(ranks)))
+    g = Groups.of(steps["step"].to_numpy()[mine])
+    n = g.nunique(rank[mine])  # the ranks that analysed each step
+    return sorted(int(x) for x in g.keys[n == len(set(ranks))])
 
 
-def _per_rank_step(s: pd.DataFrame, inst: pd.DataFrame, col: str, sel: Any = None) -> np.ndarray:
-    """Per row of ``s``: ``col`` of the instances (integers, those where ``sel`` holds)
-    summed over the row's (rank, step); 0 where it has none."""
-    if not len(inst) or col not in inst or not len(s):
-        return np.zeros(len(s))
-    keep = np.ones(len(inst), dtype=bool) if sel is None else np.asarray(sel, dtype=bool)
-    i_rank, i_step = inst["rank"].to_numpy(np.int64)[keep], inst["step"].to_numpy(np.int64)[keep]
+def _per_rank_step(
+    s: pd.DataFrame, inst: pd.DataFrame, cols: list[str], sel: Any = None
+) -> list[np.ndarray]:
+    """Per row of ``s`` and per column of ``cols``: that column of the instances
+    (integers) summed over the row's (rank, step), 0 where it has none; the last column
+    only over the instances where ``sel`` holds (None: all). One grouping for all."""
+    zeros = [np.zeros(len(s)) for _ in cols]
+    if not len(inst) or not len(s):
+        return zeros
+    i_rank, i_step = inst["rank"].to_numpy(np.int64), inst["step"].to_numpy(np.int64)
     s_rank, s_step = s["rank"].to_numpy(np.int64), s["step"].to_numpy(np.int64)
-    if not len(i_rank):
-        return np.zeros(len(s))
     lo = min(int(i_step.min()), int(s_step.min()))
     span = max(int(i_step.max()), int(s_step.max())) - lo + 1
     g = Groups.of(i_rank * span + (i_step - lo))
-    sums = g.sum(inst[col].to_numpy(np.int64)[keep]).astype(float)
     want = s_rank * span + (s_step - lo)
     at = np.minimum(np.searchsorted(g.keys, want), len(g.keys) - 1)
-    return np.where(g.keys[at] == want, sums[at], 0.0)
+    found = g.keys[at] == want
+    out = []
+    for j, c in enumerate(cols):
+        if c not in inst:
+            out.append(zeros[j])
+            continue
+        v = inst[c].to_numpy(np.int64)
+        if j == len(cols) - 1 and sel is not None:
+            v = np.where(np.asarray(sel, dtype=bool), v, 0)
+        out.append(np.where(found, g.sum(v).astype(float)[at], 0.0))
+    return out
+
+
+RANK_STEP_MS = (
+    ("busy_ms", "busy_ns"), ("compute_ms", "compute_ns"), ("comm_ms", "comm_ns"),
+    ("comm_sum_ms", "comm_sum_ns"), ("exposed_comm_ms", "exposed_comm_ns"),
+    ("idle_ms", "idle_ns"),
+)  # fmt: skip
 
 
 def rank_step_table(steps: pd.DataFrame, inst: pd.DataFrame, t0: int) -> pd.DataFrame:
@@ -216,30 +198,47 @@ def rank_step_table(steps: pd.DataFrame, inst: pd.DataFrame, t0: int) -> pd.Data
     (the full pass's step time minus that sync wait: both of the profiled window, whichever
     pass the step's other figures come from); input wait; the wait for the last rank's
     arrival (:mod:`tracekit.ranks.collectives`) and its own transfer in inter-node
-    collectives (``inst["inter_node"]``)."""
+    collectives (``inst["inter_node"]``). Numpy on the steps' integer (or float) columns,
+    sorted by (step, rank)."""
     s = steps
-    sync = _per_rank_step(s, inst, "wait_ns")
     inter = inst["inter_node"] if "inter_node" in inst.columns else None
-    out = pd.DataFrame(
-        {
-            "rank": s["rank"].astype(np.int64),
-            "step": s["step"].astype(np.int64),
-            "start_ms": (s["start_ns"] - t0) / 1e6,
-            "step_time_ms": s["step_time_ns"] / 1e6,
-            "busy_ms": s["busy_ns"] / 1e6,
-            "compute_ms": s["compute_ns"] / 1e6,
-            "comm_ms": s["comm_ns"] / 1e6,
-            "comm_sum_ms": s["comm_sum_ns"] / 1e6,
-            "exposed_comm_ms": s["exposed_comm_ns"] / 1e6,
-            "idle_ms": s["idle_ns"] / 1e6,
-            "sync_wait_ms": sync / 1e6,
-            "own_work_ms": (s["full_step_time_ns"] - sync).clip(lower=0) / 1e6,
-            "input_ms": (s["input_ns"].fillna(0) if "input_ns" in s else 0 * s["idle_ns"]) / 1e6,
-            "arrival_wait_ms": _per_rank_step(s, inst, "arrival_wait_ns") / 1e6,
-            "internode_transfer_ms": _per_rank_step(s, inst, "own_transfer_ns", inter) / 1e6,
-        }
+    sync, arrival, internode = _per_rank_step(
+        s, inst, ["wait_ns", "arrival_wait_ns", "own_transfer_ns"], inter
     )
-    return cast(pd.DataFrame, out.sort_values(["step", "rank"]).reset_index(drop=True))
+    rank, step = s["rank"].to_numpy().astype(np.int64), s["step"].to_numpy().astype(np.int64)
+    idle = s["idle_ns"].to_numpy()
+    if "input_ns" in s:
+        inp = s["input_ns"].to_numpy()
+        inp = np.where(np.isnan(inp), 0, inp) if inp.dtype.kind == "f" else inp
+    else:
+        inp = 0 * idle
+    cols: dict[str, np.ndarray] = {
+        "rank": rank,
+        "step": step,
+        "start_ms": (s["start_ns"].to_numpy() - t0) / 1e6,
+        "step_time_ms": s["step_time_ns"].to_numpy() / 1e6,
+        **{ms: s[ns].to_numpy() / 1e6 for ms, ns in RANK_STEP_MS},
+        "sync_wait_ms": sync / 1e6,
+        "own_work_ms": np.clip(s["full_step_time_ns"].to_numpy() - sync, 0, None) / 1e6,
+        "input_ms": inp / 1e6,
+        "arrival_wait_ms": arrival / 1e6,
+        "internode_transfer_ms": internode / 1e6,
+    }
+    order = np.lexsort((rank, step))  # sort_values(["step", "rank"]): stable
+    return cast(pd.DataFrame, pd.DataFrame({c: v[order] for c, v in cols.items()}))
+
+
+def _columns(df: pd.DataFrame, cols: list[str]) -> np.ndarray:
+    """``df[cols]`` as floats, one row per column (``df[cols]`` indexes every name)."""
+    return np.stack([df[c].to_numpy(dtype=float) for c in cols]) if cols else np.zeros((0, 0))
+
+
+def last_ranks(matched: pd.DataFrame) -> np.ndarray:
+    """The rank that arrived last at each collective seen on two ranks or more."""
+    if not len(matched):
+        return np.zeros(0, dtype=np.int64)
+    seen = matched["ranks"].to_numpy() >= 2
+    return np.asarray(matched["last_rank"].to_numpy(dtype=np.int64)[seen])
 
 
 def stragglers(rs: pd.DataFrame, matched: pd.DataFrame) -> pd.DataFrame:
@@ -250,8 +249,14 @@ def stragglers(rs: pd.DataFrame, matched: pd.DataFrame) -> pd.DataFrame:
     by_step = Groups.of(rs["step"].to_numpy())
     rank = rs["rank"].to_numpy()
     st, work = rs["step_time_ms"].to_numpy(dtype=float), rs["own_work_ms"].to_numpy(dtype=float)
-    seen = matched[matched["ranks"] >= 2] if len(matched) else matched
-    last_of = {int(s): g for s, g in split(seen, "step", "last_rank")}
+    last_of: dict[int, np.ndarray] = {}  # per step, the last rank of each collective
+    if len(matched):
+        seen = matched["ranks"].to_numpy() >= 2
+        by = Groups.of(matched["step"].to_numpy()[seen])
+        lr = matched["last_rank"].to_numpy()[seen][by.order]
+        last_of = {
+            int(k): lr[a : a + n] for k, a, n in zip(by.keys, by.starts, by.sizes, strict=True)
+        }
     for k, step in enumerate(by_step.keys.tolist()):
         at = by_step.order[by_step.starts[k] : by_step.starts[k] + by_step.sizes[k]]
         med, work_med = float(series_median(st[at])), float(series_median(work[at]))
@@ -289,34 +294,35 @@ def class_shares(classes: pd.DataFrame, rs: pd.DataFrame) -> pd.DataFrame:
     by_rank = Groups.of(rs["rank"].to_numpy())
     per_rank = by_rank.nunique(rs["step"].to_numpy())
     steps_per_rank = dict(zip(by_rank.keys.tolist(), per_rank.tolist(), strict=True))
-    n = classes["rank"].map(steps_per_rank).fillna(1).clip(lower=1).to_numpy(dtype=float)
+    n = np.maximum(lookup(classes["rank"].to_numpy(), steps_per_rank, 1), 1).astype(float)
     busy = classes["busy_ns"].to_numpy(dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         pct = np.where(busy > 0, 100.0 * classes["union_ns"].to_numpy(dtype=float) / busy, np.nan)
-    code = pd.factorize(classes["class"])[0]  # the classes in order of appearance
-    has = code >= 0  # groupby's dropna
+    # the classes in order of appearance (factorized as objects: hashed, not Arrow-encoded)
+    code = pd.factorize(classes["class"].to_numpy(dtype=object))[0]
+    has = np.flatnonzero(code >= 0)  # groupby's dropna
     by_class = Groups.of(code[has])
-    names = classes["class"][has].iloc[by_class.first_row()].reset_index(drop=True)
-    out = pd.DataFrame(
-        {
-            "class": names,
-            "kernel_ms_per_step": by_class.fmean(
-                (classes["kernel_ns"] / 1e6).to_numpy()[has] / n[has]
-            ),
-            "union_share_pct": by_class.fmean(pct[has]),
-        }
-    ).sort_values("union_share_pct", ascending=False)
-    exposed = pd.DataFrame(
-        {c: by_rank.fsum(rs[c].to_numpy(dtype=float)) for c in ("exposed_comm_ms", "busy_ms")}
+    kernel_ms = (classes["kernel_ns"].to_numpy() / 1e6)[has] / n[has]
+    per_step, share = by_class.fmean(np.stack([kernel_ms, pct[has]]))
+    order = descending(share)  # sort_values("union_share_pct", ascending=False)
+    names = classes["class"].array.take(has[by_class.first_row()][order])
+    exposed, busy_ms = by_rank.fsum(_columns(rs, ["exposed_comm_ms", "busy_ms"]))
+    exposed_share = np.full(len(order), np.nan)
+    if COMMUNICATION in set(names) and series_sum(busy_ms) > 0:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            comm = series_mean(100.0 * exposed / np.where(busy_ms > 0, busy_ms, np.nan))
+        exposed_share = np.where(np.asarray(names == COMMUNICATION, dtype=bool), comm, np.nan)
+    return cast(
+        pd.DataFrame,
+        pd.DataFrame(
+            {
+                "class": names,
+                "kernel_ms_per_step": per_step[order],
+                "union_share_pct": share[order],
+                "exposed_share_pct": exposed_share,
+            }
+        ),
     )
-    if COMMUNICATION in set(out["class"]) and float(exposed["busy_ms"].sum()) > 0:
-        share = (
-            100.0 * exposed["exposed_comm_ms"] / exposed["busy_ms"].where(exposed["busy_ms"] > 0)
-        ).mean()
-        out["exposed_share_pct"] = np.where(out["class"] == COMMUNICATION, share, np.nan)
-    else:
-        out["exposed_share_pct"] = np.nan
-    return cast(pd.DataFrame, out.reset_index(drop=True))
 
 
 @dataclass
@@ -390,17 +396,18 @@ def per_rank_table(
     if not len(rs):
         return cast(pd.DataFrame, pd.DataFrame())
     g = Groups.of(rs["rank"].to_numpy())
+    means = ["busy_ms", "compute_ms", "comm_ms", "comm_sum_ms", "exposed_comm_ms", "idle_ms",
+             "sync_wait_ms", "own_work_ms"]  # fmt: skip
+    sums = ["step_time_ms", "idle_ms", "exposed_comm_ms"]
+    got = dict(zip(means, g.fmean(_columns(rs, means)), strict=True))
+    summed = dict(zip(sums, g.fsum(_columns(rs, sums)), strict=True))
 
     def mean(c: str) -> np.ndarray:
-        return g.fmean(rs[c].to_numpy(dtype=float))
+        return np.asarray(got[c])
 
-    def summed(c: str) -> np.ndarray:
-        return g.fsum(rs[c].to_numpy(dtype=float))
-
-    total = summed("step_time_ms")
+    total = summed["step_time_ms"]
     ranks = [int(r) for r in g.keys]
-    seen = matched[matched["ranks"] >= 2] if len(matched) else matched
-    last = dict(value_counts(seen["last_rank"].to_numpy())) if len(seen) else {}
+    last = dict(value_counts(last_ranks(matched)))
 
     def meta(key: str) -> list[Any]:
         return [info.get(r, {}).get(key) for r in ranks]
@@ -421,24 +428,30 @@ def per_rank_table(
             "exposed_comm_ms": mean("exposed_comm_ms"),
             "overlapped_comm_ms": mean("comm_ms") - mean("exposed_comm_ms"),
             "gpu_idle_ms": mean("idle_ms"),
-            "gpu_idle_pct": summed("idle_ms") * pct,
-            "exposed_comm_pct": summed("exposed_comm_ms") * pct,
+            "gpu_idle_pct": summed["idle_ms"] * pct,
+            "exposed_comm_pct": summed["exposed_comm_ms"] * pct,
             "sync_wait_ms": mean("sync_wait_ms"),
             "own_work_ms": mean("own_work_ms"),
-            "collectives_per_step": meta("collectives_per_step"),
+            "collectives_per_step": pd.to_numeric(
+                pd.Series(meta("collectives_per_step")), errors="coerce"
+            ).array,
             "last_arrivals": [last.get(r, 0) for r in ranks],
-            "peak_allocated_bytes": meta("peak_allocated_bytes"),
-            "peak_reserved_bytes": meta("peak_reserved_bytes"),
+            **{
+                c: _nullable_ints(meta(c)).array
+                for c in ("peak_allocated_bytes", "peak_reserved_bytes")
+            },
             "clock_offset_ms": [clock.offsets_ns.get(r, 0) / 1e6 for r in ranks],
             "timeline_source": [x or FULL for x in meta("timeline_source")],
             "timeline_reason": meta("timeline_reason"),
             "timeline_recorder": meta("timeline_recorder"),
         }
     )
-    for c in ("peak_allocated_bytes", "peak_reserved_bytes"):
-        df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
-    df["collectives_per_step"] = pd.to_numeric(df["collectives_per_step"], errors="coerce")
     return cast(pd.DataFrame, df)
+
+
+def _nullable_ints(values: list[Any]) -> pd.Series:
+    """``values`` as a column of the per-rank table: numbers (unknown: missing), Int64."""
+    return cast(pd.Series, pd.to_numeric(pd.Series(values), errors="coerce").astype("Int64"))
 
 
 SHOW_ALL = 32  # up to this many ranks, every rank is drawn; above, :func:`shown_ranks`
@@ -455,21 +468,14 @@ def shown_ranks(job: JobView, ranks: list[int]) -> list[int]:
     step = next((d for d in job.distributions if d.part == "step_time_ms"), None)
     if step is not None:
         want += [r for r, _ in step.tail]
-        fig = job.figures.sort_values("step_time_ms")
-        want.append(int(fig["rank"].iloc[len(fig) // 2]))
+        fig = job.figures  # the median rank of sort_values("step_time_ms")
+        mid = ascending(fig["step_time_ms"].to_numpy())[len(fig) // 2]
+        want.append(int(fig["rank"].iloc[mid]))
     out: list[int] = []
     for r in want:
         if r in ranks and r not in out and len(out) < SHOWN:
             out.append(r)
     return sorted(out)
-
-
-def _lanes_of(
-    dirs: dict[int, Path], ranks: list[int], info: dict[int, dict[str, Any]]
-) -> pd.DataFrame:
-    bases = {r: int(info[r].get("trace_start_ns") or 0) for r in ranks}
-    tables = [_table(Path(dirs[r]) / "lanes.arrow", r) for r in ranks]
-    return _absolute(_concat(tables, ["what", "start_ns", "end_ns"]), ["start_ns", "end_ns"], bases)
 
 
 JOB_COLUMNS = ("input_ms", "arrival_wait_ms", "internode_transfer_ms")
@@ -480,16 +486,23 @@ def with_job_columns(per_rank: pd.DataFrame, job: JobView) -> pd.DataFrame:
     kind of the finding that names the rank (``""``: none)."""
     if not len(per_rank):
         return per_rank
-    fig = job.figures.set_index("rank")
-    out = per_rank.copy()
-    for c in JOB_COLUMNS:
-        out[c] = out["rank"].map(fig[c]) if c in fig else np.nan
+    fig = job.figures
+    ranks = per_rank["rank"].to_numpy(dtype=np.int64)
+    by_rank = np.argsort(fig["rank"].to_numpy(dtype=np.int64), kind="stable")
+    fig_rank = fig["rank"].to_numpy(dtype=np.int64)[by_rank]
+    at = by_rank[np.minimum(np.searchsorted(fig_rank, ranks), max(len(fig_rank) - 1, 0))]
+    found = fig["rank"].to_numpy(dtype=np.int64)[at] == ranks if len(fig_rank) else ranks < 0
+    nan = np.full(len(ranks), np.nan)
+    cols: dict[str, Any] = {  # Series.map(fig[c]): NaN where the rank has no figures
+        c: np.where(found, fig[c].to_numpy(dtype=float)[at], np.nan) if c in fig else nan
+        for c in JOB_COLUMNS
+    }
     kind: dict[int, str] = {}
     for f in job.findings:
         for r in f.ranks:
             kind.setdefault(r, f.kind)
-    out["finding"] = out["rank"].map(lambda r: kind.get(int(r), ""))
-    return cast(pd.DataFrame, out)
+    cols["finding"] = pd.Series([kind.get(r, "") for r in ranks.tolist()], index=per_rank.index)
+    return with_added(per_rank, cols)
 
 
 def timeline_words(per_rank: pd.DataFrame) -> str:
@@ -521,50 +534,33 @@ def timeline_source(per_rank: pd.DataFrame) -> str:
     return str(got.pop()) if len(got) == 1 else "mixed"
 
 
-def _lanes_ms(lanes: pd.DataFrame, steps: list[int], rs: pd.DataFrame, t0: int) -> pd.DataFrame:
-    out = lanes.copy()
-    if not len(out):
-        return cast(pd.DataFrame, pd.DataFrame(columns=["rank", "what", "start_ms", "end_ms"]))
-    hi = t0 + int(1e6 * float((rs["start_ms"] + rs["step_time_ms"]).max()))
-    out = out[(out["end_ns"] > t0) & (out["start_ns"] < hi)]
-    return cast(
-        pd.DataFrame,
-        pd.DataFrame(
-            {
-                "rank": out["rank"].astype(np.int64),
-                "what": out["what"].astype(str),
-                "start_ms": (out["start_ns"] - t0) / 1e6,
-                "end_ms": (out["end_ns"] - t0) / 1e6,
-            }
-        ).reset_index(drop=True),
-    )
-
-
 def match_notes(matched: pd.DataFrame) -> list[str]:
     """What the matching says about the traces: partial, impossible, inconsistent, none."""
     notes: list[str] = []
-    incomplete = int((~matched["complete"]).sum()) if len(matched) else 0
+    if not len(matched):
+        return notes
+    m_ranks = matched["ranks"].to_numpy()
+    incomplete = int((~matched["complete"].to_numpy(dtype=bool)).sum())
     if incomplete:
         notes.append(
             f"{incomplete} of {len(matched)} collectives were seen on fewer ranks than their "
             "group has: transfer and wait are over the ranks present"
         )
-    bad = (matched["ranks"] >= 2) & (
-        matched["latest_start"] - matched["earliest_end"] > ALIGN_TOLERANCE_NS
-    )
+    late = matched["latest_start"].to_numpy() - matched["earliest_end"].to_numpy()
+    bad = (m_ranks >= 2) & (late > ALIGN_TOLERANCE_NS)
     if int(bad.sum()):
         notes.append(
             f"{int(bad.sum())} of {len(matched)} matched collectives end on one rank before "
             "another starts them: their transfer is 0 and all their time counts as wait; the "
             "traces may have lost collectives (sampled or cut), so the order matching is off"
         )
-    inconsistent = int((~matched["consistent"]).sum()) if len(matched) else 0
+    inconsistent = int((~matched["consistent"].to_numpy(dtype=bool)).sum())
     if inconsistent:
         notes.append(
             f"{inconsistent} matched collectives differ in kind or size between ranks: the "
             "ranks' traces may start at different collectives"
         )
-    if len(matched) and not int((matched["ranks"] >= 2).sum()):
+    if not int((m_ranks >= 2).sum()):
         notes.append(
             "no collective was seen on two ranks: are these traces of one job? (different "
             "process groups, or traces of different runs with the same world size)"
@@ -588,24 +584,30 @@ def reduce(
     L = load(dirs, None if len(ranks) <= SHOW_ALL else set())
     hosts = hosts or {r: None for r in ranks}
     notes = list(notes or [])
-    keys = assign_keys(L.instances) if len(L.instances) else None  # once: clock, then match
-    clock = align_clocks(L.instances, {r: hosts.get(r) for r in ranks}, keys)
+    # keyed once, for the clock and the match (which only redoes the times)
+    k = keyed(L.instances) if len(L.instances) else None
+    clock = align_clocks(L.instances, {r: hosts.get(r) for r in ranks}, None, k)
     if clock.aligned:
         notes.append(f"clocks {clock.reason}: {clock.anchor}")
     steps = _shift(L.steps, ["start_ns", "end_ns"], clock.offsets_ns)
-    inst = _shift(L.instances, ["ts", "end"], clock.offsets_ns)
     common = common_steps(steps, ranks)
-    if len(common) < steps["step"].nunique():
+    step = steps["step"].to_numpy()
+    if len(common) < len(np.unique(step)):
         notes.append(
             f"the ranks' traces cover different steps: the {len(common)} step(s) all have "
             f"({', '.join(map(str, common)) or 'none'}) are compared"
         )
-    steps = steps[steps["step"].isin(common)]
-    sel = inst["step"].isin(common)
-    # a clock shift keeps each rank's order, so the keys stand unless steps were dropped
-    matched, inst = match(inst[sel], keys if keys is not None and bool(sel.all()) else None)
-    inst["inter_node"] = inter_node(inst, hosts)
-    t0 = int(steps["start_ns"].min()) if len(steps) else 0
+    keep = np.isin(step, common)
+    steps = steps if keep.all() else steps[keep]  # (a filter keeping every row: a copy)
+    sel = np.isin(L.instances["step"].to_numpy(), common) if len(L.instances) else keep[:0]
+    if k is not None and bool(sel.all()):
+        # a clock shift keeps each rank's order: the keys and the clock-free half stand
+        matched, inst = timed(k, clock.offsets_ns if any(clock.offsets_ns.values()) else None)
+    else:
+        inst = _shift(L.instances, ["ts", "end"], clock.offsets_ns)
+        matched, inst = match(inst[sel])
+    inst = with_added(inst, {"inter_node": inter_node(inst, hosts)})
+    t0 = int(steps["start_ns"].to_numpy().min()) if len(steps) else 0
     rs = rank_step_table(steps, inst, t0)
     per_rank = per_rank_table(rs, L.info, matched, clock, hosts)
     props: list[dict[str, Any]] = next(
@@ -617,13 +619,9 @@ def reduce(
     notes.extend(match_notes(matched))
     strag = stragglers(rs, matched)
     measured, per_rank = reconcile(manifest, per_rank, rs)
-    exposed = per_rank["exposed_comm_pct"] if len(per_rank) else pd.Series(dtype=float)
-    medians = per_rank.set_index("rank")["step_time_ms"] if len(per_rank) else pd.Series()
-    last = (
-        matched.loc[matched["ranks"] >= 2, "last_rank"]
-        if len(matched)
-        else pd.Series(dtype=np.int64)
-    )
+    exposed = per_rank["exposed_comm_pct"].to_numpy(dtype=float) if len(per_rank) else np.zeros(0)
+    medians = per_rank["step_time_ms"] if len(per_rank) else pd.Series()
+    last = last_ranks(matched)
     damaged = dict(damaged or {})
     missing = [r for r in range(world_size) if r not in dirs and r not in damaged]
     job = job_view(
@@ -631,8 +629,7 @@ def reduce(
     )
     per_rank = with_job_columns(per_rank, job)
     shown = shown_ranks(job, ranks)
-    lanes = L.lanes if len(ranks) <= SHOW_ALL else _lanes_of(dirs, shown, L.info)
-    lanes = _shift(lanes, ["start_ns", "end_ns"], clock.offsets_ns)
+    lanes = L.lanes if len(ranks) <= SHOW_ALL else lanes_of(dirs, shown, L.info)
     return RanksSummary(
         world_size=world_size,
         ranks=ranks,
@@ -649,14 +646,18 @@ def reduce(
         collective_table=BW.aggregate(matched, len(common), ceil),
         by_kind=BW.by_kind(matched, ceil),
         class_shares=class_shares(L.classes, rs),
-        lanes=_lanes_ms(lanes, common, rs, t0),
+        lanes=lanes_ms(lanes, clock.offsets_ns, rs, t0),
         shown=shown,
         clock=clock,
         ceiling=ceil,
-        exposed_comm_pct=float(exposed.mean()) if on == "gpu" and len(exposed) else None,
+        exposed_comm_pct=series_mean(exposed) if on == "gpu" and len(exposed) else None,
         skew_pct=skew_pct(medians) if len(medians) else None,
-        slowest_rank=int(cast(Any, medians.idxmax())) if len(medians) else None,
-        waited_on_rank=int(last.mode().iloc[0]) if len(last) else None,
+        slowest_rank=(
+            int(per_rank["rank"].iloc[int(np.nanargmax(medians.to_numpy(dtype=float)))])
+            if len(medians)
+            else None
+        ),
+        waited_on_rank=series_mode(last) if len(last) else None,
         notes=notes,
         dirs=dict(dirs),
         bases={r: int(L.info[r].get("trace_start_ns") or 0) for r in ranks},

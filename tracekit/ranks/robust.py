@@ -56,23 +56,36 @@ class Distribution:
 
 def distributions(fig: pd.DataFrame) -> list[Distribution]:
     """Every part of :data:`PARTS` that ``fig`` (one row per rank, ``rank`` + parts) has."""
-    out = []
-    for col, words in PARTS:
-        if col not in fig or not len(fig):
-            continue
-        v = fig[col].to_numpy(dtype=float)
-        ok = np.isfinite(v)
+    out: list[Distribution] = []
+    parts = [(c, w) for c, w in PARTS if c in fig] if len(fig) else []
+    if not parts:
+        return out
+    all_ranks = fig["rank"].to_numpy()
+    values = np.stack([fig[c].to_numpy(dtype=float) for c, _ in parts])
+    finite = np.isfinite(values)
+    # every part at once where all are finite (each row as np.median / np.percentile alone)
+    whole = bool(finite.all())
+    if whole:
+        medians = np.median(values, axis=1)
+        p90s, p99s = np.percentile(values, [90, 99], axis=1)
+    for j, (col, words) in enumerate(parts):
+        ok = finite[j]
         if not ok.any():
             continue
-        v, ranks = v[ok], fig["rank"].to_numpy()[ok]
+        v, ranks = values[j][ok], all_ranks[ok]
         top = np.argsort(-v, kind="stable")[:TAIL]
+        med, (p90, p99) = (
+            (medians[j], (p90s[j], p99s[j]))
+            if whole
+            else (np.median(v), np.percentile(v, [90, 99]))
+        )
         out.append(
             Distribution(
                 part=col,
                 words=words,
-                median=float(np.median(v)),
-                p90=float(np.percentile(v, 90)),
-                p99=float(np.percentile(v, 99)),
+                median=float(med),
+                p90=float(p90),
+                p99=float(p99),
                 max=float(v.max()),
                 tail=tuple((int(ranks[i]), float(v[i])) for i in top),
             )

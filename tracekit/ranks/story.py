@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.ranks import nodes as N
-from tracekit.ranks.groups import Groups
+from tracekit.ranks.groups import Groups, descending, value_counts
 from tracekit.ranks.robust import MIN_RANKS, Distribution, distributions, outliers
 
 FIGURE_PARTS = (
@@ -73,13 +73,25 @@ class JobView:
         return seen
 
 
-def rank_figures(rs: pd.DataFrame, hosts: dict[int, str | None], last: pd.Series) -> pd.DataFrame:
+def rank_figures(
+    rs: pd.DataFrame, hosts: dict[int, str | None], last: dict[int, int]
+) -> pd.DataFrame:
     """Per rank: the median over steps of each part (ms per step), its host, and how many
     collectives it arrived last at (``last``: rank -> count)."""
     cols = [c for c in FIGURE_PARTS if c in rs]
-    fig = rs.groupby("rank", sort=True)[cols].median().reset_index()
-    fig["host"] = fig["rank"].map(lambda r: hosts.get(int(r)))
-    fig["last_arrivals"] = fig["rank"].map(last).fillna(0).astype(np.int64)
+    g = Groups.of(rs["rank"].to_numpy())
+    ranks = g.keys.tolist()
+    fig = pd.DataFrame(
+        {
+            "rank": g.keys,
+            **{c: g.median(rs[c].to_numpy(dtype=float)) for c in cols},
+            # the dtype Series.map infers (str where hosts are known; of no rank: int64)
+            "host": pd.Series([hosts.get(r) for r in ranks], dtype=object).infer_objects()
+            if ranks
+            else pd.Series([], dtype=np.int64),
+            "last_arrivals": np.asarray([last.get(r, 0) for r in ranks], dtype=np.int64),
+        }
+    )
     return cast(pd.DataFrame, fig)
 
 
@@ -130,7 +142,7 @@ def find(fig: pd.DataFrame, total: int) -> list[Finding]:
         rank = r.rank
         if rank in explained:
             continue
-        w = float(fig.loc[fig["rank"] == rank, "arrival_wait_ms"].iloc[0])
+        w = _of(fig, rank, "arrival_wait_ms")
         why = (
             f"it waits on others ({_ms(w)} per step in collectives, median {_ms(wait_med)})"
             if w > wait_med
@@ -144,8 +156,13 @@ def find(fig: pd.DataFrame, total: int) -> list[Finding]:
     return out
 
 
+def _of(fig: pd.DataFrame, rank: int, col: str) -> float:
+    """``col`` of ``rank``'s row (its first) in ``fig``."""
+    return float(fig[col].to_numpy()[np.flatnonzero(fig["rank"].to_numpy() == rank)[0]])
+
+
 def _last(fig: pd.DataFrame, rank: int, total: int) -> str:
-    n = int(fig.loc[fig["rank"] == rank, "last_arrivals"].iloc[0])
+    n = int(_of(fig, rank, "last_arrivals"))
     return f"{n} of {total} collectives"
 
 
@@ -191,7 +208,8 @@ def verdict(v: JobView, total: int) -> list[str]:
         out.append(f"fewer than {MIN_RANKS} ranks: no rank is called an outlier")
     aw = d.get("arrival_wait_ms")
     if aw is not None and st is not None and st.median > 0 and total:
-        lr = v.figures.sort_values("last_arrivals", ascending=False).iloc[0]
+        top = int(descending(v.figures["last_arrivals"].to_numpy())[0])  # sort_values' first
+        lr = {c: v.figures[c].iloc[top] for c in ("rank", "last_arrivals")}
         out.append(
             f"the others wait for them: wait for others {_ms(aw.median)} per step in "
             f"collectives, median over ranks ({100 * aw.median / st.median:.1f} % of the "
@@ -233,13 +251,15 @@ def pivot_mean(rows: pd.Series, cols: pd.Series, values: np.ndarray) -> pd.DataF
 def heatmaps(rs: pd.DataFrame, inst: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """rank x step: work per step (step less wait for others), % over the step's median;
     rank x collective of the step: wait for others, ms (mean over steps)."""
-    work = rs["step_time_ms"] - rs["arrival_wait_ms"]
-    med = work.groupby(rs["step"]).transform("median")
-    pct = np.where(med > 0, 100.0 * (work - med) / med, np.nan)
+    work = rs["step_time_ms"].to_numpy(dtype=float) - rs["arrival_wait_ms"].to_numpy(dtype=float)
+    by_step = Groups.of(rs["step"].to_numpy())
+    med = by_step.median(work)[by_step.inverse]  # groupby().transform("median")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pct = np.where(med > 0, 100.0 * (work - med) / med, np.nan)
     steps = pivot_mean(rs["rank"], rs["step"], pct)
     if not len(inst):
         return steps, pd.DataFrame()
-    col = inst["index"].astype(int).rename("col")
+    col = pd.Series(inst["index"].to_numpy().astype(int), name="col")  # (names the columns)
     waits = pivot_mean(inst["rank"], col, inst["arrival_wait_ns"].to_numpy() / 1e6)
     return steps, waits
 
@@ -255,12 +275,13 @@ def job_view(
     missing: list[int],
 ) -> JobView:
     """The job's view from the reduction's tables (see the module)."""
-    seen = matched[matched["ranks"] >= 2] if len(matched) else matched
-    last = seen["last_rank"].value_counts() if len(seen) else pd.Series(dtype=np.int64)
-    fig = rank_figures(rs, hosts, last)
+    seen = np.zeros(0, dtype=np.int64)  # the last rank of each collective seen on two ranks
+    if len(matched):
+        seen = matched["last_rank"].to_numpy(dtype=np.int64)[matched["ranks"].to_numpy() >= 2]
+    fig = rank_figures(rs, hosts, dict(value_counts(seen)))
     findings = unanalysed(damaged, missing) + find(fig, len(seen))
     named = {r for f in findings if f.kind not in ("damaged", "missing") for r in f.ranks}
-    nsteps = int(rs["step"].nunique()) if len(rs) else 0
+    nsteps = len(np.unique(rs["step"].to_numpy())) if len(rs) else 0
     v = JobView(
         ranks=len(fig),
         world_size=world_size,
