@@ -263,12 +263,7 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
     if not math.isfinite(final_loss):
         raise TracekitError(f"the training loss is {final_loss} after {n} steps")
 
-    host_probe: dict[str, Any] = {}
-    if device.type == "cuda":  # on CPU the step is the host's: nothing hidden to time
-        ui.phase("host-issue probe (unprofiled)", HOST_PROBE_STEPS)
-        host_ms, synced_ms = time_host_issue(wl.step, HOST_PROBE_STEPS, start=n, device=device)
-        n += HOST_PROBE_STEPS
-        host_probe = host_probe_metrics(host_ms, synced_ms)
+    n, host_probe = host_probe_phase(wl, ui, n)
 
     if after_timed is not None:
         ui.phase("communication cost (unprofiled)")
@@ -296,6 +291,17 @@ def _workload(cfg: CollectConfig, device: torch.device, run_dir: Path, ui: Displ
     windows = (cost or {}).get("unprofiled_ms") or []
     n = _residual_check(wl, ui, manifest, seen, (timed_ms, timed), windows, n)
     manifest["total_steps"] = n
+
+
+def host_probe_phase(wl: Workload, ui: Display, n: int) -> tuple[int, dict[str, Any]]:
+    """On CUDA, the host-issue probe's steps from step ``n``: the next step and the
+    manifest's entries (:func:`host_probe_metrics`). On CPU the step is the host's own
+    time: nothing hidden to time, no steps."""
+    if wl.device.type != "cuda":
+        return n, {}
+    ui.phase("host-issue probe (unprofiled)", HOST_PROBE_STEPS)
+    host_ms, synced_ms = time_host_issue(wl.step, HOST_PROBE_STEPS, start=n, device=wl.device)
+    return n + HOST_PROBE_STEPS, host_probe_metrics(host_ms, synced_ms)
 
 
 def host_probe_metrics(host_ms: list[float], synced_ms: list[float]) -> dict[str, Any]:

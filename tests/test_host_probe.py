@@ -9,8 +9,9 @@ import time
 import pytest
 import torch
 
-from tracekit.collectors.collect import host_probe_metrics
-from tracekit.collectors.train import time_host_issue
+from tracekit.collectors.collect import host_probe_metrics, host_probe_phase
+from tracekit.collectors.display import Display
+from tracekit.collectors.train import HOST_PROBE_STEPS, time_host_issue
 from tracekit.manifest import RunManifest, check_manifest
 
 HOST_S, GPU_S = 0.004, 0.012  # the host's work per step; the GPU's, queued behind it
@@ -69,3 +70,25 @@ def test_manifest_entries_read_back() -> None:
     assert got.host_issue_ms.median == pytest.approx(4.2) and got.host_issue_ms.n == 3
     assert got.synced_step_ms.median == pytest.approx(12.1)
     assert got.host_issue_method is not None and "torch.cuda.synchronize" in got.host_issue_method
+
+
+class _Workload:  # what host_probe_phase reads of a Workload
+    def __init__(self, device: str, step: object) -> None:
+        self.device = torch.device(device)
+        self.step = step
+
+
+def test_collects_phase_on_cuda_and_not_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """collect's phase: on CUDA (stood in) the probe's steps follow step n and its entries
+    go to the manifest; on CPU neither."""
+    gpu = FakeGpu()
+    monkeypatch.setattr(torch.cuda, "synchronize", gpu.synchronize)
+    ui = Display(quiet=True)
+    n, got = host_probe_phase(_Workload("cuda", gpu.step), ui, 12)  # type: ignore[arg-type]
+    assert n == 12 + HOST_PROBE_STEPS
+    assert [c for c in gpu.calls if c != "sync"] == [f"step {i}" for i in range(12, n)]
+    assert got["host_issue_ms"]["n"] == HOST_PROBE_STEPS
+    assert got["host_issue_ms"]["median"] < got["synced_step_ms"]["median"]
+    cpu = FakeGpu()
+    assert host_probe_phase(_Workload("cpu", cpu.step), ui, 12) == (12, {})  # type: ignore[arg-type]
+    assert cpu.calls == []
