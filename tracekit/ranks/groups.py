@@ -74,24 +74,13 @@ class Groups:
             row = np.repeat(np.arange(len(self.keys)), sizes)
             pad[:, row, np.arange(len(self.order)) - self.starts[row]] = vs
             for j in range(width):
-                x = pad[:, :, j]
-                y = x - comp
-                t = total + y
-                c = t - total - y
-                ok = ~np.isnan(x)  # a NaN leaves its group's sum as it was
-                comp = np.where(ok, np.where(np.isnan(c), 0.0, c), comp)
-                total = np.where(ok, t, total)
+                total, comp = _kahan(pad[:, :, j], total, comp)
             return total if v.ndim == 2 else total[0]
         for j in range(width):  # groups of very different sizes: the live ones only
             live = np.flatnonzero(sizes > j)
-            x = vs[:, self.starts[live] + j]
-            tl, cl = total[:, live], comp[:, live]
-            y = x - cl
-            t = tl + y
-            c = t - tl - y
-            ok = ~np.isnan(x)
-            comp[:, live] = np.where(ok, np.where(np.isnan(c), 0.0, c), cl)
-            total[:, live] = np.where(ok, t, tl)
+            total[:, live], comp[:, live] = _kahan(
+                vs[:, self.starts[live] + j], total[:, live], comp[:, live]
+            )
         return total if v.ndim == 2 else total[0]
 
     def fmean(self, values: np.ndarray) -> np.ndarray:
@@ -143,6 +132,16 @@ class Groups:
         hi = self.starts + n // 2
         hi = np.minimum(hi, len(vs) - 1)
         return np.asarray(np.where(n > 0, (vs[lo] + vs[hi]) / 2, np.nan))
+
+
+def _kahan(x: np.ndarray, total: np.ndarray, comp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One step of Kahan's compensated sum, adding ``x`` to ``total`` (``comp``: the
+    compensation so far), as pandas adds; a NaN leaves its sum as it was."""
+    y = x - comp
+    t = total + y
+    c = t - total - y
+    ok = ~np.isnan(x)
+    return np.where(ok, t, total), np.where(ok, np.where(np.isnan(c), 0.0, c), comp)
 
 
 def nanmax(g: Groups, values: np.ndarray) -> np.ndarray:

@@ -47,8 +47,8 @@ def _arrow(tables: list[tuple[int, Any]], times: list[str], bases: dict[int, int
         return None
     rows = [t.num_rows for _, t in got]
     t = pa.concat_tables([t for _, t in got], promote_options="default")
+    off = np.repeat(np.asarray([bases.get(r, 0) for r, _ in got], dtype=np.int64), rows)
     for c in times:
-        off = np.repeat(np.asarray([bases.get(r, 0) for r, _ in got], dtype=np.int64), rows)
         at = t.schema.get_field_index(c)
         t = t.set_column(at, c, pa.array(np.asarray(t[c].to_numpy(), dtype=np.int64) + off))
     rank = np.repeat(np.asarray([r for r, _ in got], dtype=np.int64), rows)
